@@ -1,0 +1,34 @@
+# One command for each of set-up, run, test, lint and bench. Every target sets up what it needs first.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+ENV := source scripts/env.sh &&
+
+.PHONY: help setup up down test lint unit preview-prod bench
+
+help:
+	@echo "make up     set everything up and deploy the dev stack to the local sandbox, then chat with it"
+	@echo "make test   lint, unit tests and end-to-end tests against the sandbox"
+	@echo "make down   destroy the dev stack and tear the sandbox and mirror down"
+	@echo "make bench  benchmarks (after make up); writes bench/RESULTS.md"
+
+setup:
+	@scripts/setup.sh
+
+up: setup
+	@scripts/up.sh
+
+down:
+	@scripts/down.sh
+
+lint: setup
+	@$(ENV) ruff check . && ruff format --check . && mypy .
+
+test: setup
+	@scripts/test.sh
+
+# Render the production stack without contacting its host (no SSH probe, commands never run in preview).
+preview-prod: setup
+	@$(ENV) VLLM_FLEET_OFFLINE=1 pulumi preview --stack prod --diff
+
+bench: setup
+	@$(ENV) python -m bench.run

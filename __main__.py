@@ -1,0 +1,98 @@
+"""vllm-fleet: read the stack config, validate it, and build hosts, storage, downloads and services."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pulumi
+
+from components.host import GpuHost, GpuHostArgs
+from components.model_download import ModelDownload, ModelDownloadArgs
+from components.remote import HostUnreachable, probe_ssh
+from components.storage import SharedStorage, SharedStorageArgs
+from components.vllm_service import VllmService, VllmServiceArgs
+from models.loader import CONTROLLER_KEYS, KNOWN_KEYS, STRUCTURED_KEYS, ConfigError, parse_stack_config
+
+config = pulumi.Config("vllm-fleet")
+raw = {
+    key: config.get_object(key) if key in STRUCTURED_KEYS else config.get(key)
+    for key in (*KNOWN_KEYS, *CONTROLLER_KEYS)
+    if config.get(key) is not None
+}
+try:
+    stack = parse_stack_config(raw)
+except ConfigError as error:
+    # Nothing has been registered yet: the preview stops here with the key, the value and the fix.
+    raise pulumi.RunError(f"invalid stack config (Pulumi.{pulumi.get_stack()}.yaml):\n{error}") from None
+
+# VLLM_FLEET_OFFLINE=1 renders without touching any host: previews of stacks this machine must not reach.
+offline = os.environ.get("VLLM_FLEET_OFFLINE") == "1"
+key_file = config.get("sshPrivateKeyFile")
+secret_key = config.get_secret("sshPrivateKey")
+if key_file is not None:
+    private_key: pulumi.Input[str] = pulumi.Output.secret(Path(key_file).expanduser().read_text())
+elif secret_key is not None:
+    private_key = secret_key
+elif offline:
+    private_key = pulumi.Output.secret("")  # never used: an offline run connects to nothing
+else:
+    raise pulumi.RunError(
+        "vllm-fleet:sshPrivateKey is not set: run `pulumi config set --secret vllm-fleet:sshPrivateKey < KEYFILE` "
+        "(or set vllm-fleet:sshPrivateKeyFile to a key file on this machine)"
+    )
+hf_token = config.get_secret("hfToken")
+
+# Contacting a host while the program runs makes an unreachable one fail fast, in previews too.
+if not offline:
+    for host_config in stack.hosts:
+        try:
+            probe_ssh(host_config)
+        except HostUnreachable as error:
+            raise pulumi.RunError(str(error)) from None
+
+hosts = {h.name: GpuHost(h.name, GpuHostArgs(host=h, private_key=private_key)) for h in stack.hosts}
+storages = {s.name: SharedStorage(s.name, SharedStorageArgs(storage=s, host=hosts[s.host])) for s in stack.storage}
+downloads: dict[tuple[str, str], ModelDownload] = {}
+for store in stack.storage:
+    for model_name in stack.wanted_models_on(store.name):
+        downloads[(store.name, model_name)] = ModelDownload(
+            f"{store.name}-{model_name}",
+            ModelDownloadArgs(
+                model_name=model_name,
+                model=stack.models[model_name],
+                storage=storages[store.name],
+                hf_endpoint=stack.hf_endpoint,
+                hf_token=hf_token,
+            ),
+        )
+services: dict[str, VllmService] = {}
+for rd in stack.resolved_deployments():
+    services[rd.deployment.name] = VllmService(
+        rd.deployment.name,
+        VllmServiceArgs(
+            deployment=rd,
+            stack=pulumi.get_stack(),
+            host=hosts[rd.host.name],
+            download=downloads[(rd.storage.name, rd.model_name)],
+            hf_token=hf_token,
+        ),
+    )
+
+pulumi.export(
+    "deployments",
+    {
+        name: {
+            "endpoint": s.endpoint,
+            "servedModelName": s.served_model_name,
+            "unitName": s.unit_name,
+            "modelPath": s.model_path,
+        }
+        for name, s in services.items()
+    },
+)
+pulumi.export(
+    "storage",
+    {name: {"path": s.path, "bytesUsed": s.bytes_used, "bytesFree": s.bytes_free} for name, s in storages.items()},
+)
+pulumi.export("hosts", {name: h.facts for name, h in hosts.items()})

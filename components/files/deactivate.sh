@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# vllm-fleet deactivate: stop serving a deployment and leave the host as it was found: the unit is
+# stopped (its whole control group), disabled and removed, systemd reloaded, /dev/shm cleaned, and the
+# deployment's GPU and port claims released.
+set -euo pipefail
+
+log() { echo "[$DEPLOYMENT] $*"; }
+state_root=/var/lib/vllm-fleet
+exec 9>"$state_root/host.lock" 2>/dev/null || { log "nothing of vllm-fleet on this host"; exit 0; }
+flock -w 3600 9
+
+units=("$UNIT_NAME")
+if [ -f "$STATE_DIR/active" ]; then
+  units+=("$(sed -n 's/^UNIT=//p' "$STATE_DIR/active")")
+fi
+for unit in $(printf '%s\n' "${units[@]}" | sort -u); do
+  if systemctl cat "$unit" >/dev/null 2>&1; then
+    systemctl stop "$unit" || true
+    systemctl disable --quiet "$unit" 2>/dev/null || true
+    log "stopped and disabled $unit"
+  fi
+  rm -f "/etc/systemd/system/$unit" "/etc/vllm-fleet/${unit%.service}.env"
+  systemctl reset-failed "$unit" 2>/dev/null || true
+done
+systemctl daemon-reload
+"$TOOLS_DIR/clean-shm" || true
+owner="$STACK.$DEPLOYMENT"
+for claim in "$state_root"/gpu-claims/* "$state_root"/port-claims/*; do
+  [ -f "$claim" ] && [ "$(cat "$claim")" = "$owner" ] && rm -f "$claim"
+done
+rm -rf -- "$STATE_DIR/active" "$STATE_DIR/previous"
+rmdir /etc/vllm-fleet 2>/dev/null || true
+log "removed"

@@ -1,0 +1,265 @@
+#!/usr/bin/env python3
+"""vllm-fleet GPU-release guard: runs as ExecStartPre of every vLLM unit.
+
+In production, tensor-parallel workers and engine cores outlived their API server and kept GPU memory
+after the service was stopped; the next launch then failed. This guard waits until the deployment's
+GPUs are released and stops stray holders itself, within a bound, or fails with the PIDs it could not
+stop. It never touches a process that belongs to another running vLLM unit: that is a conflict between
+deployments, reported instead. Standard library only: it runs with whatever python the host has.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GpuMemory:
+    index: int
+    used_mib: int
+
+
+@dataclass(frozen=True)
+class ComputeApp:
+    pid: int
+    name: str
+    used_mib: int
+
+
+def _number(field: str) -> int:
+    """nvidia-smi prints '21090', '21090 MiB' (units on) or '[N/A]'; the latter counts as 0."""
+    value = field.strip().removesuffix("MiB").strip()
+    if not value or value.startswith("["):
+        return 0
+    return int(float(value))
+
+
+def parse_csv(text: str, fields: list[str]) -> list[dict[str, str]]:
+    """Rows of `nvidia-smi --query-*=... --format=csv[,noheader][,nounits]` keyed by field name."""
+    rows: list[dict[str, str]] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        cells = [cell.strip() for cell in line.split(",")]
+        if cells[0].split(" [")[0] == fields[0]:
+            continue  # a header line: "index, name, memory.total [MiB]"
+        if len(cells) != len(fields):
+            raise ValueError(f"nvidia-smi printed {len(cells)} columns, expected {len(fields)}: {line!r}")
+        rows.append(dict(zip(fields, cells, strict=True)))
+    return rows
+
+
+# The exact queries recorded in shared/fixtures/nvidia-smi (mem-busy.csv, compute-apps-*.csv).
+MEMORY_QUERY = ["--query-gpu=index,memory.used", "--format=csv,noheader,nounits"]
+APPS_QUERY = ["--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader,nounits"]
+
+
+def parse_gpu_memory(text: str) -> list[GpuMemory]:
+    rows = parse_csv(text, ["index", "memory.used"])
+    return [GpuMemory(int(r["index"]), _number(r["memory.used"])) for r in rows]
+
+
+def parse_compute_apps(text: str) -> list[ComputeApp]:
+    rows = parse_csv(text, ["pid", "process_name", "used_memory"])
+    return [ComputeApp(int(r["pid"]), r["process_name"], _number(r["used_memory"])) for r in rows]
+
+
+Runner = Callable[[list[str]], str]
+
+
+def run_nvidia_smi(args: list[str]) -> str:
+    binary = os.environ.get("VLLM_FLEET_NVIDIA_SMI", "nvidia-smi")
+    result = subprocess.run([binary, *args], capture_output=True, text=True, timeout=30, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"nvidia-smi {' '.join(args)} exited {result.returncode}: {result.stderr.strip()}")
+    return result.stdout
+
+
+def read_memory(run: Runner) -> list[GpuMemory]:
+    return parse_gpu_memory(run(MEMORY_QUERY))
+
+
+def read_apps(run: Runner) -> list[ComputeApp]:
+    return parse_compute_apps(run(APPS_QUERY))
+
+
+def visible_gpus(pid: int, proc: str = "/proc") -> set[int] | None:
+    """GPUs a process was started with (CUDA_VISIBLE_DEVICES), or None when it could use any."""
+    try:
+        with open(f"{proc}/{pid}/environ", "rb") as handle:
+            entries = handle.read().split(b"\0")
+    except OSError:
+        return None
+    for entry in entries:
+        if entry.startswith(b"CUDA_VISIBLE_DEVICES="):
+            value = entry.split(b"=", 1)[1].decode(errors="replace")
+            try:
+                return {int(v) for v in value.split(",") if v.strip()}
+            except ValueError:
+                return None  # UUID form: cannot tell, so treat it as possibly ours
+    return None
+
+
+def unit_of(pid: int, proc: str = "/proc") -> str | None:
+    """The systemd service a process runs in, from its cgroup path, or None."""
+    try:
+        with open(f"{proc}/{pid}/cgroup", encoding="utf-8") as handle:
+            for line in handle:
+                path = line.rstrip("\n").split(":", 2)[-1]
+                for part in reversed(path.split("/")):
+                    if part.endswith(".service"):
+                        return part
+    except OSError:
+        return None
+    return None
+
+
+def unit_is_active(unit: str) -> bool:
+    result = subprocess.run(["systemctl", "is-active", "--quiet", unit], check=False)
+    return result.returncode == 0
+
+
+def alive(pid: int) -> bool:
+    """True while the process exists and is not a zombie (a zombie holds no GPU memory)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+            state = handle.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def stop_processes(pids: list[int], grace: float, log: Callable[[str], None]) -> list[int]:
+    """SIGTERM, wait up to `grace` seconds, then SIGKILL; return the PIDs still alive after that."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+            log(f"sent SIGTERM to stray GPU holder PID {pid}")
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.2)
+    for pid in pids:
+        if alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                log(f"sent SIGKILL to PID {pid}, which ignored SIGTERM for {grace:g} s")
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.1)
+    return [p for p in pids if alive(p)]
+
+
+@dataclass
+class GuardResult:
+    released: bool
+    message: str
+
+
+def guard(
+    gpus: list[int],
+    threshold_mib: int,
+    timeout: float,
+    own_unit: str,
+    run: Runner = run_nvidia_smi,
+    unit_lookup: Callable[[int], str | None] = unit_of,
+    gpus_of: Callable[[int], set[int] | None] = visible_gpus,
+    is_active: Callable[[str], bool] = unit_is_active,
+    stop: Callable[[list[int], float, Callable[[str], None]], list[int]] = stop_processes,
+    log: Callable[[str], None] = print,
+    poll: float = 0.5,
+    settle: float = 5.0,
+) -> GuardResult:
+    start = time.monotonic()
+    deadline = start + timeout
+    wanted = set(gpus)
+    unstoppable: list[int] = []
+    last_report = 0.0
+    while True:
+        memory = [m for m in read_memory(run) if m.index in wanted]
+        missing = wanted - {m.index for m in memory}
+        if missing:
+            return GuardResult(False, f"nvidia-smi does not list GPU(s) {sorted(missing)} on this host")
+        worst = max(memory, key=lambda m: m.used_mib)
+        elapsed = time.monotonic() - start
+        if worst.used_mib < threshold_mib:
+            return GuardResult(
+                True,
+                f"GPUs {','.join(map(str, gpus))} released: max {worst.used_mib} MiB < {threshold_mib} MiB after {elapsed:.1f} s",
+            )
+        # The recorded query does not say which GPU a process uses; the process's own
+        # CUDA_VISIBLE_DEVICES does, for everything vLLM starts.
+        conflicts = []
+        strays = []
+        for app in read_apps(run):
+            visible = gpus_of(app.pid)
+            unit = unit_lookup(app.pid)
+            if unit and unit != own_unit and unit.startswith("vllm-") and is_active(unit):
+                if visible is not None and visible & wanted:
+                    conflicts.append(f"PID {app.pid} ({app.name}, {app.used_mib} MiB) of running unit {unit}")
+                continue  # another deployment's process on its own GPUs
+            if visible is None or visible & wanted:
+                strays.append(app)
+        if conflicts:
+            return GuardResult(
+                False,
+                "GPUs are held by another running deployment: "
+                + "; ".join(conflicts)
+                + ". Stop that deployment or give this one other GPUs (deployments[].gpus).",
+            )
+        if time.monotonic() >= deadline:
+            held = ", ".join(f"PID {a.pid} ({a.name}, {a.used_mib} MiB)" for a in strays) or "no process listed"
+            detail = f"; could not stop PIDs {unstoppable}" if unstoppable else ""
+            return GuardResult(
+                False,
+                f"GPU {worst.index} still holds {worst.used_mib} MiB (threshold {threshold_mib} MiB) after "
+                f"{timeout:g} s: {held}{detail}",
+            )
+        # Give a just-stopped engine a moment to exit on its own before stopping what is left.
+        if strays and elapsed >= min(settle, timeout / 4):
+            pids = sorted({a.pid for a in strays})
+            log(f"stopping stray GPU holders {pids} on GPUs {','.join(map(str, gpus))}")
+            unstoppable = stop(pids, 10.0, log)
+        if elapsed - last_report >= 5:
+            log(
+                f"waiting for GPUs {','.join(map(str, gpus))}: GPU {worst.index} uses {worst.used_mib} MiB ({elapsed:.0f}/{timeout:g} s)"
+            )
+            last_report = elapsed
+        time.sleep(poll)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--gpus", required=True, help="comma-separated GPU indices, or 'none'")
+    parser.add_argument("--threshold-mib", type=int, default=1000)
+    parser.add_argument("--timeout", type=float, default=120)
+    parser.add_argument("--unit", default="")
+    args = parser.parse_args(argv)
+    if args.gpus == "none":
+        print("no GPUs assigned; nothing to release")
+        return 0
+    gpus = [int(g) for g in args.gpus.split(",")]
+    try:
+        result = guard(gpus, args.threshold_mib, args.timeout, args.unit, log=lambda m: print(m, flush=True))
+    except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as error:
+        print(f"gpu-release-guard: {error}", file=sys.stderr)
+        return 1
+    print(
+        ("" if result.released else "gpu-release-guard: ") + result.message,
+        file=sys.stdout if result.released else sys.stderr,
+    )
+    return 0 if result.released else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

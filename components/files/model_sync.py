@@ -1,0 +1,358 @@
+#!/usr/bin/env python3
+"""vllm-fleet model-sync: download a pinned Hugging Face revision and prove every byte of it.
+
+    model-sync sync   --repo ORG/NAME --revision REV --dir DIR [--margin-gb N]
+    model-sync check  --dir DIR        # stat-only: have the verified files changed since? (ExecStartPre)
+    model-sync verify --dir DIR [--repair]   # re-hash everything, as a user would before trusting a disk
+
+A manifest in DIR/.vllm-fleet/manifest.json records `repo@sha` and, per file, its size, mtime and hash
+as checked against the repository's metadata (sha256 for LFS files, git blob sha1 for the rest). Later
+runs compare sizes and mtimes with it instead of re-reading 500 GB. The download itself is `hf download`
+(the client users know, honouring HF_ENDPOINT and HF_TOKEN from the environment), watched by a thread
+that prints progress; partial files a killed run left behind are removed before it starts.
+Runs with the host's vLLM python, which brings huggingface_hub.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+MANIFEST_DIR = ".vllm-fleet"
+MANIFEST = "manifest.json"
+HF_CACHE = Path(".cache") / "huggingface"
+CHUNK = 8 * 1024 * 1024
+
+
+def log(message: str) -> None:
+    print(f"model-sync: {message}", flush=True)
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    path: str
+    size: int
+    sha256: str | None  # LFS files
+    blob_id: str  # git blob sha1, for the small ones
+
+
+def repo_files(repo: str, revision: str, endpoint: str | None) -> tuple[str, list[RemoteFile]]:
+    from huggingface_hub import HfApi
+
+    api = HfApi(endpoint=endpoint)
+    info = api.model_info(repo, revision=revision)
+    sha = info.sha or revision
+    files = []
+    for entry in api.list_repo_tree(repo, revision=sha, recursive=True):
+        size = getattr(entry, "size", None)
+        blob_id = getattr(entry, "blob_id", None)
+        if size is None or blob_id is None:
+            continue  # folders
+        lfs = getattr(entry, "lfs", None)
+        sha256 = None
+        if lfs is not None:
+            sha256 = lfs["sha256"] if isinstance(lfs, dict) else lfs.sha256
+        files.append(RemoteFile(entry.path, int(size), sha256, blob_id))
+    return sha, sorted(files, key=lambda f: f.path)
+
+
+def hash_file(path: Path, remote: RemoteFile) -> str:
+    if remote.sha256 is not None:
+        digest = hashlib.sha256()
+    else:
+        digest = hashlib.sha1()
+        digest.update(f"blob {remote.size}\0".encode())
+    with path.open("rb") as handle:
+        while chunk := handle.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def expected_hash(remote: RemoteFile) -> str:
+    return remote.sha256 if remote.sha256 is not None else remote.blob_id
+
+
+def manifest_path(directory: Path) -> Path:
+    return directory / MANIFEST_DIR / MANIFEST
+
+
+def read_manifest(directory: Path) -> dict[str, Any] | None:
+    try:
+        data: dict[str, Any] = json.loads(manifest_path(directory).read_text())
+        return data
+    except (OSError, ValueError):
+        return None
+
+
+def write_manifest(directory: Path, repo: str, sha: str, entries: dict[str, dict[str, Any]]) -> None:
+    target = manifest_path(directory)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"repo": repo, "revision": sha, "files": entries}, indent=1, sort_keys=True))
+    os.replace(tmp, target)
+
+
+def stat_entry(path: Path) -> dict[str, int]:
+    st = path.stat()
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def changed_files(directory: Path, manifest: dict[str, Any]) -> list[str]:
+    """Files whose size or mtime differ from the manifest, or that are gone."""
+    changed = []
+    for rel, recorded in manifest["files"].items():
+        path = directory / rel
+        try:
+            now = stat_entry(path)
+        except OSError:
+            changed.append(rel)
+            continue
+        if now["size"] != recorded["size"] or now["mtime_ns"] != recorded["mtime_ns"]:
+            changed.append(rel)
+    return changed
+
+
+def remove_partials(directory: Path) -> int:
+    """Delete what a killed `hf download` left behind: *.incomplete files and stale locks."""
+    removed = 0
+    download_dir = directory / HF_CACHE / "download"
+    if download_dir.is_dir():
+        for path in list(download_dir.rglob("*.incomplete")) + list(download_dir.rglob("*.lock")):
+            path.unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
+def forget_file(directory: Path, rel: str) -> None:
+    """Remove a bad file and the client's metadata for it, so `hf download` fetches it again."""
+    (directory / rel).unlink(missing_ok=True)
+    (directory / HF_CACHE / "download" / f"{rel}.metadata").unlink(missing_ok=True)
+
+
+def hf_cli() -> str:
+    candidate = Path(sys.executable).with_name("hf")
+    if candidate.exists():
+        return str(candidate)
+    found = shutil.which("hf")
+    if found is None:
+        raise SystemExit("model-sync: the `hf` CLI (huggingface_hub) is not installed next to " + sys.executable)
+    return found
+
+
+class Progress(threading.Thread):
+    """Prints how much of the download is on disk every `every` seconds while `hf download` runs."""
+
+    def __init__(self, directory: Path, files: list[RemoteFile], every: float) -> None:
+        super().__init__(daemon=True)
+        self.directory = directory
+        self.files = files
+        self.every = every
+        self.done = threading.Event()
+        self.total = sum(f.size for f in files)
+
+    def on_disk(self) -> tuple[int, int]:
+        present = 0
+        complete = 0
+        for f in self.files:
+            final = self.directory / f.path
+            if final.exists():
+                present += f.size
+                complete += 1
+        partial_dir = self.directory / HF_CACHE / "download"
+        if partial_dir.is_dir():
+            present += sum(p.stat().st_size for p in partial_dir.rglob("*.incomplete") if p.exists())
+        return present, complete
+
+    def run(self) -> None:
+        start = time.monotonic()
+        start_bytes, _ = self.on_disk()
+        while not self.done.wait(self.every):
+            present, complete = self.on_disk()
+            elapsed = time.monotonic() - start
+            rate = (present - start_bytes) / elapsed / 1e6 if elapsed > 0 else 0.0
+            log(
+                f"downloading: {present / 1e9:.2f} of {self.total / 1e9:.2f} GB on disk, "
+                f"{complete}/{len(self.files)} files, {rate:.1f} MB/s"
+            )
+
+
+def run_hf_download(
+    repo: str, sha: str, directory: Path, files: list[RemoteFile], only: list[str] | None, every: float
+) -> None:
+    command = [hf_cli(), "download", repo, *(only or []), "--revision", sha, "--local-dir", str(directory)]
+    log(f"running: {' '.join(command)}")
+    progress = Progress(directory, [f for f in files if only is None or f.path in only], every)
+    progress.start()
+    try:
+        # The CLI's own progress bars are carriage-return animations; our thread prints plain lines.
+        result = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False)
+    finally:
+        progress.done.set()
+    if result.returncode != 0:
+        tail = "\n".join(result.stderr.strip().splitlines()[-15:])
+        raise SystemExit(f"model-sync: hf download failed (exit {result.returncode}):\n{tail}")
+
+
+def free_bytes(directory: Path) -> int:
+    st = os.statvfs(directory)
+    return st.f_bavail * st.f_frsize
+
+
+def sync(args: argparse.Namespace) -> int:
+    directory = Path(args.dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / MANIFEST_DIR).mkdir(exist_ok=True)
+    lock = (directory / MANIFEST_DIR / "lock").open("w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise SystemExit(f"model-sync: another download into {directory} is running; wait for it") from None
+    manifest = read_manifest(directory)
+    if (
+        manifest is not None
+        and manifest.get("repo") == args.repo
+        and manifest.get("revision") == args.revision
+        and not changed_files(directory, manifest)
+    ):
+        log(
+            f"{args.repo}@{args.revision} is complete: {len(manifest['files'])} files match the manifest (no bytes read)"
+        )
+        return 0
+    sha, files = repo_files(args.repo, args.revision, os.environ.get("HF_ENDPOINT"))
+    verified: dict[str, dict[str, Any]] = {}
+    if manifest is not None and manifest.get("repo") == args.repo and manifest.get("revision") == sha:
+        stale = set(changed_files(directory, manifest))
+        verified = {k: v for k, v in manifest["files"].items() if k not in stale}
+    by_path = {f.path: f for f in files}
+    missing = [f for f in files if f.path not in verified]
+    need = sum(f.size for f in missing if not (directory / f.path).exists())
+    free = free_bytes(directory)
+    margin = int(args.margin_gb * 1e9)
+    if need > free - margin:
+        raise SystemExit(
+            f"model-sync: not enough space for {args.repo}@{sha[:12]} in {directory}: it needs "
+            f"{need / 1e9:.2f} GB more, the filesystem has {free / 1e9:.2f} GB free and the margin is "
+            f"{args.margin_gb:g} GB (vllm-fleet:storage[].freeMarginGb). Nothing was downloaded."
+        )
+    removed = remove_partials(directory)
+    if removed:
+        log(f"removed {removed} partial file(s) left by an interrupted download")
+    for attempt in (1, 2):
+        todo = [f.path for f in files if f.path not in verified]
+        if not todo:
+            break
+        # The whole revision on a fresh directory; only the missing or bad files otherwise.
+        only = None if not verified and attempt == 1 else todo
+        run_hf_download(args.repo, sha, directory, files, only, args.progress_every)
+        bad = []
+        for rel in todo:
+            remote = by_path[rel]
+            path = directory / rel
+            if (
+                not path.exists()
+                or path.stat().st_size != remote.size
+                or hash_file(path, remote) != expected_hash(remote)
+            ):
+                bad.append(rel)
+                forget_file(directory, rel)
+            else:
+                verified[rel] = {**stat_entry(path), "hash": expected_hash(remote)}
+        if bad:
+            log(f"attempt {attempt}: {len(bad)} file(s) failed verification and were removed: {', '.join(bad)}")
+    bad = [f.path for f in files if f.path not in verified]
+    if bad:
+        raise SystemExit(f"model-sync: files still fail verification after a second download: {', '.join(bad)}")
+    write_manifest(directory, args.repo, sha, verified)
+    total = sum(f.size for f in files)
+    log(f"{args.repo}@{sha} complete and verified: {len(files)} files, {total / 1e9:.3f} GB")
+    return 0
+
+
+def check(args: argparse.Namespace) -> int:
+    directory = Path(args.dir)
+    manifest = read_manifest(directory)
+    if manifest is None:
+        print(f"model-sync: {directory} has no verified manifest; run `pulumi up` to download it", file=sys.stderr)
+        return 1
+    changed = changed_files(directory, manifest)
+    if changed:
+        print(
+            f"model-sync: {len(changed)} file(s) in {directory} changed since they were verified: "
+            f"{', '.join(changed)}. Run `model-sync verify --repair --dir {directory}` to re-check and re-fetch them.",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"model-sync: {manifest['repo']}@{manifest['revision']}: {len(manifest['files'])} files unchanged")
+    return 0
+
+
+def verify(args: argparse.Namespace) -> int:
+    directory = Path(args.dir)
+    manifest = read_manifest(directory)
+    if manifest is None:
+        print(f"model-sync: {directory} has no manifest to verify against", file=sys.stderr)
+        return 1
+    bad = []
+    for rel, recorded in sorted(manifest["files"].items()):
+        path = directory / rel
+        remote = RemoteFile(
+            rel, recorded["size"], recorded["hash"] if len(recorded["hash"]) == 64 else None, recorded["hash"]
+        )
+        if not path.exists() or path.stat().st_size != remote.size or hash_file(path, remote) != recorded["hash"]:
+            bad.append(rel)
+    if not bad:
+        print(f"model-sync: all {len(manifest['files'])} files of {manifest['repo']}@{manifest['revision']} verified")
+        return 0
+    print(f"model-sync: corrupt or missing: {', '.join(bad)}", file=sys.stderr)
+    if not args.repair:
+        return 1
+    for rel in bad:
+        forget_file(directory, rel)
+    files = dict(manifest["files"])
+    for rel in bad:
+        files.pop(rel)
+    write_manifest(directory, manifest["repo"], manifest["revision"], files)
+    return sync(
+        argparse.Namespace(
+            dir=str(directory),
+            repo=manifest["repo"],
+            revision=manifest["revision"],
+            margin_gb=0.0,
+            progress_every=args.progress_every,
+        )
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_sync = sub.add_parser("sync")
+    p_sync.add_argument("--repo", required=True)
+    p_sync.add_argument("--revision", required=True)
+    p_sync.add_argument("--dir", required=True)
+    p_sync.add_argument("--margin-gb", type=float, default=0.0)
+    p_sync.add_argument("--progress-every", type=float, default=10.0)
+    p_check = sub.add_parser("check")
+    p_check.add_argument("--dir", required=True)
+    p_verify = sub.add_parser("verify")
+    p_verify.add_argument("--dir", required=True)
+    p_verify.add_argument("--repair", action="store_true")
+    p_verify.add_argument("--progress-every", type=float, default=10.0)
+    args = parser.parse_args(argv)
+    handlers = {"sync": sync, "check": check, "verify": verify}
+    return handlers[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""A GPU server: its SSH connection, its preflight facts and the vllm-fleet tools installed on it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+
+from components import render
+from components.remote import Target, connect, remote_step
+from models.config import Host
+
+
+@dataclass(frozen=True)
+class GpuHostArgs:
+    host: Host
+    private_key: pulumi.Input[str]
+
+
+def parse_facts(stdout: str) -> dict[str, Any]:
+    """The preflight script prints progress, then one JSON line of facts last."""
+    lines = [line for line in stdout.strip().splitlines() if line.startswith("{")]
+    if not lines:
+        return {}
+    facts: dict[str, Any] = json.loads(lines[-1])
+    return facts
+
+
+class GpuHost(pulumi.ComponentResource):
+    facts: pulumi.Output[dict[str, Any]]
+    target: Target
+
+    TYPE = "vllm-fleet:index:GpuHost"
+
+    def __init__(self, name: str, args: GpuHostArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(self.TYPE, name, None, opts)
+        self.config = args.host
+        self.target = connect(args.host, args.private_key)
+        self.preflight = remote_step(
+            f"{name}-preflight",
+            self.target,
+            create=render.preflight_script(args.host),
+            parent=self,
+            timeout_minutes=5,
+        )
+        # Tools are shared by every deployment of the host; removing them waits for the last one.
+        self.tools = remote_step(
+            f"{name}-tools",
+            self.target,
+            create=render.tools_script(),
+            delete=render.tools_delete_script(),
+            parent=self,
+            depends_on=[self.preflight],
+            timeout_minutes=5,
+        )
+        self.facts = self.preflight.stdout.apply(parse_facts)
+        self.register_outputs({"facts": self.facts, "address": args.host.address})

@@ -1,0 +1,53 @@
+"""One model's files on one storage: downloaded with `hf download`, verified, kept or removed."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pulumi
+
+from components import render
+from components.remote import remote_step
+from components.storage import SharedStorage
+from models.config import ModelSpec
+
+# Slowest download rate a step is given time for; the reference download ran at ~20 GB/min.
+SLOWEST_GB_PER_MINUTE = 4.0
+
+
+@dataclass(frozen=True)
+class ModelDownloadArgs:
+    model_name: str
+    model: ModelSpec
+    storage: SharedStorage
+    hf_endpoint: str | None
+    hf_token: pulumi.Input[str] | None
+
+
+def download_timeout_minutes(size_gb: float) -> int:
+    return 30 + math.ceil(size_gb / SLOWEST_GB_PER_MINUTE)
+
+
+class ModelDownload(pulumi.ComponentResource):
+    model_path: pulumi.Output[str]
+
+    TYPE = "vllm-fleet:index:ModelDownload"
+
+    def __init__(self, name: str, args: ModelDownloadArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(self.TYPE, name, None, opts)
+        storage = args.storage.config
+        host = args.storage.host.config
+        token_line = pulumi.Output.from_input(args.hf_token or "").apply(lambda t: t + "\n")
+        self.files = remote_step(
+            f"{name}-files",
+            args.storage.host.target,
+            create=render.download_script(args.model_name, args.model, storage, host, args.hf_endpoint),
+            delete=render.download_delete_script(args.model_name, args.model, storage, host),
+            stdin=token_line,
+            parent=self,
+            depends_on=[args.storage.layout],
+            timeout_minutes=download_timeout_minutes(args.model.size_gb),
+        )
+        self.model_path = pulumi.Output.from_input(f"{storage.path}/{args.model.dir}")
+        self.register_outputs({"modelPath": self.model_path, "repo": args.model.repo, "revision": args.model.revision})

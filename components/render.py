@@ -1,0 +1,357 @@
+"""Pure functions that render what runs on a host: the vLLM unit, its environment, and every script.
+
+Nothing here imports Pulumi or touches a host, so every output is golden-tested and checked by
+`systemd-analyze verify` and `shellcheck` in `make test`. Templates and script bodies are files in
+`components/files/`; parameters reach a script as a block of `readonly NAME=<shell-quoted value>` lines
+in front of its body, so no value from config is ever spliced into shell syntax.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from string import Template
+
+from models.config import Host, ModelSpec, ResolvedDeployment, Storage
+
+FILES = Path(__file__).with_name("files")
+
+TOOLS_DIR = "/usr/local/lib/vllm-fleet"
+STATE_DIR = "/var/lib/vllm-fleet"
+ETC_DIR = "/etc/vllm-fleet"
+UNIT_DIR = "/etc/systemd/system"
+# Host tools installed by the Host component; the unit's ExecStartPre/ExecStartPost call them.
+HOST_TOOLS = {
+    "gpu-release-guard": "gpu_release_guard.py",
+    "wait-ready": "wait_ready.py",
+    "model-sync": "model_sync.py",
+    "clean-shm": "clean-shm.sh",
+}
+HEREDOC_DELIMITER = "VLLM_FLEET_EOF"
+
+_SYSTEMD_SAFE = re.compile(r"^[A-Za-z0-9_./:=,+@-]+$")
+
+
+def systemd_quote(arg: str) -> str:
+    """Quote one ExecStart argument so systemd passes it to execve unchanged.
+
+    systemd splits on whitespace, honours double quotes with C escapes, and expands `%` specifiers and
+    `$VAR`; the config types already refuse `$`, `%` and control characters, this escapes the rest.
+    """
+    if _SYSTEMD_SAFE.match(arg):
+        return arg
+    escaped = arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
+    return f'"{escaped}"'
+
+
+def environment_lines(env: Mapping[str, str]) -> str:
+    return "\n".join(f"Environment={systemd_quote(f'{key}={value}')}" for key, value in sorted(env.items()))
+
+
+@dataclass(frozen=True)
+class RenderedUnit:
+    name: str
+    text: str
+    env_file: str
+    state_dir: str
+
+
+def deployment_state_dir(stack: str, deployment: str) -> str:
+    return f"{STATE_DIR}/deployments/{stack}.{deployment}"
+
+
+def vllm_arguments(rd: ResolvedDeployment) -> list[str]:
+    """The engine's command line, in the order the team's hand-written launch used."""
+    s = rd.serving
+    args = [
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        rd.model_path,
+        "--served-model-name",
+        rd.served_model_name,
+    ]
+    if s.tensor_parallel > 1 or rd.host.gpus.count > 0:
+        args += ["--tensor-parallel-size", str(s.tensor_parallel)]
+    if s.pipeline_parallel > 1:
+        args += ["--pipeline-parallel-size", str(s.pipeline_parallel)]
+    if s.expert_parallel:
+        args.append("--enable-expert-parallel")
+    if s.tool_call_parser:
+        args += ["--tool-call-parser", s.tool_call_parser]
+    if s.reasoning_parser:
+        args += ["--reasoning-parser", s.reasoning_parser]
+    if s.trust_remote_code:
+        args.append("--trust-remote-code")
+    if s.max_model_len is not None:
+        args += ["--max-model-len", str(s.max_model_len)]
+    if rd.host.gpus.count > 0:
+        args += ["--gpu-memory-utilization", f"{s.gpu_memory_utilization:g}"]
+    args += ["--host", rd.deployment.bind_address, "--port", str(rd.deployment.port)]
+    args += list(s.extra_args)
+    if s.enable_auto_tool_choice:
+        args.append("--enable-auto-tool-choice")
+    return args
+
+
+def engine_environment(rd: ResolvedDeployment) -> dict[str, str]:
+    """Non-secret environment of the engine; shown in the unit so a preview diff reveals changes."""
+    env: dict[str, str] = {
+        "HF_HOME": rd.storage.effective_hf_home,
+        "TRANSFORMERS_CACHE": f"{rd.storage.effective_hf_home}/hub",
+        "VLLM_NO_USAGE_STATS": "1",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "HF_HUB_OFFLINE": "1",
+    }
+    if rd.deployment.gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in rd.deployment.gpus)
+    if rd.serving.attention_backend:
+        env["VLLM_ATTENTION_BACKEND"] = rd.serving.attention_backend
+    env.update(rd.serving.extra_env)
+    env.update(rd.deployment.environment)
+    return env
+
+
+def render_unit(rd: ResolvedDeployment, stack: str) -> RenderedUnit:
+    python = rd.host.runtime.python
+    state_dir = deployment_state_dir(stack, rd.deployment.name)
+    env_file = f"{ETC_DIR}/{rd.unit_stem}.env"
+    release_timeout = rd.deployment.gpu_release_timeout_seconds
+    start_timeout = rd.start_timeout_seconds
+    start_timeout_total = start_timeout + release_timeout + 60
+    gpus = ",".join(str(g) for g in rd.deployment.gpus) or "none"
+    template = Template((FILES / "vllm.service.tmpl").read_text(encoding="utf-8"))
+    text = template.substitute(
+        stack=stack,
+        deployment=rd.deployment.name,
+        model=rd.model_name,
+        served_name=rd.served_model_name,
+        start_limit_interval=4 * start_timeout_total,
+        user=rd.host.user,
+        state_dir=state_dir,
+        environment_lines=environment_lines(engine_environment(rd)),
+        env_file=env_file,
+        python=python,
+        tools_dir=TOOLS_DIR,
+        gpus=gpus,
+        release_threshold=rd.deployment.gpu_release_threshold_mib,
+        release_timeout=release_timeout,
+        unit=rd.unit_name,
+        unit_stem=rd.unit_stem,
+        exec_start=" ".join(systemd_quote(a) for a in [python, *vllm_arguments(rd)]),
+        port=rd.deployment.port,
+        start_timeout=start_timeout,
+        start_timeout_total=start_timeout_total,
+    )
+    return RenderedUnit(name=rd.unit_name, text=text, env_file=env_file, state_dir=state_dir)
+
+
+def secret_env_file(hf_token: str | None) -> str:
+    """Body of the 0600 EnvironmentFile; values are validated tokens, written unquoted."""
+    if hf_token is None:
+        return "# no secrets configured\n"
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,512}", hf_token):
+        raise ValueError("vllm-fleet:hfToken has characters a Hugging Face token never has")
+    return f"HF_TOKEN={hf_token}\n"
+
+
+# ---- scripts ---------------------------------------------------------------------------------------
+
+
+def script_body(name: str) -> str:
+    return (FILES / name).read_text(encoding="utf-8")
+
+
+ParamValue = str | int | float | bool | Sequence[str]
+
+
+def _shell_value(value: ParamValue) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, str):
+        return shlex.quote(value)
+    return "(" + " ".join(shlex.quote(v) for v in value) + ")"
+
+
+def render_script(name: str, params: Mapping[str, ParamValue]) -> str:
+    """A script body from components/files with its parameters bound as readonly shell variables."""
+    body = script_body(name)
+    if not body.startswith("#!/usr/bin/env bash\n"):
+        raise ValueError(f"{name} must start with '#!/usr/bin/env bash'")
+    header_lines = ["#!/usr/bin/env bash", f"# vllm-fleet {name}: parameters rendered from the stack config"]
+    for key, value in params.items():
+        if not re.fullmatch(r"[A-Z][A-Z0-9_]*", key):
+            raise ValueError(f"parameter name {key!r} is not a shell variable name")
+        if isinstance(value, str) and ("$" in value or "`" in value):
+            header_lines.append("# shellcheck disable=SC2016  # data, never expanded")
+        if isinstance(value, str | int | float | bool):
+            header_lines.append(f"readonly {key}={_shell_value(value)}")
+        else:
+            header_lines.append(f"{key}={_shell_value(value)}")
+            header_lines.append(f"readonly {key}")
+    return "\n".join(header_lines) + "\n" + body.split("\n", 1)[1]
+
+
+def heredoc_file(path: str, content: str, mode: str) -> str:
+    """Shell lines that write `content` to `path` atomically (temp file, then rename) with `mode`."""
+    if HEREDOC_DELIMITER in content:
+        raise ValueError(f"{path}: content contains the heredoc delimiter {HEREDOC_DELIMITER}")
+    tmp = f"{path}.vllm-fleet-tmp"
+    text = content if content.endswith("\n") else content + "\n"
+    return (
+        f"install -d -m 0755 {shlex.quote(str(Path(path).parent))}\n"
+        f"cat > {shlex.quote(tmp)} <<'{HEREDOC_DELIMITER}'\n{text}{HEREDOC_DELIMITER}\n"
+        f"chmod {mode} {shlex.quote(tmp)}\n"
+        f"mv -f {shlex.quote(tmp)} {shlex.quote(path)}\n"
+    )
+
+
+def remote_invocation(script: str, step: str) -> str:
+    """The command string pulumi-command runs over SSH for a rendered script.
+
+    The script travels as an argument of `bash -c` (kept readable in `pulumi preview --diff` by a quoted
+    heredoc), which leaves the SSH session's stdin free to carry secrets into the script.
+    """
+    delimiter = "VLLM_FLEET_SCRIPT"
+    if delimiter in script:
+        raise ValueError(f"{step}: script contains the delimiter {delimiter}")
+    return f"bash -c \"$(cat <<'{delimiter}'\n{script}{delimiter}\n)\" {shlex.quote('vllm-fleet-' + step)}"
+
+
+# ---- the scripts of each step, with their parameters bound ---------------------------------------
+
+
+def tools_script() -> str:
+    """Install every host tool; the tool sources are part of the script, so a change shows in a diff."""
+    script = render_script("tools.sh", {"TOOLS_DIR": TOOLS_DIR})
+    for tool, source in sorted(HOST_TOOLS.items()):
+        script += heredoc_file(f"{TOOLS_DIR}/{tool}", script_body(source), "0755")
+    return script + f'echo "installed {len(HOST_TOOLS)} vllm-fleet tools in {TOOLS_DIR}"\n'
+
+
+def tools_delete_script() -> str:
+    return render_script("tools-delete.sh", {"TOOLS_DIR": TOOLS_DIR})
+
+
+def preflight_script(host: Host) -> str:
+    return render_script(
+        "preflight.sh",
+        {
+            "HOST_NAME": host.name,
+            "PYTHON": host.runtime.python,
+            "EXPECTED_GPUS": host.gpus.count,
+            "EXPECTED_VLLM_VERSION": host.runtime.vllm_version or "",
+        },
+    )
+
+
+def storage_params(storage: Storage) -> dict[str, ParamValue]:
+    return {
+        "STORAGE_PATH": storage.path,
+        "HF_HOME_DIR": storage.effective_hf_home,
+        "OWNER": storage.owner,
+    }
+
+
+def storage_script(storage: Storage) -> str:
+    return render_script("storage.sh", storage_params(storage))
+
+
+def storage_delete_script(storage: Storage) -> str:
+    params = storage_params(storage)
+    return render_script("storage-delete.sh", {k: params[k] for k in ("STORAGE_PATH", "HF_HOME_DIR")})
+
+
+def download_params(
+    model_name: str, model: ModelSpec, storage: Storage, host: Host, endpoint: str | None
+) -> dict[str, ParamValue]:
+    return {
+        "MODEL": model_name,
+        "REPO": model.repo,
+        "REVISION": model.revision,
+        "MODEL_DIR": f"{storage.path}/{model.dir}",
+        "STORAGE_PATH": storage.path,
+        "HF_HOME_DIR": storage.effective_hf_home,
+        "ENDPOINT": endpoint or "",
+        "PYTHON": host.runtime.python,
+        "TOOLS_DIR": TOOLS_DIR,
+        "MARGIN_GB": storage.free_margin_gb,
+        "KEEP": model.keep,
+    }
+
+
+def download_script(model_name: str, model: ModelSpec, storage: Storage, host: Host, endpoint: str | None) -> str:
+    params = download_params(model_name, model, storage, host, endpoint)
+    return render_script("download.sh", {k: v for k, v in params.items() if k not in ("KEEP", "STORAGE_PATH")})
+
+
+def download_delete_script(model_name: str, model: ModelSpec, storage: Storage, host: Host) -> str:
+    params = download_params(model_name, model, storage, host, None)
+    return render_script("download-delete.sh", {k: params[k] for k in ("MODEL", "MODEL_DIR", "STORAGE_PATH", "KEEP")})
+
+
+def stage_script(rd: ResolvedDeployment, stack: str) -> str:
+    unit = render_unit(rd, stack)
+    return render_script(
+        "stage.sh",
+        {
+            "DEPLOYMENT": rd.deployment.name,
+            "STATE_DIR": unit.state_dir,
+            "UNIT_NAME": unit.name,
+            "UNIT_STEM": rd.unit_stem,
+            "UNIT_TEXT": unit.text,
+        },
+    )
+
+
+def stage_delete_script(rd: ResolvedDeployment, stack: str) -> str:
+    return render_script(
+        "stage-delete.sh",
+        {"DEPLOYMENT": rd.deployment.name, "STATE_DIR": deployment_state_dir(stack, rd.deployment.name)},
+    )
+
+
+# How long activation waits for a rollback or a start, on top of the unit's own start timeout.
+ACTIVATION_SLACK_SECONDS = 120
+
+
+def activation_timeout(rd: ResolvedDeployment) -> int:
+    return rd.start_timeout_seconds + rd.deployment.gpu_release_timeout_seconds + ACTIVATION_SLACK_SECONDS
+
+
+def activate_params(rd: ResolvedDeployment, stack: str) -> dict[str, ParamValue]:
+    return {
+        "STACK": stack,
+        "DEPLOYMENT": rd.deployment.name,
+        "STATE_DIR": deployment_state_dir(stack, rd.deployment.name),
+        "UNIT_NAME": rd.unit_name,
+        "UNIT_STEM": rd.unit_stem,
+        "SERVED_NAME": rd.served_model_name,
+        "PORT": rd.deployment.port,
+        "GPUS": [str(g) for g in rd.deployment.gpus],
+        "MODEL_DIR": rd.model_path,
+        "PYTHON": rd.host.runtime.python,
+        "TOOLS_DIR": TOOLS_DIR,
+        "READY_TIMEOUT": activation_timeout(rd),
+        # The staged unit's digest: a changed unit changes this step, so `pulumi up` re-activates.
+        "UNIT_SHA256": hashlib.sha256(render_unit(rd, stack).text.encode()).hexdigest(),
+        "REPORT_EVERY": 15,
+        "JOURNAL_LINES": 40,
+    }
+
+
+def activate_script(rd: ResolvedDeployment, stack: str) -> str:
+    return render_script("activate.sh", activate_params(rd, stack))
+
+
+def deactivate_script(rd: ResolvedDeployment, stack: str) -> str:
+    params = activate_params(rd, stack)
+    return render_script(
+        "deactivate.sh", {k: params[k] for k in ("STACK", "DEPLOYMENT", "STATE_DIR", "UNIT_NAME", "TOOLS_DIR")}
+    )

@@ -1,0 +1,52 @@
+"""The shared model storage of a host: its directory layout, owner and size."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pulumi
+
+from components import render
+from components.host import GpuHost
+from components.remote import remote_step
+from models.config import Storage
+
+
+@dataclass(frozen=True)
+class SharedStorageArgs:
+    storage: Storage
+    host: GpuHost
+
+
+def parse_usage(stdout: str) -> dict[str, int]:
+    lines = [line for line in stdout.strip().splitlines() if line.startswith("{")]
+    return {k: int(v) for k, v in json.loads(lines[-1]).items()} if lines else {}
+
+
+class SharedStorage(pulumi.ComponentResource):
+    path: pulumi.Output[str]
+    bytes_used: pulumi.Output[int]
+    bytes_free: pulumi.Output[int]
+
+    TYPE = "vllm-fleet:index:SharedStorage"
+
+    def __init__(self, name: str, args: SharedStorageArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(self.TYPE, name, None, opts)
+        self.config = args.storage
+        self.host = args.host
+        self.layout = remote_step(
+            f"{name}-layout",
+            args.host.target,
+            create=render.storage_script(args.storage),
+            delete=render.storage_delete_script(args.storage),
+            parent=self,
+            depends_on=[args.host.tools],
+            timeout_minutes=5,
+        )
+        usage = self.layout.stdout.apply(parse_usage)
+        self.path = pulumi.Output.from_input(args.storage.path)
+        # Measured when the layout step last ran (a Command has no read: `pulumi refresh` cannot update it).
+        self.bytes_used = usage.apply(lambda u: u.get("bytesUsed", 0))
+        self.bytes_free = usage.apply(lambda u: u.get("bytesFree", 0))
+        self.register_outputs({"path": self.path, "bytesUsed": self.bytes_used, "bytesFree": self.bytes_free})

@@ -1,0 +1,81 @@
+"""A vLLM deployment: its unit staged on the host, then activated (a swap, when the model changed)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pulumi
+
+from components import render
+from components.host import GpuHost
+from components.model_download import ModelDownload
+from components.remote import remote_step
+from models.config import ResolvedDeployment
+
+
+@dataclass(frozen=True)
+class VllmServiceArgs:
+    deployment: ResolvedDeployment
+    stack: str
+    host: GpuHost
+    download: ModelDownload
+    hf_token: pulumi.Input[str] | None
+
+
+def endpoint_url(rd: ResolvedDeployment) -> str:
+    if rd.deployment.public_url:
+        return rd.deployment.public_url
+    return f"http://{rd.host.address}:{rd.deployment.port}/v1"
+
+
+class VllmService(pulumi.ComponentResource):
+    endpoint: pulumi.Output[str]
+    served_model_name: pulumi.Output[str]
+    unit_name: pulumi.Output[str]
+    model_path: pulumi.Output[str]
+
+    TYPE = "vllm-fleet:index:VllmService"
+
+    def __init__(self, name: str, args: VllmServiceArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(self.TYPE, name, None, opts)
+        rd = args.deployment
+        target = args.host.target
+        env_file = pulumi.Output.from_input(args.hf_token or "").apply(
+            lambda token: render.secret_env_file(token or None)
+        )
+        self.unit = remote_step(
+            f"{name}-unit",
+            target,
+            create=render.stage_script(rd, args.stack),
+            delete=render.stage_delete_script(rd, args.stack),
+            stdin=env_file,
+            parent=self,
+            depends_on=[args.download.files, args.host.tools],
+            timeout_minutes=5,
+            owns_singleton=True,
+        )
+        # Start, readiness and a possible rollback (which waits for the old model again) must all fit.
+        activation_minutes = math.ceil(2 * render.activation_timeout(rd) / 60) + 5
+        self.serving = remote_step(
+            f"{name}-serving",
+            target,
+            create=render.activate_script(rd, args.stack),
+            delete=render.deactivate_script(rd, args.stack),
+            parent=self,
+            depends_on=[self.unit],
+            timeout_minutes=activation_minutes,
+            owns_singleton=True,
+        )
+        self.endpoint = pulumi.Output.from_input(endpoint_url(rd))
+        self.served_model_name = pulumi.Output.from_input(rd.served_model_name)
+        self.unit_name = pulumi.Output.from_input(rd.unit_name)
+        self.model_path = pulumi.Output.from_input(rd.model_path)
+        self.register_outputs(
+            {
+                "endpoint": self.endpoint,
+                "servedModelName": self.served_model_name,
+                "unitName": self.unit_name,
+                "modelPath": self.model_path,
+            }
+        )

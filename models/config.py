@@ -1,0 +1,460 @@
+"""The stack config, one model per `vllm-fleet:` key of `Pulumi.<stack>.yaml`.
+
+Field-level rules live on the fields (types.py); rules that relate several keys (GPUs of a host, ports,
+memory and disk budgets) live in `StackConfig` and name the key and the fix in their message.
+Secrets (the SSH key, the Hugging Face token) are never fields here: they travel as `pulumi.Output`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from enum import StrEnum
+from typing import Annotated, Self
+
+from pydantic import AfterValidator, Field, field_validator, model_validator
+
+from models.types import (
+    HOSTNAME_PATTERN,
+    PINNED_REVISION,
+    SSH_HOST_KEY_PATTERN,
+    AbsPath,
+    AttentionBackend,
+    EngineArg,
+    EnvName,
+    EnvValue,
+    HfRepo,
+    Label,
+    LocalBaseModel,
+    Name,
+    ParserName,
+    Revision,
+    ServedName,
+    UnitStem,
+    UnixUser,
+    VersionString,
+)
+
+GIB_PER_GB = 1e9 / 2**30
+
+# Flags the project renders itself from typed fields; passing them again in extraArgs would make two
+# sources of truth for one setting, so they are refused with a pointer to the field.
+MANAGED_FLAGS: dict[str, str] = {
+    "--model": "the model entry (vllm-fleet:models)",
+    "--port": "deployments[].port",
+    "--host": "deployments[].bindAddress",
+    "--served-model-name": "deployments[].servedModelName",
+    "--tensor-parallel-size": "serving.tensorParallel",
+    "--pipeline-parallel-size": "serving.pipelineParallel",
+    "--enable-expert-parallel": "serving.expertParallel",
+    "--max-model-len": "serving.maxModelLen",
+    "--gpu-memory-utilization": "serving.gpuMemoryUtilization",
+    "--tool-call-parser": "serving.toolCallParser",
+    "--reasoning-parser": "serving.reasoningParser",
+    "--trust-remote-code": "serving.trustRemoteCode",
+    "--enable-auto-tool-choice": "serving.enableAutoToolChoice",
+}
+# Variables the project owns: GPU selection follows deployments[].gpus, the token comes from a secret.
+MANAGED_ENV: dict[str, str] = {
+    "CUDA_VISIBLE_DEVICES": "set deployments[].gpus instead",
+    "HF_TOKEN": "set it with `pulumi config set --secret vllm-fleet:hfToken`",
+    "HUGGING_FACE_HUB_TOKEN": "set it with `pulumi config set --secret vllm-fleet:hfToken`",
+    "HF_HOME": "set storage[].hfHome instead",
+}
+
+
+def _no_managed_flags(args: tuple[str, ...]) -> tuple[str, ...]:
+    for arg in args:
+        flag = arg.split("=", 1)[0]
+        if flag in MANAGED_FLAGS:
+            raise ValueError(f"{arg!r} is rendered from {MANAGED_FLAGS[flag]}; set it there")
+    return args
+
+
+def _no_managed_env(env: dict[str, str]) -> dict[str, str]:
+    for key in env:
+        if key in MANAGED_ENV:
+            raise ValueError(f"{key} is managed by vllm-fleet: {MANAGED_ENV[key]}")
+    return env
+
+
+ExtraArgs = Annotated[tuple[EngineArg, ...], AfterValidator(_no_managed_flags)]
+Environment = Annotated[dict[EnvName, EnvValue], AfterValidator(_no_managed_env)]
+
+
+class StackTier(StrEnum):
+    PRODUCTION = "production"
+    DEVELOPMENT = "development"
+
+
+class Interconnect(StrEnum):
+    PCIE = "pcie"
+    NVLINK = "nvlink"
+    NONE = "none"
+
+
+class GpuSpec(LocalBaseModel):
+    """What the host has; preflight compares it with what nvidia-smi reports."""
+
+    count: Annotated[int, Field(ge=0, le=64)]
+    model: Label = "none"
+    memory_gib: Annotated[float, Field(gt=0, le=4096)] = 1.0
+    interconnect: Interconnect = Interconnect.PCIE
+    compute_capability: Annotated[str, Field(pattern=r"^\d{1,2}\.\d$")] | None = None
+
+
+class Runtime(LocalBaseModel):
+    """The vLLM installation already on the host (the project does not install CUDA stacks)."""
+
+    python: AbsPath = "/root/ml-env/bin/python3"
+    vllm_version: VersionString | None = None
+
+
+class Host(LocalBaseModel):
+    name: Name
+    address: str
+    port: Annotated[int, Field(ge=1, le=65535)] = 22
+    user: UnixUser = "root"
+    host_key: Annotated[str, Field(pattern=SSH_HOST_KEY_PATTERN)] | None = None
+    gpus: GpuSpec
+    runtime: Runtime = Runtime()
+    # Bounded SSH connection: attempts x seconds is the longest a step waits for an unreachable host.
+    dial_attempts: Annotated[int, Field(ge=1, le=20)] = 3
+    dial_timeout_seconds: Annotated[int, Field(ge=1, le=120)] = 10
+
+    @field_validator("address")
+    @classmethod
+    def _address_is_ip_or_hostname(cls, value: str) -> str:
+        try:
+            ipaddress.ip_address(value)
+            return value
+        except ValueError:
+            pass
+        if not re.fullmatch(HOSTNAME_PATTERN, value) or len(value) > 253:
+            raise ValueError(f"{value!r} is neither an IP address nor a DNS host name")
+        return value
+
+
+class Storage(LocalBaseModel):
+    name: Name
+    host: Name
+    path: AbsPath
+    hf_home: AbsPath | None = None
+    capacity_gb: Annotated[float, Field(gt=0)]
+    free_margin_gb: Annotated[float, Field(ge=0)] = 50.0
+    owner: UnixUser = "root"
+
+    @property
+    def effective_hf_home(self) -> str:
+        return self.hf_home or f"{self.path}/huggingface"
+
+
+class ServingDefaults(LocalBaseModel):
+    """How a model is served unless a deployment overrides it (the catalog's presets set these)."""
+
+    tensor_parallel: Annotated[int, Field(ge=1, le=64)] = 1
+    pipeline_parallel: Annotated[int, Field(ge=1, le=64)] = 1
+    expert_parallel: bool = False
+    max_model_len: Annotated[int, Field(ge=16, le=10_000_000)] | None = None
+    gpu_memory_utilization: Annotated[float, Field(gt=0.05, le=0.99)] = 0.9
+    tool_call_parser: ParserName | None = None
+    reasoning_parser: ParserName | None = None
+    enable_auto_tool_choice: bool = False
+    trust_remote_code: bool = False
+    attention_backend: AttentionBackend | None = None
+    extra_args: ExtraArgs = ()
+    extra_env: Environment = Field(default_factory=dict)
+
+
+class ServingOverrides(LocalBaseModel):
+    """The same fields as ServingDefaults, all optional: a deployment changes only what it names."""
+
+    tensor_parallel: Annotated[int, Field(ge=1, le=64)] | None = None
+    pipeline_parallel: Annotated[int, Field(ge=1, le=64)] | None = None
+    expert_parallel: bool | None = None
+    max_model_len: Annotated[int, Field(ge=16, le=10_000_000)] | None = None
+    gpu_memory_utilization: Annotated[float, Field(gt=0.05, le=0.99)] | None = None
+    tool_call_parser: ParserName | None = None
+    reasoning_parser: ParserName | None = None
+    enable_auto_tool_choice: bool | None = None
+    trust_remote_code: bool | None = None
+    attention_backend: AttentionBackend | None = None
+    extra_args: ExtraArgs | None = None
+    extra_env: Environment | None = None
+
+    def apply(self, defaults: ServingDefaults) -> ServingDefaults:
+        changes = self.model_dump(exclude_none=True)
+        return ServingDefaults.model_validate({**defaults.model_dump(), **changes})
+
+
+class ModelSpec(LocalBaseModel):
+    """A model that must be on disk: catalog preset merged with the stack's overrides."""
+
+    repo: HfRepo
+    revision: Revision = "main"
+    dir: Name
+    size_gb: Annotated[float, Field(gt=0)]
+    shards: Annotated[int, Field(ge=1)] | None = None
+    quantization: Label | None = None
+    architecture: Label | None = None
+    notes: str | None = None
+    serving: ServingDefaults = ServingDefaults()
+    # Keep the files on disk when no deployment serves the model (swapping back downloads nothing).
+    keep: bool = False
+
+    @property
+    def size_gib(self) -> float:
+        return self.size_gb * GIB_PER_GB
+
+
+class Deployment(LocalBaseModel):
+    name: Name
+    host: Name
+    model: Name
+    gpus: tuple[Annotated[int, Field(ge=0, le=63)], ...]
+    port: Annotated[int, Field(ge=1024, le=65535)] = 8000
+    bind_address: Annotated[str, Field(pattern=r"^(0\.0\.0\.0|127\.0\.0\.1|::|::1)$")] = "0.0.0.0"
+    served_model_name: ServedName | None = None
+    # Where clients reach the API when it is not http://<host address>:<port>/v1 (NAT, a forwarder).
+    public_url: Annotated[str, Field(pattern=r"^https?://[A-Za-z0-9.:\[\]-]+(/[A-Za-z0-9._/-]*)?$")] | None = None
+    unit_name: UnitStem | None = None
+    environment: Environment = Field(default_factory=dict)
+    overrides: ServingOverrides = ServingOverrides()
+    # How long a start may take before it counts as failed; derived from model size when unset.
+    start_timeout_seconds: Annotated[int, Field(ge=30, le=6 * 3600)] | None = None
+    # How long the GPU-release guard waits for memory to drop before it stops stray holders.
+    gpu_release_timeout_seconds: Annotated[int, Field(ge=5, le=3600)] = 120
+    gpu_release_threshold_mib: Annotated[int, Field(ge=1, le=100_000)] = 1000
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus_unique(cls, gpus: tuple[int, ...]) -> tuple[int, ...]:
+        if len(set(gpus)) != len(gpus):
+            raise ValueError(f"GPU indices {list(gpus)} repeat an index; list each GPU once")
+        return tuple(sorted(gpus))
+
+
+class ResolvedDeployment(LocalBaseModel):
+    """A deployment with its host, storage, model and effective serving settings looked up."""
+
+    deployment: Deployment
+    host: Host
+    storage: Storage
+    model_name: Name
+    model: ModelSpec
+    serving: ServingDefaults
+
+    @property
+    def unit_stem(self) -> str:
+        # The team's convention: vllm-<model>-<variant>.service, dots dropped (kimi-k2.5 -> kimi-k25).
+        return self.deployment.unit_name or "vllm-" + self.model_name.replace(".", "")
+
+    @property
+    def unit_name(self) -> str:
+        return f"{self.unit_stem}.service"
+
+    @property
+    def served_model_name(self) -> str:
+        return self.deployment.served_model_name or self.model_name
+
+    @property
+    def model_path(self) -> str:
+        return f"{self.storage.path}/{self.model.dir}"
+
+    @property
+    def start_timeout_seconds(self) -> int:
+        if self.deployment.start_timeout_seconds is not None:
+            return self.deployment.start_timeout_seconds
+        return start_timeout_for_size(self.model.size_gb)
+
+
+def start_timeout_for_size(size_gb: float) -> int:
+    """Ten minutes of fixed start cost plus loading at 10 GB/min.
+
+    The reference Kimi-K2.5 INT4 load (547 GB) took 30-36 minutes, about 15-18 GB/min; 10 GB/min leaves
+    a margin for a slower filesystem, so that load gets 64 minutes and never times out at 36.
+    """
+    return int(600 + size_gb * 6)
+
+
+# At least this share of the memory vLLM may use must stay free for the KV cache and activations.
+KV_CACHE_HEADROOM = 0.10
+
+
+def gpu_budget_gib(host: Host, gpu_count: int, utilization: float) -> float:
+    return host.gpus.memory_gib * gpu_count * utilization
+
+
+class StackConfig(LocalBaseModel):
+    tier: StackTier = StackTier.DEVELOPMENT
+    hf_endpoint: Annotated[str, Field(pattern=r"^https?://[A-Za-z0-9.:\[\]-]+(/[A-Za-z0-9._/-]*)?$")] | None = None
+    hosts: tuple[Host, ...]
+    storage: tuple[Storage, ...]
+    models: dict[Name, ModelSpec]
+    deployments: tuple[Deployment, ...] = ()
+
+    @model_validator(mode="after")
+    def _cross_key_rules(self) -> Self:
+        errors: list[str] = []
+        _unique(errors, "hosts", [h.name for h in self.hosts])
+        _unique(errors, "storage", [s.name for s in self.storage])
+        _unique(errors, "deployments", [d.name for d in self.deployments])
+        hosts = {h.name: h for h in self.hosts}
+        storage_by_host: dict[str, Storage] = {}
+        for i, store in enumerate(self.storage):
+            if store.host not in hosts:
+                errors.append(
+                    f"vllm-fleet:storage[{i}].host: unknown host {store.host!r}; "
+                    f"use one of {sorted(hosts)} from vllm-fleet:hosts"
+                )
+            elif store.host in storage_by_host:
+                errors.append(
+                    f"vllm-fleet:storage[{i}].host: host {store.host!r} already has storage "
+                    f"{storage_by_host[store.host].name!r}; give each host one storage entry"
+                )
+            else:
+                storage_by_host[store.host] = store
+        if self.tier is StackTier.PRODUCTION:
+            for name, model in self.models.items():
+                if not PINNED_REVISION.match(model.revision):
+                    errors.append(
+                        f"vllm-fleet:models.{name}.revision: {model.revision!r} is a branch; a production "
+                        "stack needs the 40-hex commit sha so every host serves the same bytes "
+                        "(find it with `hf api` or on the model page's commit history)"
+                    )
+        errors.extend(self._deployment_errors(hosts, storage_by_host))
+        errors.extend(self._disk_errors(hosts, storage_by_host))
+        if errors:
+            raise ValueError("\n".join(errors))
+        return self
+
+    def _deployment_errors(self, hosts: dict[str, Host], storage_by_host: dict[str, Storage]) -> list[str]:
+        errors: list[str] = []
+        claimed_gpus: dict[tuple[str, int], str] = {}
+        claimed_ports: dict[tuple[str, int], str] = {}
+        claimed_units: dict[tuple[str, str], str] = {}
+        for i, dep in enumerate(self.deployments):
+            key = f"vllm-fleet:deployments[{i}]"
+            host = hosts.get(dep.host)
+            if host is None:
+                errors.append(f"{key}.host: unknown host {dep.host!r}; use one of {sorted(hosts)}")
+                continue
+            if dep.host not in storage_by_host:
+                errors.append(
+                    f"{key}.host: host {dep.host!r} has no storage; add an entry to vllm-fleet:storage "
+                    "for it so the model has somewhere to live"
+                )
+            model = self.models.get(dep.model)
+            if model is None:
+                errors.append(
+                    f"{key}.model: unknown model {dep.model!r}; add it to vllm-fleet:models "
+                    f"or use one of {sorted(self.models)}"
+                )
+                continue
+            serving = dep.overrides.apply(model.serving)
+            for gpu in dep.gpus:
+                if gpu >= host.gpus.count:
+                    errors.append(
+                        f"{key}.gpus: GPU {gpu} does not exist on host {host.name!r}, which has "
+                        f"{host.gpus.count} (indices 0-{host.gpus.count - 1}); fix the index or hosts[].gpus.count"
+                    )
+                owner = claimed_gpus.setdefault((dep.host, gpu), dep.name)
+                if owner != dep.name:
+                    errors.append(
+                        f"{key}.gpus: GPU {gpu} of host {dep.host!r} is already given to deployment "
+                        f"{owner!r}; two deployments cannot share a GPU, pick free indices"
+                    )
+            port_owner = claimed_ports.setdefault((dep.host, dep.port), dep.name)
+            if port_owner != dep.name:
+                errors.append(
+                    f"{key}.port: port {dep.port} of host {dep.host!r} is already used by deployment "
+                    f"{port_owner!r}; choose another port"
+                )
+            needed = serving.tensor_parallel * serving.pipeline_parallel
+            if host.gpus.count > 0 and needed != len(dep.gpus):
+                errors.append(
+                    f"{key}.gpus: tensorParallel {serving.tensor_parallel} x pipelineParallel "
+                    f"{serving.pipeline_parallel} = {needed} GPUs, but the deployment is given "
+                    f"{len(dep.gpus)} ({list(dep.gpus)}); list {needed} GPUs or change "
+                    f"models.{dep.model}.serving / deployments[{i}].overrides"
+                )
+            if host.gpus.count == 0 and (dep.gpus or needed != 1):
+                errors.append(
+                    f"{key}.gpus: host {host.name!r} has no GPUs (hosts[].gpus.count: 0); a CPU deployment "
+                    "takes gpus: [] and tensorParallel 1"
+                )
+            if host.gpus.count > 0 and dep.gpus:
+                budget = gpu_budget_gib(host, len(dep.gpus), serving.gpu_memory_utilization)
+                limit = budget * (1 - KV_CACHE_HEADROOM)
+                if model.size_gib > limit:
+                    errors.append(
+                        f"{key}.model: {dep.model} needs about {model.size_gib:.0f} GiB for its weights "
+                        f"(models.{dep.model}.sizeGb {model.size_gb:g}), but {len(dep.gpus)} x "
+                        f"{host.gpus.memory_gib:g} GiB x gpuMemoryUtilization {serving.gpu_memory_utilization:g} "
+                        f"= {budget:.0f} GiB leaves less than {KV_CACHE_HEADROOM:.0%} for the KV cache "
+                        f"(limit {limit:.0f} GiB); give it more GPUs or a smaller quantization"
+                    )
+            resolved_unit = dep.unit_name or "vllm-" + dep.model.replace(".", "")
+            unit_owner = claimed_units.setdefault((dep.host, resolved_unit), dep.name)
+            if unit_owner != dep.name:
+                errors.append(
+                    f"{key}.unitName: unit {resolved_unit}.service on host {dep.host!r} is already "
+                    f"used by deployment {unit_owner!r}; set deployments[{i}].unitName"
+                )
+        return errors
+
+    def _disk_errors(self, hosts: dict[str, Host], storage_by_host: dict[str, Storage]) -> list[str]:
+        errors: list[str] = []
+        for i, store in enumerate(self.storage):
+            wanted = self.wanted_models_on(store.name)
+            total = sum(self.models[m].size_gb for m in wanted)
+            usable = store.capacity_gb - store.free_margin_gb
+            if total > usable:
+                listing = ", ".join(f"{m} {self.models[m].size_gb:g} GB" for m in wanted)
+                errors.append(
+                    f"vllm-fleet:storage[{i}].capacityGb: models kept on {store.name!r} need "
+                    f"{total:g} GB ({listing}) but capacity {store.capacity_gb:g} GB minus margin "
+                    f"{store.free_margin_gb:g} GB leaves {usable:g} GB; set keep: false on a model "
+                    "no deployment serves, or add capacity"
+                )
+        return errors
+
+    # ---- lookups used by the program -------------------------------------------------------------
+
+    def storage_for_host(self, host: str) -> Storage:
+        return next(s for s in self.storage if s.host == host)
+
+    def served_models_on(self, storage: str) -> list[str]:
+        store = next(s for s in self.storage if s.name == storage)
+        return sorted({d.model for d in self.deployments if d.host == store.host})
+
+    def wanted_models_on(self, storage: str) -> list[str]:
+        """Models whose files must be on this storage: served here, or kept."""
+        served = set(self.served_models_on(storage))
+        kept = {name for name, m in self.models.items() if m.keep}
+        return sorted((served | kept) & set(self.models))
+
+    def resolved_deployments(self) -> list[ResolvedDeployment]:
+        hosts = {h.name: h for h in self.hosts}
+        out = []
+        for dep in self.deployments:
+            model = self.models[dep.model]
+            out.append(
+                ResolvedDeployment(
+                    deployment=dep,
+                    host=hosts[dep.host],
+                    storage=self.storage_for_host(dep.host),
+                    model_name=dep.model,
+                    model=model,
+                    serving=dep.overrides.apply(model.serving),
+                )
+            )
+        return out
+
+
+def _unique(errors: list[str], key: str, names: list[str]) -> None:
+    seen: set[str] = set()
+    for i, name in enumerate(names):
+        if name in seen:
+            errors.append(f"vllm-fleet:{key}[{i}].name: {name!r} is used twice; names must be unique")
+        seen.add(name)

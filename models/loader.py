@@ -1,0 +1,146 @@
+"""Turn the raw `vllm-fleet:*` config values into a validated StackConfig, or one readable error.
+
+The same function serves `__main__.py` (values from `pulumi.Config`) and the tests (values read from the
+real `Pulumi.<stack>.yaml` files), so a typo in a stack file fails in `make test` before `pulumi preview`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from models.config import StackConfig
+
+NAMESPACE = "vllm-fleet"
+CATALOG_PATH = Path(__file__).with_name("catalog.yaml")
+# The stack keys this program reads; any other `vllm-fleet:` key is a typo worth stopping for.
+KNOWN_KEYS = ("tier", "hfEndpoint", "hosts", "storage", "models", "deployments")
+STRUCTURED_KEYS = ("hosts", "storage", "models", "deployments")
+SECRET_KEYS = ("sshPrivateKey", "hfToken")
+# Keys read by the controller only: a path to the SSH key file (the sandbox generates one per machine).
+CONTROLLER_KEYS = ("sshPrivateKeyFile",)
+
+
+class ConfigError(Exception):
+    """A stack config problem; the message names the key, the value and the fix."""
+
+
+def load_catalog(path: Path = CATALOG_PATH) -> dict[str, dict[str, Any]]:
+    with path.open(encoding="utf-8") as handle:
+        data = yaml.safe_load(handle)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the catalog must be a mapping of preset name to model fields")
+    return data
+
+
+def _merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """Deep-merge mappings; lists and scalars in the override replace the preset's."""
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _resolve_models(raw_models: Any, catalog: Mapping[str, Mapping[str, Any]]) -> Any:
+    if not isinstance(raw_models, Mapping):
+        return raw_models  # let pydantic report the type error with the key
+    resolved: dict[str, Any] = {}
+    problems: list[str] = []
+    for name, entry in raw_models.items():
+        if not isinstance(entry, Mapping):
+            resolved[name] = entry
+            continue
+        entry = dict(entry)
+        preset_name = entry.pop("preset", None)
+        if preset_name is None:
+            resolved[name] = {"dir": name, **entry}
+            continue
+        preset = catalog.get(preset_name) if isinstance(preset_name, str) else None
+        if preset is None:
+            problems.append(
+                f"vllm-fleet:models.{name}.preset: unknown preset {preset_name!r}; use one of "
+                f"{sorted(catalog)} from models/catalog.yaml, or drop `preset` and give repo, dir and sizeGb"
+            )
+            continue
+        resolved[name] = _merge(preset, entry)
+    if problems:
+        raise ConfigError("\n".join(problems))
+    return resolved
+
+
+def _format_location(loc: tuple[int | str, ...]) -> str:
+    key = NAMESPACE + ":"
+    first = True
+    for part in loc:
+        if isinstance(part, int):
+            key += f"[{part}]"
+        else:
+            key += part if first else f".{part}"
+        first = False
+    return key
+
+
+def _format_validation_error(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        loc = item["loc"]
+        message = item["msg"].removeprefix("Value error, ")
+        if not loc:
+            # Cross-key rules already name their keys.
+            lines.append(message)
+            continue
+        value = item.get("input")
+        shown = "" if isinstance(value, Mapping | list) else f" (got {value!r})"
+        if item["type"] == "extra_forbidden":
+            message = "unknown key; check its spelling against the README's config reference"
+        elif item["type"] == "string_pattern_mismatch":
+            message = (
+                "has characters or a form not allowed here (shell metacharacters, spaces, quotes, newlines "
+                f"and '..' are refused); it must match {item['ctx']['pattern']}"
+            )
+        lines.append(f"{_format_location(loc)}: {message}{shown}")
+    return "\n".join(lines)
+
+
+def parse_stack_config(raw: Mapping[str, Any], catalog: Mapping[str, Mapping[str, Any]] | None = None) -> StackConfig:
+    """Validate the `vllm-fleet:` values (namespace stripped) of one stack."""
+    unknown = sorted(set(raw) - set(KNOWN_KEYS) - set(SECRET_KEYS) - set(CONTROLLER_KEYS))
+    if unknown:
+        raise ConfigError(
+            "\n".join(
+                f"{NAMESPACE}:{key}: unknown config key; known keys are {', '.join(KNOWN_KEYS)}" for key in unknown
+            )
+        )
+    for key in SECRET_KEYS:
+        value = raw.get(key)
+        if value is not None and not (isinstance(value, Mapping) and "secure" in value):
+            raise ConfigError(
+                f"{NAMESPACE}:{key}: stored in plaintext; remove it and run "
+                f"`pulumi config set --secret {NAMESPACE}:{key}` so it is encrypted"
+            )
+    data = {key: raw[key] for key in KNOWN_KEYS if key in raw}
+    data["models"] = _resolve_models(data.get("models", {}), catalog if catalog is not None else load_catalog())
+    try:
+        return StackConfig.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError(_format_validation_error(error)) from None
+
+
+def read_stack_file(path: Path) -> dict[str, Any]:
+    """The `vllm-fleet:` keys of a `Pulumi.<stack>.yaml`, namespace stripped, as the engine passes them."""
+    with path.open(encoding="utf-8") as handle:
+        document = yaml.safe_load(handle) or {}
+    config = document.get("config") or {}
+    prefix = NAMESPACE + ":"
+    return {key[len(prefix) :]: value for key, value in config.items() if key.startswith(prefix)}
+
+
+def load_stack_file(path: Path) -> StackConfig:
+    return parse_stack_config(read_stack_file(path))

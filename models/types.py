@@ -1,0 +1,84 @@
+"""Constrained scalar types shared by every config model.
+
+Everything a stack file supplies ends up in a shell script, a path or a systemd unit on a host, so the
+types below are allow-lists: a value that could change the meaning of a command line or a unit file
+(quotes, `$`, backticks, `;`, newlines, `..`) never gets past validation.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, StringConstraints
+from pydantic.alias_generators import to_camel
+
+
+class LocalBaseModel(BaseModel):
+    """Frozen, closed models whose YAML keys are camelCase, as Pulumi config keys usually are."""
+
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        alias_generator=to_camel,
+        populate_by_name=True,
+        str_strip_whitespace=False,
+    )
+
+
+# A name that is safe in a unit name, a path component, a Pulumi resource name and a shell word.
+NAME_PATTERN = r"^[a-z0-9](?:[a-z0-9.-]{0,61}[a-z0-9])?$"
+Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
+
+
+def _check_abs_path(value: str) -> str:
+    if not value.startswith("/"):
+        raise ValueError(f"{value!r} is not an absolute path; write it starting with '/'")
+    parts = value.split("/")[1:]
+    if any(part in ("", ".", "..") for part in parts) and value != "/":
+        raise ValueError(f"{value!r} has an empty, '.' or '..' component; write a normalized absolute path")
+    if not re.fullmatch(r"[A-Za-z0-9._/+-]+", value):
+        raise ValueError(
+            f"{value!r} has characters that are unsafe in a shell command or unit file; "
+            "use only letters, digits and . _ / + -"
+        )
+    return value
+
+
+AbsPath = Annotated[str, StringConstraints(max_length=255), AfterValidator(_check_abs_path)]
+
+# Hugging Face repository ids: ORG/NAME with the characters the Hub allows.
+HF_REPO_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$"
+HfRepo = Annotated[str, StringConstraints(pattern=HF_REPO_PATTERN)]
+
+# A git revision: a 40-hex commit sha or a branch/tag name without path tricks.
+REVISION_PATTERN = r"^(?:[0-9a-f]{40}|[A-Za-z0-9][A-Za-z0-9._-]{0,99})$"
+Revision = Annotated[str, StringConstraints(pattern=REVISION_PATTERN)]
+PINNED_REVISION = re.compile(r"^[0-9a-f]{40}$")
+
+# Short free text that is printed into unit descriptions and comments.
+Label = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9 ._/()+,:-]{1,120}$")]
+
+# Served model names appear in URLs and JSON; vLLM accepts names like "moonshotai/Kimi-K2.5".
+ServedName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:-]{0,127}$")]
+
+ENV_NAME_PATTERN = r"^[A-Z_][A-Z0-9_]{0,127}$"
+EnvName = Annotated[str, StringConstraints(pattern=ENV_NAME_PATTERN)]
+# Environment values go into a systemd EnvironmentFile: no spaces, quotes or expansions needed.
+EnvValue = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.,:=+/@-]{0,512}$")]
+
+# Engine arguments are passed to execve by systemd, never through a shell, but they are also shown in
+# previews and journals; the allow-list keeps JSON values such as '{"level": 3}' possible.
+EngineArg = Annotated[str, StringConstraints(pattern=r'^[A-Za-z0-9_.,:=+/@{}\[\]" -]{1,512}$')]
+ParserName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9_]{1,64}$")]
+AttentionBackend = Annotated[str, StringConstraints(pattern=r"^[A-Z0-9_]{1,64}$")]
+
+HOSTNAME_PATTERN = (
+    r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+)
+UNIX_USER_PATTERN = r"^[a-z_][a-z0-9_-]{0,31}$"
+UnixUser = Annotated[str, StringConstraints(pattern=UNIX_USER_PATTERN)]
+UNIT_NAME_PATTERN = r"^vllm-[a-z0-9](?:[a-z0-9-]{0,60}[a-z0-9])?$"
+UnitStem = Annotated[str, StringConstraints(pattern=UNIT_NAME_PATTERN)]
+SSH_HOST_KEY_PATTERN = r"^(ssh-ed25519|ecdsa-sha2-nistp256|ssh-rsa) [A-Za-z0-9+/=]{16,2048}$"
+VersionString = Annotated[str, StringConstraints(pattern=r"^[0-9][A-Za-z0-9.+-]{0,63}$")]

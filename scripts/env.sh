@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Sourced by every make target and script: one place that says where the engine, state and caches live,
+# so nothing depends on what a developer installed by hand.
+# shellcheck disable=SC2034
+VLLM_FLEET_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export VLLM_FLEET_ROOT
+export PATH="$VLLM_FLEET_ROOT/.tools/bin:$VLLM_FLEET_ROOT/.venv/bin:$PATH"
+export PULUMI_HOME="$VLLM_FLEET_ROOT/.tools/pulumi-home"
+export PULUMI_BACKEND_URL="file://$VLLM_FLEET_ROOT/.state"
+export PULUMI_SKIP_UPDATE_CHECK=true
+export PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION=true
+export PULUMI_AUTOMATION_API_SKIP_VERSION_CHECK=false
+# The dev stack's secrets are sandbox-only; prod stacks must get their passphrase from the operator.
+export PULUMI_CONFIG_PASSPHRASE="${PULUMI_CONFIG_PASSPHRASE-vllm-fleet-dev-sandbox}"
+export HF_HUB_DISABLE_TELEMETRY=1
+export HF_HUB_DISABLE_UPDATE_CHECK=1

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# One idempotent set-up for a fresh machine: system packages, the Python venv, the real Pulumi engine
+# (built from Go modules when no matching `pulumi` is installed), the local state backend and the dev
+# stack. A second run with nothing changed only checks stamps.
+set -euo pipefail
+# shellcheck source=scripts/env.sh
+source "$(dirname "$0")/env.sh"
+cd "$VLLM_FLEET_ROOT"
+
+started=$(date +%s)
+step() { echo "==> setup: $*"; }
+
+# System packages the tests and the sandbox need; apt runs only when one is missing.
+packages=(shellcheck systemd systemd-container debootstrap socat iproute2 openssh-client zstd curl ca-certificates)
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  step "installing system packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The venv, keyed on the pinned dependencies in pyproject.toml.
+deps_hash=$(sha256sum pyproject.toml | cut -c1-16)
+if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.deps-stamp 2>/dev/null)" != "$deps_hash" ]; then
+  step "creating .venv with the pinned Python dependencies"
+  python3 -m venv .venv
+  .venv/bin/python - <<'PY' > .venv/requirements.txt
+import tomllib
+project = tomllib.load(open("pyproject.toml", "rb"))["project"]
+print("\n".join(project["dependencies"] + project["optional-dependencies"]["dev"]))
+PY
+  .venv/bin/pip install -q -r .venv/requirements.txt
+  echo "$deps_hash" > .venv/.deps-stamp
+fi
+
+scripts/build-engine.sh
+
+# The local backend (a folder in the repo) and the dev stack, encrypted with the dev passphrase.
+mkdir -p .state
+if ! pulumi stack ls --json 2>/dev/null | grep -q '"name": "dev"'; then
+  step "creating the dev stack on the local backend ($PULUMI_BACKEND_URL)"
+  pulumi stack init dev --secrets-provider passphrase --non-interactive >/dev/null
+fi
+echo "==> setup: done in $(( $(date +%s) - started )) s"

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# vllm-fleet stage.sh: parameters rendered from the stack config
+readonly DEPLOYMENT=chat
+readonly STATE_DIR=/var/lib/vllm-fleet/deployments/dev.chat
+readonly UNIT_NAME=vllm-tiny-chat-a.service
+readonly UNIT_STEM=vllm-tiny-chat-a
+# shellcheck disable=SC2016  # data, never expanded
+readonly UNIT_TEXT='# Managed by vllm-fleet: stack dev, deployment chat. `pulumi up` overwrites this file;
+# change Pulumi.dev.yaml instead.
+[Unit]
+Description=vLLM serving tiny-chat-a (tiny-chat-a) for deployment chat
+Documentation=https://docs.vllm.ai/
+After=network-online.target
+Wants=network-online.target
+# A model that keeps failing to load should not hammer the GPUs forever.
+StartLimitIntervalSec=1920
+StartLimitBurst=3
+
+[Service]
+Type=exec
+User=root
+WorkingDirectory=/var/lib/vllm-fleet/deployments/dev.chat
+Environment=CUDA_VISIBLE_DEVICES=0
+Environment=HF_HOME=/shared/huggingface
+Environment=HF_HUB_DISABLE_TELEMETRY=1
+Environment=HF_HUB_OFFLINE=1
+Environment=TRANSFORMERS_CACHE=/shared/huggingface/hub
+Environment=VLLM_CPU_KVCACHE_SPACE=1
+Environment=VLLM_NO_USAGE_STATS=1
+# Secrets (the Hugging Face token) live in a root-only 0600 file, never in this world-readable unit.
+EnvironmentFile=-/etc/vllm-fleet/vllm-tiny-chat-a.env
+# Before the engine starts: wait for this deployment'"'"'s GPUs to be released, stopping stray holders,
+# then remove stale shared-memory segments that break the next launch.
+ExecStartPre=/opt/vllm-env/bin/python3 /usr/local/lib/vllm-fleet/gpu-release-guard --gpus 0 --threshold-mib 1000 --timeout 120 --unit vllm-tiny-chat-a.service
+ExecStartPre=/usr/local/lib/vllm-fleet/clean-shm
+ExecStart=/opt/vllm-env/bin/python3 -m vllm.entrypoints.openai.api_server --model /shared/tiny-chat-a --served-model-name tiny-chat-a --tensor-parallel-size 1 --max-model-len 512 --gpu-memory-utilization 0.9 --host 127.0.0.1 --port 8000 --enforce-eager --dtype float32
+# The unit counts as started only once the server answers /health, lists the model and completes.
+ExecStartPost=/opt/vllm-env/bin/python3 /usr/local/lib/vllm-fleet/wait-ready --port 8000 --served-name tiny-chat-a --timeout 300 --unit vllm-tiny-chat-a.service
+ExecStopPost=/usr/local/lib/vllm-fleet/clean-shm
+TimeoutStartSec=480
+TimeoutStopSec=120
+# Stop the whole control group: tensor-parallel workers and engine cores must not outlive the server.
+KillMode=control-group
+KillSignal=SIGTERM
+SendSIGKILL=yes
+Restart=on-failure
+RestartSec=15
+LimitNOFILE=65536
+LimitMEMLOCK=infinity
+SyslogIdentifier=vllm-tiny-chat-a
+
+[Install]
+WantedBy=multi-user.target
+'
+# vllm-fleet stage: put a deployment's rendered unit and its secret environment next to the running
+# one, and check the unit with systemd-analyze, without touching what serves now. The serving step
+# activates what is staged; a bad unit is refused here while the old model keeps serving.
+set -euo pipefail
+
+staged="$STATE_DIR/staged"
+install -d -m 0700 "$STATE_DIR" "$staged"
+# Secrets arrive on stdin and go straight into a 0600 file.
+umask 077
+cat > "$staged/$UNIT_STEM.env.tmp"
+chmod 0600 "$staged/$UNIT_STEM.env.tmp"
+mv -f "$staged/$UNIT_STEM.env.tmp" "$staged/$UNIT_STEM.env"
+umask 022
+printf '%s' "$UNIT_TEXT" > "$staged/$UNIT_NAME.tmp"
+mv -f "$staged/$UNIT_NAME.tmp" "$staged/$UNIT_NAME"
+# Drop stale staged units of earlier models of this deployment.
+find "$staged" -maxdepth 1 -name 'vllm-*.service' ! -name "$UNIT_NAME" -delete
+find "$staged" -maxdepth 1 -name 'vllm-*.env' ! -name "$UNIT_STEM.env" -delete
+if ! out=$(systemd-analyze verify "$staged/$UNIT_NAME" 2>&1); then
+  echo "unit $UNIT_NAME does not pass systemd-analyze verify:" >&2
+  echo "$out" >&2
+  exit 1
+fi
+echo "staged $UNIT_NAME for deployment $DEPLOYMENT ($(wc -c < "$staged/$UNIT_NAME") bytes, verified)"

@@ -1,0 +1,89 @@
+"""Run the real `__main__.py` under Pulumi mocks and record every resource it registers."""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_command
+
+from tests.conftest import ROOT
+
+
+@dataclass
+class Registered:
+    type: str
+    name: str
+    inputs: dict[str, Any]
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+SECRET_SIG = "4dabf18193072939515e22adb298388d"  # Pulumi's marker of a secret value on the wire
+
+
+def unsecret(value: Any) -> tuple[Any, bool]:
+    """(plain value, whether it was marked secret)."""
+    if isinstance(value, dict) and SECRET_SIG in value:
+        return value["value"], True
+    return value, False
+
+
+class RecordingMocks(pulumi.runtime.Mocks):
+    def __init__(self) -> None:
+        self.resources: dict[str, Registered] = {}
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        outputs = dict(args.inputs)
+        if args.typ == "command:remote:Command":
+            outputs.setdefault("stdout", "")
+            outputs.setdefault("stderr", "")
+        self.resources[args.name] = Registered(args.typ, args.name, dict(args.inputs))
+        return f"{args.name}-id", outputs
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[Any, Any], list[tuple[str, str]] | None]:
+        return {}, None
+
+
+def run_program(stack: str, raw_config: dict[str, Any]) -> dict[str, Registered]:
+    """Evaluate the program for `stack` with the given `vllm-fleet:` values (namespace stripped)."""
+    mocks = RecordingMocks()
+    pulumi.runtime.set_mocks(mocks, project="vllm-fleet", stack=stack, preview=False)
+    config = {f"vllm-fleet:{k}": json.dumps(v) if not isinstance(v, str) else v for k, v in raw_config.items()}
+    config.setdefault("vllm-fleet:sshPrivateKey", "-----BEGIN OPENSSH PRIVATE KEY-----\nmock\n")
+    config.setdefault("vllm-fleet:hfToken", "hf_mocktoken")
+    config.pop("vllm-fleet:sshPrivateKeyFile", None)
+    pulumi.runtime.set_all_config(config, secret_keys=["vllm-fleet:sshPrivateKey", "vllm-fleet:hfToken"])
+    os.environ["VLLM_FLEET_OFFLINE"] = "1"
+
+    options: dict[str, pulumi.ResourceOptions] = {}
+    original = pulumi_command.remote.Command.__init__
+
+    def recording_init(self: Any, resource_name: str, *args: Any, **kwargs: Any) -> None:
+        options[resource_name] = kwargs["opts"]
+        original(self, resource_name, *args, **kwargs)
+
+    @pulumi.runtime.test  # type: ignore[untyped-decorator]
+    def evaluate() -> None:
+        runpy.run_path(str(ROOT / "__main__.py"), run_name="__main__")
+
+    command_class: Any = pulumi_command.remote.Command
+    command_class.__init__ = recording_init
+    try:
+        evaluate()
+    finally:
+        command_class.__init__ = original
+    for name, opts in options.items():
+        depends_on: Any = opts.depends_on or []
+        parent: Any = opts.parent
+        mocks.resources[name].options = {
+            "depends_on": sorted(d._name for d in depends_on),
+            "delete_before_replace": bool(opts.delete_before_replace),
+            "custom_timeouts": opts.custom_timeouts,
+            "additional_secret_outputs": list(opts.additional_secret_outputs or []),
+            "parent": parent._name if parent else None,
+        }
+    return mocks.resources

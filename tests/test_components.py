@@ -1,0 +1,153 @@
+"""The resource graph under Pulumi mocks: what each stack builds, what a swap changes, in which order,
+and the options every remote step carries."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from components import render
+from models.loader import load_stack_file, read_stack_file
+from tests.conftest import ROOT
+from tests.pulumi_mocks import Registered, run_program, unsecret
+
+
+def commands(resources: dict[str, Registered]) -> dict[str, Registered]:
+    return {name: r for name, r in resources.items() if r.type == "command:remote:Command"}
+
+
+@pytest.fixture(scope="module")
+def prod() -> dict[str, Registered]:
+    return run_program("prod", read_stack_file(ROOT / "Pulumi.prod.yaml"))
+
+
+def test_prod_graph(prod: dict[str, Registered]) -> None:
+    types = {name: r.type for name, r in prod.items()}
+    assert types["gpu-01"] == "vllm-fleet:index:GpuHost"
+    assert types["shared"] == "vllm-fleet:index:SharedStorage"
+    assert types["shared-kimi-k2.5-int4"] == "vllm-fleet:index:ModelDownload"
+    assert types["shared-minimax-m2.5"] == "vllm-fleet:index:ModelDownload"
+    assert types["primary"] == "vllm-fleet:index:VllmService"
+    assert sorted(commands(prod)) == [
+        "gpu-01-preflight",
+        "gpu-01-tools",
+        "primary-serving",
+        "primary-unit",
+        "shared-kimi-k2.5-int4-files",
+        "shared-layout",
+        "shared-minimax-m2.5-files",
+    ]
+    assert not any("nvfp4" in name for name in prod)
+
+
+def test_dev_graph() -> None:
+    dev = run_program("dev", read_stack_file(ROOT / "Pulumi.dev.yaml"))
+    assert sorted(commands(dev)) == [
+        "chat-serving",
+        "chat-unit",
+        "sandbox-preflight",
+        "sandbox-tools",
+        "shared-layout",
+        "shared-tiny-chat-a-files",
+        "shared-tiny-chat-b-files",
+    ]
+    connection, secret = unsecret(dev["sandbox-preflight"].inputs["connection"])
+    assert secret, "the connection holds the private key, so it must be secret as a whole"
+    assert connection["port"] == 2222 and connection["host"] == "127.0.0.1"
+
+
+def test_every_remote_step_follows_the_rules(prod: dict[str, Registered]) -> None:
+    for name, step in commands(prod).items():
+        conn, secret = unsecret(step.inputs["connection"])
+        assert secret, name
+        assert conn["dialErrorLimit"] == 3 and conn["perDialTimeout"] == 10, name
+        assert step.inputs["addPreviousOutputInEnv"] is False, name
+        assert step.inputs["create"].startswith("bash -c \"$(cat <<'VLLM_FLEET_SCRIPT'\n#!/usr/bin/env bash\n"), name
+        assert "hf_mocktoken" not in step.inputs["create"] and "mock\n" not in step.inputs["create"], name
+
+
+def test_secrets_only_travel_on_stdin(prod: dict[str, Registered]) -> None:
+    steps = commands(prod)
+    assert unsecret(steps["shared-kimi-k2.5-int4-files"].inputs["stdin"]) == ("hf_mocktoken\n", True)
+    assert unsecret(steps["primary-unit"].inputs["stdin"]) == ("HF_TOKEN=hf_mocktoken\n", True)
+    for name in ("shared-kimi-k2.5-int4-files", "primary-unit"):
+        assert steps[name].options["additional_secret_outputs"] == ["stdout", "stderr"], name
+    for name in ("gpu-01-preflight", "gpu-01-tools", "shared-layout", "primary-serving"):
+        assert "stdin" not in steps[name].inputs, name
+
+
+def test_singletons_are_deleted_before_replacement_and_long_steps_have_timeouts(prod: dict[str, Registered]) -> None:
+    steps = commands(prod)
+    owners = {name for name, step in steps.items() if step.options["delete_before_replace"]}
+    assert owners == {"primary-unit", "primary-serving"}  # the unit name, the port and the GPUs
+    config = load_stack_file(ROOT / "Pulumi.prod.yaml")
+    (rd,) = config.resolved_deployments()
+    serving = steps["primary-serving"].options["custom_timeouts"]
+    # A 36-minute load, then a rollback that waits for the old model again, must fit.
+    assert int(serving.update.rstrip("m")) * 60 >= 2 * render.activation_timeout(rd) > 2 * 36 * 60
+    download = steps["shared-kimi-k2.5-int4-files"].options["custom_timeouts"]
+    assert int(download.create.rstrip("m")) >= 2 * 28  # the reference download took ~28 minutes
+    assert steps["gpu-01-preflight"].options["custom_timeouts"].create == "5m"
+
+
+def changed(before: dict[str, Registered], after: dict[str, Registered]) -> dict[str, str]:
+    result = {}
+    for name in sorted(set(before) | set(after)):
+        if name not in before:
+            result[name] = "create"
+        elif name not in after:
+            result[name] = "delete"
+        elif before[name].inputs != after[name].inputs:
+            result[name] = "update"
+    return result
+
+
+def test_prod_swap_changes_only_the_deployment(prod: dict[str, Registered]) -> None:
+    raw = copy.deepcopy(read_stack_file(ROOT / "Pulumi.prod.yaml"))
+    raw["deployments"][0].update({"model": "minimax-m2.5", "gpus": [0, 1, 2, 3]})
+    swapped = run_program("prod", raw)
+    # MiniMax is already on disk (keep: true) and Kimi stays kept: nothing to download or delete.
+    assert changed(prod, swapped) == {"primary-serving": "update", "primary-unit": "update"}
+    unit = swapped["primary-unit"].inputs["create"]
+    assert (
+        "ExecStart=/root/ml-env/bin/python3 -m vllm.entrypoints.openai.api_server --model /shared/minimax-m2.5" in unit
+    )
+    assert "--tool-call-parser minimax_m2" in unit and "CUDA_VISIBLE_DEVICES=0,1,2,3" in unit
+
+
+def test_swap_to_a_model_not_on_disk_adds_its_download() -> None:
+    raw: dict[str, Any] = copy.deepcopy(read_stack_file(ROOT / "Pulumi.dev.yaml"))
+    raw["models"]["tiny-chat-b"]["keep"] = False
+    before = run_program("dev", raw)
+    raw["deployments"][0]["model"] = "tiny-chat-b"
+    raw["models"]["tiny-chat-a"]["keep"] = False
+    after = run_program("dev", raw)
+    assert changed(before, after) == {
+        "chat-serving": "update",
+        "chat-unit": "update",
+        "shared-tiny-chat-a": "delete",  # no longer served nor kept: removed after the swap succeeds
+        "shared-tiny-chat-a-files": "delete",
+        "shared-tiny-chat-b": "create",
+        "shared-tiny-chat-b-files": "create",
+    }
+
+
+def test_no_change_means_identical_inputs(prod: dict[str, Registered]) -> None:
+    again = run_program("prod", read_stack_file(ROOT / "Pulumi.prod.yaml"))
+    assert changed(prod, again) == {}
+
+
+def test_dependency_order(prod: dict[str, Registered]) -> None:
+    """Preflight, tools, storage, downloads, the staged unit, then serving; destroy runs it backwards."""
+    deps = {name: step.options["depends_on"] for name, step in commands(prod).items()}
+    assert deps["gpu-01-preflight"] == []
+    assert deps["gpu-01-tools"] == ["gpu-01-preflight"]
+    assert deps["shared-layout"] == ["gpu-01-tools"]
+    assert deps["shared-kimi-k2.5-int4-files"] == ["shared-layout"]
+    assert deps["shared-minimax-m2.5-files"] == ["shared-layout"]
+    assert deps["primary-unit"] == ["gpu-01-tools", "shared-kimi-k2.5-int4-files"]
+    assert deps["primary-serving"] == ["primary-unit"]
+    parents = {name: step.options["parent"] for name, step in commands(prod).items()}
+    assert parents["primary-serving"] == "primary" and parents["shared-kimi-k2.5-int4-files"] == "shared-kimi-k2.5-int4"

@@ -1,0 +1,221 @@
+"""Every validation rule of the stack config, with a good and a bad case, on the real stack files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from models.config import StackTier, start_timeout_for_size
+from models.loader import ConfigError, load_catalog, load_stack_file, parse_stack_config
+from tests.conftest import ROOT
+
+
+def test_real_stack_files_load() -> None:
+    prod = load_stack_file(ROOT / "Pulumi.prod.yaml")
+    dev = load_stack_file(ROOT / "Pulumi.dev.yaml")
+    assert prod.tier is StackTier.PRODUCTION
+    assert [h.gpus.count for h in prod.hosts] == [8]
+    (primary,) = prod.resolved_deployments()
+    assert primary.model_name == "kimi-k2.5-int4"
+    assert primary.unit_name == "vllm-kimi-k25-int4.service"
+    assert primary.serving.tensor_parallel == 8
+    assert prod.wanted_models_on("shared") == ["kimi-k2.5-int4", "minimax-m2.5"]
+    assert "kimi-k2.5-nvfp4" not in prod.models
+    assert dev.hosts[0].address == "127.0.0.1"
+    assert dev.resolved_deployments()[0].model.repo == "acme/tiny-chat-a"
+
+
+def test_catalog_presets_all_validate(prod_raw: dict[str, Any]) -> None:
+    catalog = load_catalog()
+    assert {
+        "kimi-k2.5-int4",
+        "kimi-k2.5-nvfp4",
+        "minimax-m2.5",
+        "minimax-m2.5-tp8-ep",
+        "tiny-chat-a",
+        "tiny-chat-b",
+    } <= set(catalog)
+    prod_raw["models"] = {name: {"preset": name, "revision": "a" * 40} for name in catalog}
+    prod_raw["storage"][0]["capacityGb"] = 5000
+    config = parse_stack_config(prod_raw)
+    assert config.models["minimax-m2.5-tp8-ep"].serving.expert_parallel is True
+
+
+def error_of(raw: dict[str, Any]) -> str:
+    with pytest.raises(ConfigError) as caught:
+        parse_stack_config(raw)
+    return str(caught.value)
+
+
+def test_tp_times_pp_must_equal_gpus(prod_raw: dict[str, Any]) -> None:
+    prod_raw["deployments"][0]["gpus"] = [0, 1, 2, 3]
+    message = error_of(prod_raw)
+    assert "vllm-fleet:deployments[0].gpus" in message
+    assert "tensorParallel 8 x pipelineParallel 1 = 8 GPUs" in message
+    prod_raw["deployments"][0]["overrides"]["tensorParallel"] = 4
+    # 4 GPUs x 96 GiB x 0.95 cannot hold 547 GB of Kimi weights: a different rule now fails.
+    assert "KV cache" in error_of(prod_raw)
+
+
+def test_pipeline_parallel_counts_too(prod_raw: dict[str, Any]) -> None:
+    prod_raw["deployments"][0]["overrides"].update({"tensorParallel": 4, "pipelineParallel": 2})
+    parse_stack_config(prod_raw)
+
+
+def test_gpu_index_must_exist_on_host(prod_raw: dict[str, Any]) -> None:
+    prod_raw["deployments"][0]["gpus"] = [1, 2, 3, 4, 5, 6, 7, 8]
+    message = error_of(prod_raw)
+    assert "GPU 8 does not exist on host 'gpu-01', which has 8" in message
+
+
+def test_deployments_share_no_gpu_and_no_port(prod_raw: dict[str, Any]) -> None:
+    prod_raw["deployments"][0].update({"model": "minimax-m2.5", "gpus": [0, 1, 2, 3]})
+    second = {
+        "name": "second",
+        "host": "gpu-01",
+        "model": "minimax-m2.5",
+        "gpus": [4, 5, 6, 7],
+        "port": 8001,
+        "unitName": "vllm-minimax-m25-b",
+    }
+    prod_raw["deployments"].append(second)
+    parse_stack_config(prod_raw)  # disjoint GPUs and ports are fine
+    second["gpus"] = [3, 4, 5, 6]
+    assert "GPU 3 of host 'gpu-01' is already given to deployment 'primary'" in error_of(prod_raw)
+    second["gpus"] = [4, 5, 6, 7]
+    second["port"] = 8000
+    assert "vllm-fleet:deployments[1].port: port 8000" in error_of(prod_raw)
+
+
+def test_two_deployments_of_one_model_need_distinct_units(prod_raw: dict[str, Any]) -> None:
+    prod_raw["deployments"][0].update({"model": "minimax-m2.5", "gpus": [0, 1, 2, 3]})
+    prod_raw["deployments"].append(
+        {"name": "second", "host": "gpu-01", "model": "minimax-m2.5", "gpus": [4, 5, 6, 7], "port": 8001}
+    )
+    assert "vllm-fleet:deployments[1].unitName" in error_of(prod_raw)
+
+
+def test_model_must_fit_gpu_memory_with_kv_headroom(prod_raw: dict[str, Any]) -> None:
+    prod_raw["deployments"][0]["overrides"]["gpuMemoryUtilization"] = 0.7
+    message = error_of(prod_raw)
+    # 547 GB = 509 GiB of weights; 8 x 96 x 0.7 = 538 GiB leaves less than 10% for the KV cache.
+    assert "needs about 509 GiB" in message and "= 538 GiB" in message and "limit 484 GiB" in message
+    prod_raw["deployments"][0]["overrides"]["gpuMemoryUtilization"] = 0.9
+    parse_stack_config(prod_raw)
+
+
+def test_kept_models_must_fit_storage(prod_raw: dict[str, Any]) -> None:
+    prod_raw["storage"][0]["capacityGb"] = 800
+    message = error_of(prod_raw)
+    assert "vllm-fleet:storage[0].capacityGb" in message
+    assert "need 762 GB (kimi-k2.5-int4 547 GB, minimax-m2.5 215 GB)" in message
+    assert "capacity 800 GB minus margin 100 GB leaves 700 GB" in message
+    prod_raw["models"]["minimax-m2.5"]["keep"] = False  # not served, not kept: no longer on disk
+    parse_stack_config(prod_raw)
+
+
+def test_unknown_preset_host_and_model(prod_raw: dict[str, Any]) -> None:
+    prod_raw["models"]["kimi-k2.5-int4"]["preset"] = "kimi-k3"
+    message = error_of(prod_raw)
+    assert "vllm-fleet:models.kimi-k2.5-int4.preset: unknown preset 'kimi-k3'" in message
+    prod_raw["models"]["kimi-k2.5-int4"]["preset"] = "kimi-k2.5-int4"
+    prod_raw["deployments"][0]["host"] = "gpu-02"
+    assert "vllm-fleet:deployments[0].host: unknown host 'gpu-02'" in error_of(prod_raw)
+    prod_raw["deployments"][0]["host"] = "gpu-01"
+    prod_raw["deployments"][0]["model"] = "glm-5"
+    assert "vllm-fleet:deployments[0].model: unknown model 'glm-5'" in error_of(prod_raw)
+    prod_raw["deployments"][0]["model"] = "kimi-k2.5-int4"
+    prod_raw["storage"][0]["host"] = "gpu-09"
+    assert "vllm-fleet:storage[0].host: unknown host 'gpu-09'" in error_of(prod_raw)
+
+
+def test_production_requires_pinned_revision(prod_raw: dict[str, Any], dev_raw: dict[str, Any]) -> None:
+    prod_raw["models"]["minimax-m2.5"]["revision"] = "main"
+    message = error_of(prod_raw)
+    assert "vllm-fleet:models.minimax-m2.5.revision: 'main' is a branch" in message
+    assert (
+        dev_raw["models"]["tiny-chat-a"]["revision"] == "main"
+        or len(dev_raw["models"]["tiny-chat-a"]["revision"]) == 40
+    )
+    parse_stack_config(dev_raw)  # a development stack may follow a branch
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "key"),
+    [
+        (("hosts", 0, "name"), "gpu;rm", "vllm-fleet:hosts[0].name"),
+        (("hosts", 0, "name"), "../etc", "vllm-fleet:hosts[0].name"),
+        (("hosts", 0, "address"), "10.0.0.1; reboot", "vllm-fleet:hosts[0].address"),
+        (("hosts", 0, "user"), "root$(id)", "vllm-fleet:hosts[0].user"),
+        (("hosts", 0, "runtime", "python"), "/root/ml-env/../bin/python3", "vllm-fleet:hosts[0].runtime.python"),
+        (("hosts", 0, "runtime", "python"), "/root/my env/python3", "vllm-fleet:hosts[0].runtime.python"),
+        (("storage", 0, "path"), "/shared\nExecStart=/bin/sh", "vllm-fleet:storage[0].path"),
+        (("storage", 0, "path"), "shared", "vllm-fleet:storage[0].path"),
+        (("deployments", 0, "environment", "NCCL_PROTO"), "LL`id`", "vllm-fleet:deployments[0].environment.NCCL_PROTO"),
+        (
+            ("deployments", 0, "environment", "NCCL_PROTO"),
+            "$(reboot)",
+            "vllm-fleet:deployments[0].environment.NCCL_PROTO",
+        ),
+        (
+            ("deployments", 0, "overrides", "extraArgs"),
+            ["--x=$(id)"],
+            "vllm-fleet:deployments[0].overrides.extraArgs[0]",
+        ),
+        (
+            ("deployments", 0, "overrides", "extraArgs"),
+            ["--a\n--b"],
+            "vllm-fleet:deployments[0].overrides.extraArgs[0]",
+        ),
+        (
+            ("deployments", 0, "overrides", "extraArgs"),
+            ["--port=9000"],
+            "vllm-fleet:deployments[0].overrides.extraArgs",
+        ),
+        (("deployments", 0, "servedModelName"), "kimi; rm -rf /", "vllm-fleet:deployments[0].servedModelName"),
+        (("deployments", 0, "name"), "Primary_1", "vllm-fleet:deployments[0].name"),
+        (("models", "kimi-k2.5-int4", "repo"), "moonshotai/../x", "vllm-fleet:models.kimi-k2.5-int4.repo"),
+        (("models", "kimi-k2.5-int4", "revision"), "main;ls", "vllm-fleet:models.kimi-k2.5-int4.revision"),
+    ],
+)
+def test_unsafe_values_are_rejected_with_their_key(
+    prod_raw: dict[str, Any], path: tuple[Any, ...], value: Any, key: str
+) -> None:
+    node: Any = prod_raw
+    for part in path[:-1]:
+        node = node[part]
+    node[path[-1]] = value
+    message = error_of(prod_raw)
+    assert key in message
+
+
+def test_unknown_keys_and_plaintext_secrets(prod_raw: dict[str, Any]) -> None:
+    prod_raw["hosts"][0]["gpu"] = 8
+    assert "vllm-fleet:hosts[0].gpu: unknown key" in error_of(prod_raw)
+    del prod_raw["hosts"][0]["gpu"]
+    prod_raw["deploy"] = []
+    assert "vllm-fleet:deploy: unknown config key" in error_of(prod_raw)
+    del prod_raw["deploy"]
+    prod_raw["hfToken"] = "hf_plaintext"
+    assert "pulumi config set --secret vllm-fleet:hfToken" in error_of(prod_raw)
+
+
+def test_managed_env_and_flags_point_to_their_field(prod_raw: dict[str, Any]) -> None:
+    prod_raw["deployments"][0]["environment"]["CUDA_VISIBLE_DEVICES"] = "0"
+    assert "set deployments[].gpus instead" in error_of(prod_raw)
+
+
+def test_start_timeout_outlasts_the_36_minute_load() -> None:
+    kimi = start_timeout_for_size(547)
+    assert kimi > 36 * 60
+    assert start_timeout_for_size(215) < kimi  # derived from size
+
+
+def test_config_key_typo_in_a_file(tmp_path: Path) -> None:
+    text = (ROOT / "Pulumi.prod.yaml").read_text().replace("memoryGib: 96", "memoryGb: 96")
+    broken = tmp_path / "Pulumi.broken.yaml"
+    broken.write_text(text)
+    with pytest.raises(ConfigError, match=r"vllm-fleet:hosts\[0\]\.gpus\.memoryGb: unknown key"):
+        load_stack_file(broken)

@@ -1,0 +1,216 @@
+"""The GPU-release guard's parser on recorded real nvidia-smi output, and its decisions."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from tests.conftest import FIXTURES, ROOT
+
+GUARD_PATH = ROOT / "components" / "files" / "gpu_release_guard.py"
+
+
+def load_guard() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gpu_release_guard", GUARD_PATH)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_release_guard"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+guard = load_guard()
+
+
+def fixture(name: str) -> str:
+    return (FIXTURES / name).read_text()
+
+
+def test_parses_recorded_memory_query() -> None:
+    assert guard.parse_gpu_memory(fixture("mem-busy.csv")) == [guard.GpuMemory(0, 21099)]
+
+
+def test_parses_recorded_compute_apps() -> None:
+    assert guard.parse_compute_apps(fixture("compute-apps-busy.csv")) == [guard.ComputeApp(425, "python3", 21090)]
+    assert guard.parse_compute_apps(fixture("compute-apps-idle.csv")) == []
+
+
+def test_parses_header_and_units_variant() -> None:
+    rows = guard.parse_csv(fixture("query-gpu-header.csv"), ["index", "name", "memory.total", "memory.used"])
+    assert rows == [{"index": "0", "name": "NVIDIA H200", "memory.total": "143771 MiB", "memory.used": "0 MiB"}]
+    assert guard._number(rows[0]["memory.total"]) == 143771
+
+
+def test_full_query_has_nine_columns() -> None:
+    fields = [
+        "index",
+        "uuid",
+        "name",
+        "memory.total",
+        "memory.used",
+        "memory.free",
+        "driver_version",
+        "pci.bus_id",
+        "compute_cap",
+    ]
+    (row,) = guard.parse_csv(fixture("query-gpu.csv"), fields)
+    assert row["driver_version"] == "580.159.04" and row["compute_cap"] == "9.0"
+    with pytest.raises(ValueError, match="columns"):
+        guard.parse_csv(fixture("query-gpu.csv"), fields[:3])
+
+
+class ReplayedSmi:
+    """Answers the guard's two queries from the recorded busy output until the holder is stopped,
+    then from the recorded trace's released reading (release-trace.txt: 21099 MiB, then 0)."""
+
+    def __init__(self) -> None:
+        trace = [line.split() for line in fixture("release-trace.txt").splitlines()]
+        self.busy_mib, self.idle_mib = int(trace[0][1]), int(trace[-1][1])
+        self.released = False
+        self.calls: list[list[str]] = []
+
+    def __call__(self, args: list[str]) -> str:
+        self.calls.append(args)
+        if args == guard.MEMORY_QUERY:
+            return f"0, {self.idle_mib if self.released else self.busy_mib}\n"
+        assert args == guard.APPS_QUERY
+        return "" if self.released else fixture("compute-apps-busy.csv")
+
+
+def test_stops_a_stray_holder_then_reports_release() -> None:
+    smi = ReplayedSmi()
+    stopped: list[list[int]] = []
+
+    def stop(pids: list[int], grace: float, log: object) -> list[int]:
+        stopped.append(pids)
+        smi.released = True
+        return []
+
+    result = guard.guard(
+        [0],
+        1000,
+        30,
+        "vllm-new.service",
+        run=smi,
+        unit_lookup=lambda pid: None,
+        gpus_of=lambda pid: {0},
+        is_active=lambda unit: False,
+        stop=stop,
+        log=lambda m: None,
+        poll=0.01,
+        settle=0.0,
+    )
+    assert result.released, result.message
+    assert stopped == [[425]]
+    assert "max 0 MiB" in result.message
+
+
+def test_refuses_to_kill_another_running_deployment() -> None:
+    smi = ReplayedSmi()
+    result = guard.guard(
+        [0],
+        1000,
+        30,
+        "vllm-new.service",
+        run=smi,
+        unit_lookup=lambda pid: "vllm-other.service",
+        gpus_of=lambda pid: {0},
+        is_active=lambda unit: True,
+        stop=lambda *a: pytest.fail("must not stop another deployment"),
+        log=lambda m: None,
+        poll=0.01,
+    )
+    assert not result.released
+    assert "PID 425 (python3, 21090 MiB) of running unit vllm-other.service" in result.message
+
+
+def test_ignores_holders_on_other_gpus_and_times_out_with_pids() -> None:
+    smi = ReplayedSmi()
+    result = guard.guard(
+        [0],
+        1000,
+        0.2,
+        "vllm-new.service",
+        run=smi,
+        unit_lookup=lambda pid: None,
+        gpus_of=lambda pid: {3},
+        is_active=lambda unit: False,
+        stop=lambda *a: pytest.fail("process is on another GPU"),
+        log=lambda m: None,
+        poll=0.01,
+    )
+    assert not result.released
+    assert "GPU 0 still holds 21099 MiB (threshold 1000 MiB)" in result.message
+
+
+def test_reports_pids_it_could_not_stop() -> None:
+    smi = ReplayedSmi()
+    result = guard.guard(
+        [0],
+        1000,
+        0.3,
+        "vllm-new.service",
+        run=smi,
+        unit_lookup=lambda pid: None,
+        gpus_of=lambda pid: None,
+        is_active=lambda unit: False,
+        stop=lambda pids, g, log: pids,
+        log=lambda m: None,
+        poll=0.01,
+        settle=0.0,
+    )
+    assert not result.released
+    assert "could not stop PIDs [425]" in result.message
+
+
+def test_missing_gpu_is_an_error() -> None:
+    result = guard.guard([5], 1000, 1, "u", run=ReplayedSmi(), log=lambda m: None)
+    assert not result.released and "GPU(s) [5]" in result.message
+
+
+def test_stop_processes_kills_a_real_process_that_ignores_sigterm() -> None:
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+    )
+    assert child.stdout is not None and child.stdout.readline() == b"up\n"
+    logs: list[str] = []
+    started = time.monotonic()
+    left = guard.stop_processes([child.pid], 0.5, logs.append)
+    child.wait(timeout=5)
+    assert left == [] and child.returncode == -signal.SIGKILL
+    assert time.monotonic() - started < 5
+    assert any("SIGKILL" in line for line in logs)
+
+
+def test_visible_gpus_reads_the_environment(tmp_path: Path) -> None:
+    (tmp_path / "7").mkdir()
+    (tmp_path / "7" / "environ").write_bytes(b"PATH=/bin\0CUDA_VISIBLE_DEVICES=2,3\0")
+    assert guard.visible_gpus(7, proc=str(tmp_path)) == {2, 3}
+    (tmp_path / "7" / "environ").write_bytes(b"PATH=/bin\0")
+    assert guard.visible_gpus(7, proc=str(tmp_path)) is None
+    (tmp_path / "7" / "cgroup").write_text("0::/system.slice/vllm-kimi-k25-int4.service\n")
+    assert guard.unit_of(7, proc=str(tmp_path)) == "vllm-kimi-k25-int4.service"
+
+
+def test_cli_with_no_gpus_is_a_no_op() -> None:
+    result = subprocess.run(
+        [sys.executable, str(GUARD_PATH), "--gpus", "none"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ},
+    )
+    assert result.returncode == 0 and "nothing to release" in result.stdout

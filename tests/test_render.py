@@ -1,0 +1,189 @@
+"""Rendered units and scripts: golden files, `systemd-analyze verify` and `shellcheck` on every one."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from components import render
+from models.config import StackConfig
+from models.loader import load_stack_file
+from tests.conftest import ROOT
+
+GOLDEN = Path(__file__).with_name("golden")
+STACKS = ("dev", "prod")
+
+
+def stack(name: str) -> StackConfig:
+    return load_stack_file(ROOT / f"Pulumi.{name}.yaml")
+
+
+def rendered_scripts(name: str) -> dict[str, str]:
+    """Every script a stack runs on its hosts, by a stable file name."""
+    config = stack(name)
+    scripts = {"tools.sh": render.tools_script(), "tools-delete.sh": render.tools_delete_script()}
+    for host in config.hosts:
+        scripts[f"preflight-{host.name}.sh"] = render.preflight_script(host)
+    for store in config.storage:
+        scripts[f"storage-{store.name}.sh"] = render.storage_script(store)
+        scripts[f"storage-delete-{store.name}.sh"] = render.storage_delete_script(store)
+        host = next(h for h in config.hosts if h.name == store.host)
+        for model in config.wanted_models_on(store.name):
+            spec = config.models[model]
+            scripts[f"download-{model}.sh"] = render.download_script(model, spec, store, host, config.hf_endpoint)
+            scripts[f"download-delete-{model}.sh"] = render.download_delete_script(model, spec, store, host)
+    for rd in config.resolved_deployments():
+        scripts[f"stage-{rd.deployment.name}.sh"] = render.stage_script(rd, name)
+        scripts[f"stage-delete-{rd.deployment.name}.sh"] = render.stage_delete_script(rd, name)
+        scripts[f"activate-{rd.deployment.name}.sh"] = render.activate_script(rd, name)
+        scripts[f"deactivate-{rd.deployment.name}.sh"] = render.deactivate_script(rd, name)
+    return scripts
+
+
+def rendered_units(name: str) -> dict[str, str]:
+    return {rd.unit_name: render.render_unit(rd, name).text for rd in stack(name).resolved_deployments()}
+
+
+def check_golden(path: Path, text: str) -> None:
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    assert path.exists(), f"{path} missing: run `UPDATE_GOLDEN=1 make test` and review the diff"
+    assert text == path.read_text(), f"{path.name} changed: review it, then UPDATE_GOLDEN=1 to accept"
+
+
+@pytest.mark.parametrize("name", STACKS)
+def test_units_match_golden(name: str) -> None:
+    for unit, text in rendered_units(name).items():
+        check_golden(GOLDEN / name / unit, text)
+
+
+@pytest.mark.parametrize("name", STACKS)
+def test_scripts_match_golden(name: str) -> None:
+    scripts = rendered_scripts(name)
+    for file_name, text in scripts.items():
+        check_golden(GOLDEN / name / file_name, text)
+    stale = {p.name for p in (GOLDEN / name).glob("*.sh")} - set(scripts)
+    assert not stale, f"golden files no longer rendered: {stale}"
+
+
+def test_prod_unit_carries_the_reference_launch() -> None:
+    (unit,) = rendered_units("prod").values()
+    exec_start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
+    for flag in (
+        "--model /shared/kimi-k2.5-int4",
+        "--tensor-parallel-size 8",
+        "--tool-call-parser kimi_k2",
+        "--reasoning-parser kimi_k2",
+        "--trust-remote-code",
+        "--max-model-len 131072",
+        "--gpu-memory-utilization 0.95",
+        "--port 8000",
+        "--disable-log-requests",
+        "--enable-auto-tool-choice",
+    ):
+        assert f" {flag}" in exec_start, flag
+    assert exec_start.startswith("ExecStart=/root/ml-env/bin/python3 -m vllm.entrypoints.openai.api_server ")
+    for variable in (
+        "NCCL_PROTO=LL",
+        "NCCL_ALGO=Ring",
+        "NCCL_P2P_LEVEL=SYS",
+        "NCCL_MAX_NCHANNELS=16",
+        "NCCL_BUFFSIZE=16777216",
+        "NCCL_NTHREADS=512",
+        "CUDA_DEVICE_MAX_CONNECTIONS=1",
+        "HF_HOME=/shared/huggingface",
+        "TRANSFORMERS_CACHE=/shared/huggingface/hub",
+        "VLLM_ATTENTION_BACKEND=TRITON_MLA",
+    ):
+        assert f"\nEnvironment={variable}\n" in unit, variable
+    assert "KillMode=control-group" in unit and "WantedBy=multi-user.target" in unit
+    timeout = int(next(line for line in unit.splitlines() if line.startswith("TimeoutStartSec=")).split("=")[1])
+    assert timeout > 36 * 60
+
+
+def test_systemd_quoting() -> None:
+    assert render.systemd_quote("--max-model-len") == "--max-model-len"
+    assert render.systemd_quote('{"level": 3}') == '"{\\"level\\": 3}"'
+    assert render.systemd_quote("50%") == '"50%%"'
+
+
+def _verify_root(tmp_path: Path, units: dict[str, str]) -> Path:
+    """A root with the host's unit search path and stand-ins for the binaries the units name."""
+    root = tmp_path / "root"
+    (root / "usr/lib/systemd").mkdir(parents=True)
+    shutil.copytree("/lib/systemd/system", root / "usr/lib/systemd/system", symlinks=True)
+    unit_dir = root / "etc/systemd/system"
+    unit_dir.mkdir(parents=True)
+    for name, text in units.items():
+        (unit_dir / name).write_text(text)
+        for line in text.splitlines():
+            if line.startswith(("ExecStart", "ExecStop")):
+                binary = root / line.split("=", 1)[1].split()[0].lstrip("/")
+                binary.parent.mkdir(parents=True, exist_ok=True)
+                binary.write_text("#!/bin/sh\n")
+                binary.chmod(binary.stat().st_mode | stat.S_IEXEC)
+    return root
+
+
+@pytest.mark.parametrize("name", STACKS)
+def test_units_pass_systemd_analyze_verify(name: str, tmp_path: Path) -> None:
+    units = rendered_units(name)
+    root = _verify_root(tmp_path, units)
+    for unit in units:
+        result = subprocess.run(
+            ["systemd-analyze", "verify", f"--root={root}", f"/etc/systemd/system/{unit}"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert result.returncode == 0 and not result.stderr.strip(), result.stderr
+
+
+def test_systemd_analyze_verify_catches_a_broken_unit(tmp_path: Path) -> None:
+    ((unit_name, text),) = rendered_units("prod").items()
+    broken = text.replace("KillMode=control-group", "KillMode=everything")
+    root = _verify_root(tmp_path, {unit_name: broken})
+    result = subprocess.run(
+        ["systemd-analyze", "verify", f"--root={root}", f"/etc/systemd/system/{unit_name}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert "Failed to parse kill mode" in result.stderr
+
+
+@pytest.mark.parametrize("name", STACKS)
+def test_scripts_pass_shellcheck(name: str, tmp_path: Path) -> None:
+    paths = []
+    for file_name, text in rendered_scripts(name).items():
+        path = tmp_path / file_name
+        path.write_text(text)
+        paths.append(str(path))
+    result = subprocess.run(["shellcheck", "--severity=style", *paths], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout
+
+
+def test_shellcheck_catches_an_unquoted_parameter(tmp_path: Path) -> None:
+    path = tmp_path / "bad.sh"
+    path.write_text("#!/usr/bin/env bash\nset -euo pipefail\nrm -rf $1/models\n")
+    result = subprocess.run(["shellcheck", str(path)], capture_output=True, text=True, check=False)
+    assert result.returncode != 0 and "SC2086" in result.stdout
+
+
+def test_parameters_are_shell_quoted() -> None:
+    script = render.render_script(
+        "storage.sh", {"STORAGE_PATH": "/x'; reboot; '", "HF_HOME_DIR": "/x", "OWNER": "root"}
+    )
+    header = script.split("\n")[2]
+    assert header == "readonly STORAGE_PATH='/x'\"'\"'; reboot; '\"'\"''"
+
+
+def test_heredoc_delimiter_cannot_be_smuggled() -> None:
+    with pytest.raises(ValueError, match="delimiter"):
+        render.heredoc_file("/x", "a\nVLLM_FLEET_EOF\nrm -rf /\n", "0644")
