@@ -48,6 +48,12 @@ class ModelDownload(pulumi.ComponentResource):
             parent=self,
             depends_on=[args.storage.layout],
             timeout_minutes=download_timeout_minutes(args.model.size_gb),
+            summary={
+                "repo": args.model.repo,
+                "revision": args.model.revision,
+                "sizeGb": args.model.size_gb,
+                "keep": args.model.keep,
+            },
         )
         self.model_path = pulumi.Output.from_input(f"{storage.path}/{args.model.dir}")
         self.register_outputs({"modelPath": self.model_path, "repo": args.model.repo, "revision": args.model.revision})

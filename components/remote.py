@@ -1,12 +1,13 @@
 """The one way this project runs a step on a host, so every remote command follows the same rules.
 
-Rules (REFERENCE section 2, pulumi-command behaviour):
-- bounded connection: `dial_error_limit` attempts of `per_dial_timeout` seconds (the host's config),
-  never the provider's default of 10 x 15 s;
-- no previous output in the environment: it needs the server's AcceptEnv and breaks on large output;
-- secrets only on stdin, which Pulumi stores encrypted; outputs of a step that receives secrets are
-  marked secret as well, in case a tool echoes its input;
-- custom timeouts on the child that does the long work (they are not inherited from components);
+Rules (shared/REFERENCE.md section 2 lists where remote commands go wrong):
+- bounded connection: `dialAttempts` attempts of `dialTimeoutSeconds` seconds (the host's config),
+  and SSH keepalives, so a host that goes away mid-step is noticed;
+- nothing passed through the remote environment (it needs the server's AcceptEnv);
+- secrets only on stdin, stored encrypted; the connection (it holds the key) and the stdin are secret
+  outputs, and so are stdout and stderr of a step that receives secrets, in case a tool echoes them;
+- a time limit on every step, sized by the caller for its long work (the engine's custom timeouts do
+  not reach dynamic providers, so the provider enforces it);
 - `delete_before_replace` where the step owns a singleton on the host (a unit name, a port, GPUs).
 """
 
@@ -14,35 +15,36 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
-import pulumi_command as command
 
+from components.remote_command import RemoteCommand
 from components.render import remote_invocation
 from models.config import Host
 
 
 @dataclass(frozen=True)
 class Target:
-    """Where a step runs: the host's config and its connection (the private key is a secret)."""
+    """Where a step runs: the host's config and its connection (a secret: it holds the private key)."""
 
     host: Host
-    connection: command.remote.ConnectionArgs
+    connection: pulumi.Output[dict[str, Any]]
 
 
 def connect(host: Host, private_key: pulumi.Input[str]) -> Target:
-    return Target(
-        host=host,
-        connection=command.remote.ConnectionArgs(
-            host=host.address,
-            port=host.port,
-            user=host.user,
-            private_key=pulumi.Output.secret(private_key),
-            host_key=host.host_key,
-            dial_error_limit=host.dial_attempts,
-            per_dial_timeout=host.dial_timeout_seconds,
-        ),
+    connection = pulumi.Output.from_input(private_key).apply(
+        lambda key: {
+            "host": host.address,
+            "port": host.port,
+            "user": host.user,
+            "privateKey": key,
+            "hostKey": host.host_key,
+            "dialAttempts": host.dial_attempts,
+            "dialTimeoutSeconds": host.dial_timeout_seconds,
+        }
     )
+    return Target(host=host, connection=pulumi.Output.secret(connection))
 
 
 def remote_step(
@@ -56,25 +58,23 @@ def remote_step(
     depends_on: list[pulumi.Resource] | None = None,
     timeout_minutes: int = 10,
     owns_singleton: bool = False,
-) -> command.remote.Command:
+    summary: dict[str, Any] | None = None,
+) -> RemoteCommand:
     """A remote command running a rendered script (see components/render.py) over SSH."""
     carries_secret = stdin is not None
-    return command.remote.Command(
+    return RemoteCommand(
         name,
         connection=target.connection,
         create=remote_invocation(create, name),
         delete=remote_invocation(delete, f"{name}-delete") if delete is not None else None,
         stdin=pulumi.Output.secret(stdin) if stdin is not None else None,
-        add_previous_output_in_env=False,
-        logging=command.remote.Logging.STDOUT_AND_STDERR,
+        timeout_seconds=timeout_minutes * 60,
+        summary=summary,
         opts=pulumi.ResourceOptions(
             parent=parent,
             depends_on=depends_on or [],
             delete_before_replace=owns_singleton,
-            custom_timeouts=pulumi.CustomTimeouts(
-                create=f"{timeout_minutes}m", update=f"{timeout_minutes}m", delete=f"{max(10, timeout_minutes // 4)}m"
-            ),
-            additional_secret_outputs=["stdout", "stderr"] if carries_secret else None,
+            additional_secret_outputs=["connection", "stdin", *(["stdout", "stderr"] if carries_secret else [])],
         ),
     )
 

@@ -54,6 +54,12 @@ class VllmService(pulumi.ComponentResource):
             depends_on=[args.download.files, args.host.tools],
             timeout_minutes=5,
             owns_singleton=True,
+            summary={
+                "unit": rd.unit_name,
+                "model": f"{rd.model_name} ({rd.model.repo}@{rd.model.revision})",
+                "execStart": [rd.host.runtime.python, *render.vllm_arguments(rd)],
+                "environment": render.engine_environment(rd),
+            },
         )
         # Start, readiness and a possible rollback (which waits for the old model again) must all fit.
         activation_minutes = math.ceil(2 * render.activation_timeout(rd) / 60) + 5
@@ -66,6 +72,7 @@ class VllmService(pulumi.ComponentResource):
             depends_on=[self.unit],
             timeout_minutes=activation_minutes,
             owns_singleton=True,
+            summary={"unit": rd.unit_name, "servedModelName": rd.served_model_name, "port": rd.deployment.port},
         )
         self.endpoint = pulumi.Output.from_input(endpoint_url(rd))
         self.served_model_name = pulumi.Output.from_input(rd.served_model_name)

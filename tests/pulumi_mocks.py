@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
-import pulumi_command
 
+from components.remote_command import RemoteCommand
 from tests.conftest import ROOT
 
 
@@ -22,6 +22,7 @@ class Registered:
     options: dict[str, Any] = field(default_factory=dict)
 
 
+DYNAMIC_TYPE = "pulumi-python:dynamic:Resource"
 SECRET_SIG = "4dabf18193072939515e22adb298388d"  # Pulumi's marker of a secret value on the wire
 
 
@@ -38,9 +39,9 @@ class RecordingMocks(pulumi.runtime.Mocks):
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
         outputs = dict(args.inputs)
-        if args.typ == "command:remote:Command":
-            outputs.setdefault("stdout", "")
-            outputs.setdefault("stderr", "")
+        if args.typ == DYNAMIC_TYPE:
+            outputs["stdout"] = outputs.get("stdout") or ""
+            outputs["stderr"] = outputs.get("stderr") or ""
         self.resources[args.name] = Registered(args.typ, args.name, dict(args.inputs))
         return f"{args.name}-id", outputs
 
@@ -60,7 +61,7 @@ def run_program(stack: str, raw_config: dict[str, Any]) -> dict[str, Registered]
     os.environ["VLLM_FLEET_OFFLINE"] = "1"
 
     options: dict[str, pulumi.ResourceOptions] = {}
-    original = pulumi_command.remote.Command.__init__
+    original = RemoteCommand.__init__
 
     def recording_init(self: Any, resource_name: str, *args: Any, **kwargs: Any) -> None:
         options[resource_name] = kwargs["opts"]
@@ -70,7 +71,7 @@ def run_program(stack: str, raw_config: dict[str, Any]) -> dict[str, Registered]
     def evaluate() -> None:
         runpy.run_path(str(ROOT / "__main__.py"), run_name="__main__")
 
-    command_class: Any = pulumi_command.remote.Command
+    command_class: Any = RemoteCommand
     command_class.__init__ = recording_init
     try:
         evaluate()
@@ -82,7 +83,6 @@ def run_program(stack: str, raw_config: dict[str, Any]) -> dict[str, Registered]
         mocks.resources[name].options = {
             "depends_on": sorted(d._name for d in depends_on),
             "delete_before_replace": bool(opts.delete_before_replace),
-            "custom_timeouts": opts.custom_timeouts,
             "additional_secret_outputs": list(opts.additional_secret_outputs or []),
             "parent": parent._name if parent else None,
         }

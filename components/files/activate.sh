@@ -16,7 +16,7 @@ now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
 state_root=/var/lib/vllm-fleet
-install -d -m 0755 "$state_root" "$state_root/gpu-claims" "$state_root/port-claims"
+install -d -m 0755 "$state_root" "$state_root/gpu-claims" "$state_root/port-claims" "$state_root/unit-claims"
 install -d -m 0700 "$STATE_DIR"
 # One swap at a time per host: two deployments must not stop and start units underneath each other.
 exec 9>"$state_root/host.lock"
@@ -44,8 +44,16 @@ if [ -f "$port_claim" ]; then
     refuse "port $PORT is claimed by deployment $holder on this host; choose another deployments[].port"
   fi
 fi
+unit_claim="$state_root/unit-claims/$UNIT_NAME"
+if [ -f "$unit_claim" ]; then
+  holder=$(cat "$unit_claim")
+  if [ "$holder" != "$owner" ] && claim_is_live "$holder"; then
+    refuse "unit $UNIT_NAME belongs to deployment $holder on this host; set deployments[].unitName or use another model name"
+  fi
+fi
 for gpu in "${GPUS[@]}"; do echo "$owner" > "$state_root/gpu-claims/$gpu"; done
 echo "$owner" > "$port_claim"
+echo "$owner" > "$unit_claim"
 
 staged_unit="$STATE_DIR/staged/$UNIT_NAME"
 staged_env="$STATE_DIR/staged/$UNIT_STEM.env"
@@ -135,7 +143,7 @@ if wait_active "$UNIT_NAME" "$READY_TIMEOUT"; then
   printf 'UNIT=%s\nSERVED=%s\nPORT=%s\n' "$UNIT_NAME" "$SERVED_NAME" "$PORT" > "$STATE_DIR/active.tmp"
   mv -f "$STATE_DIR/active.tmp" "$STATE_DIR/active"
   if [ -n "$old_unit" ] && [ "$old_unit" != "$UNIT_NAME" ]; then
-    rm -f "/etc/systemd/system/$old_unit" "/etc/vllm-fleet/${old_unit%.service}.env"
+    rm -f "/etc/systemd/system/$old_unit" "/etc/vllm-fleet/${old_unit%.service}.env" "$state_root/unit-claims/$old_unit"
     systemctl daemon-reload
     systemctl reset-failed "$old_unit" 2>/dev/null || true
   fi
@@ -173,7 +181,7 @@ if [ -n "$old_unit" ] && [ -f "/etc/systemd/system/$old_unit" ]; then
   fi
 else
   for gpu in "${GPUS[@]}"; do rm -f "$state_root/gpu-claims/$gpu"; done
-  rm -f "$port_claim"
+  rm -f "$port_claim" "$unit_claim"
 fi
 {
   echo "swap of deployment $DEPLOYMENT to $UNIT_NAME failed; $rolled_back."

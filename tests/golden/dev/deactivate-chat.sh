@@ -31,7 +31,7 @@ done
 systemctl daemon-reload
 "$TOOLS_DIR/clean-shm" || true
 owner="$STACK.$DEPLOYMENT"
-for claim in "$state_root"/gpu-claims/* "$state_root"/port-claims/*; do
+for claim in "$state_root"/gpu-claims/* "$state_root"/port-claims/* "$state_root"/unit-claims/*; do
   [ -f "$claim" ] && [ "$(cat "$claim")" = "$owner" ] && rm -f "$claim"
 done
 rm -rf -- "$STATE_DIR/active" "$STATE_DIR/previous"

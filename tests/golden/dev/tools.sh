@@ -499,20 +499,44 @@ class Progress(threading.Thread):
 
 
 def run_hf_download(
-    repo: str, sha: str, directory: Path, files: list[RemoteFile], only: list[str] | None, every: float
+    repo: str,
+    sha: str,
+    directory: Path,
+    files: list[RemoteFile],
+    only: list[str] | None,
+    every: float,
+    attempts: int = 4,
 ) -> None:
+    """`hf download`, run again when it fails: the client retries a cleanly closed connection itself,
+    but gives up on a reset one, and a fresh run resumes from the files already complete."""
     command = [hf_cli(), "download", repo, *(only or []), "--revision", sha, "--local-dir", str(directory)]
     log(f"running: {' '.join(command)}")
-    progress = Progress(directory, [f for f in files if only is None or f.path in only], every)
-    progress.start()
-    try:
-        # The CLI's own progress bars are carriage-return animations; our thread prints plain lines.
-        result = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False)
-    finally:
-        progress.done.set()
-    if result.returncode != 0:
+    for attempt in range(1, attempts + 1):
+        progress = Progress(directory, [f for f in files if only is None or f.path in only], every)
+        progress.start()
+        try:
+            # The CLI's own progress bars are carriage-return animations; our thread prints plain lines.
+            result = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False)
+        finally:
+            progress.done.set()
+        if result.returncode == 0:
+            return
         tail = "\n".join(result.stderr.strip().splitlines()[-15:])
-        raise SystemExit(f"model-sync: hf download failed (exit {result.returncode}):\n{tail}")
+        if attempt == attempts or not transient(result.stderr):
+            raise SystemExit(f"model-sync: hf download failed (exit {result.returncode}, attempt {attempt}):\n{tail}")
+        delay = 2 * attempt
+        log(
+            f"hf download failed (attempt {attempt}/{attempts}), retrying in {delay} s: {tail.splitlines()[-1] if tail else ''}"
+        )
+        time.sleep(delay)
+
+
+# Errors a new attempt can fix; a missing repo, revision or file, or a refused token, it cannot.
+PERMANENT_ERRORS = ("not found", "Access denied", "Invalid credentials", "requires approval", "401", "403")
+
+
+def transient(stderr: str) -> bool:
+    return not any(marker in stderr for marker in PERMANENT_ERRORS)
 
 
 def free_bytes(directory: Path) -> int:

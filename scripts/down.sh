@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# `make down`: destroy the dev stack (stops and removes the units on the sandbox), then take the mirror
+# and the sandbox host down so nothing of them is left: no process, mount or network namespace.
+set -euo pipefail
+# shellcheck source=scripts/env.sh
+source "$(dirname "$0")/env.sh"
+cd "$VLLM_FLEET_ROOT"
+
+if [ -x .tools/bin/pulumi ] && sandbox/host.sh status >/dev/null 2>&1; then
+  pulumi destroy --stack dev --yes || echo "==> down: destroy failed; the sandbox is discarded anyway"
+fi
+rm -f .state/dev-sandbox-instance
+scripts/mirror.sh down
+sandbox/host.sh down

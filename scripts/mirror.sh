@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The project's Hugging Face mirror on loopback: generates the tiny chat models once, then serves them
+# to the sandbox (which reaches it through host.sh's forwarder) with tiny-chat-b gated behind a token.
+#   scripts/mirror.sh up | down | status
+set -euo pipefail
+# shellcheck source=scripts/env.sh
+source "$(dirname "$0")/env.sh"
+cd "$VLLM_FLEET_ROOT"
+
+port=${VLLM_FLEET_MIRROR_PORT:-18080}
+# The sandbox mirror's token: not a secret of anyone's, but it travels as one (Pulumi.dev.yaml hfToken).
+token=${VLLM_FLEET_MIRROR_TOKEN:-hf_sandboxMirrorToken0000000000000000}
+repos=.cache/mirror/repos
+run=.run/mirror
+pid_file=$run/pid
+
+running() { [ -f "$pid_file" ] && kill -0 "$(cat "$pid_file")" 2>/dev/null; }
+
+case "${1:-}" in
+  up)
+    if running; then echo "mirror: already serving on 127.0.0.1:$port (pid $(cat "$pid_file"))"; exit 0; fi
+    stamp=$(sha256sum sandbox/tiny_models.py | cut -c1-16)
+    if [ "$(cat "$repos/.stamp" 2>/dev/null)" != "$stamp" ]; then
+      echo "mirror: generating the tiny chat models"
+      rm -rf "$repos"
+      python -m sandbox.tiny_models --out "$repos"
+      echo "$stamp" > "$repos/.stamp"
+    fi
+    mkdir -p "$run"
+    setsid python -m sandbox.hf_mirror --root "$repos" --host 127.0.0.1 --port "$port" --token "$token" \
+      --gated acme/tiny-chat-b --log-file "$run/requests.jsonl" > "$run/mirror.log" 2>&1 < /dev/null &
+    echo $! > "$pid_file"
+    for _ in $(seq 1 100); do
+      grep -q "listening on" "$run/mirror.log" 2>/dev/null && break
+      running || { cat "$run/mirror.log" >&2; echo "mirror: failed to start" >&2; exit 1; }
+      sleep 0.1
+    done
+    echo "mirror: serving acme/tiny-chat-a and acme/tiny-chat-b (gated) on http://127.0.0.1:$port (pid $(cat "$pid_file"))"
+    ;;
+  down)
+    if running; then
+      kill "$(cat "$pid_file")"
+      for _ in $(seq 1 50); do running || break; sleep 0.1; done
+      echo "mirror: stopped"
+    fi
+    rm -f "$pid_file"
+    ;;
+  status)
+    if running; then echo "mirror: up on 127.0.0.1:$port"; else echo "mirror: down"; exit 3; fi
+    ;;
+  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+esac
