@@ -214,3 +214,25 @@ def test_cli_with_no_gpus_is_a_no_op() -> None:
         env={**os.environ},
     )
     assert result.returncode == 0 and "nothing to release" in result.stdout
+
+
+def test_never_stops_itself_or_its_parents() -> None:
+    smi = ReplayedSmi()
+    me = guard.ancestors(os.getpid())
+    assert os.getpid() in me and os.getppid() in me
+    result = guard.guard(
+        [0],
+        1000,
+        0.2,
+        "u",
+        run=lambda args: smi(args).replace("425", str(os.getpid())),
+        unit_lookup=lambda pid: None,
+        gpus_of=lambda pid: None,
+        is_active=lambda unit: False,
+        stop=lambda *a: pytest.fail("must not stop its own process"),
+        log=lambda m: None,
+        poll=0.01,
+        settle=0.0,
+        exclude=me,
+    )
+    assert not result.released

@@ -220,6 +220,7 @@ def guard(
     log: Callable[[str], None] = print,
     poll: float = 0.5,
     settle: float = 5.0,
+    exclude: frozenset[int] = frozenset(),
 ) -> GuardResult:
     start = time.monotonic()
     deadline = start + timeout
@@ -243,6 +244,8 @@ def guard(
         conflicts = []
         strays = []
         for app in read_apps(run):
+            if app.pid in exclude:
+                continue  # this guard and the unit start that runs it
             visible = gpus_of(app.pid)
             unit = unit_lookup(app.pid)
             if unit and unit != own_unit and unit.startswith("vllm-") and is_active(unit):
@@ -279,6 +282,19 @@ def guard(
         time.sleep(poll)
 
 
+def ancestors(pid: int) -> frozenset[int]:
+    """A process and its parents, up to PID 1."""
+    found = set()
+    while pid > 1 and pid not in found:
+        found.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+                pid = int(handle.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            break
+    return frozenset(found)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--gpus", required=True, help="comma-separated GPU indices, or 'none'")
@@ -291,7 +307,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     gpus = [int(g) for g in args.gpus.split(",")]
     try:
-        result = guard(gpus, args.threshold_mib, args.timeout, args.unit, log=lambda m: print(m, flush=True))
+        result = guard(
+            gpus,
+            args.threshold_mib,
+            args.timeout,
+            args.unit,
+            log=lambda m: print(m, flush=True),
+            exclude=ancestors(os.getpid()),
+        )
     except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as error:
         print(f"gpu-release-guard: {error}", file=sys.stderr)
         return 1

@@ -1,0 +1,106 @@
+"""The sandbox host and the mirror for end-to-end tests: bring them up, talk to them, record timings."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from models.loader import read_stack_file
+from tests.conftest import ROOT
+
+HOST_SH = ROOT / "sandbox" / "host.sh"
+MIRROR_SH = ROOT / "scripts" / "mirror.sh"
+MIRROR_URL = "http://127.0.0.1:18080"
+MIRROR_TOKEN = "hf_sandboxMirrorToken0000000000000000"
+SSH_KEY = ROOT / ".sandbox" / "ssh" / "id_ed25519"
+PHASES_FILE = ROOT / ".run" / "e2e-phases.json"
+
+
+def is_up(script: Path) -> bool:
+    return subprocess.run([str(script), "status"], capture_output=True, check=False).returncode == 0
+
+
+def bring_up(script: Path, timeout: float) -> None:
+    subprocess.run([str(script), "up"], check=True, timeout=timeout)
+
+
+def take_down(script: Path) -> None:
+    subprocess.run([str(script), "down"], check=False, timeout=300)
+
+
+def on_host(command: str, check: bool = True, timeout: float = 120) -> str:
+    """Run a shell command on the sandbox over SSH and return its stdout."""
+    result = subprocess.run(
+        [str(HOST_SH), "ssh", command], capture_output=True, text=True, check=False, timeout=timeout
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"on sandbox: {command!r} exited {result.returncode}: {result.stderr}")
+    return result.stdout
+
+
+def mirror(path: str, method: str = "GET", body: dict[str, Any] | None = None) -> Any:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(f"{MIRROR_URL}{path}", data=data, method=method)
+    request.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        text = response.read().decode()
+    return json.loads(text) if text else None
+
+
+def resolve_requests(stats: dict[str, Any]) -> list[dict[str, Any]]:
+    """Requests for file contents (HEAD or GET of /resolve/) in the mirror's request log."""
+    return [r for r in stats.get("log", []) if "/resolve/" in r.get("path", "")]
+
+
+def e2e_stack_file(
+    model: str, *, gpus: list[int] | None = None, port: int = 8001, extra_models: dict[str, Any] | None = None
+) -> str:
+    """A stack file for the sandbox like Pulumi.dev.yaml, with its own model names, GPU and port, so
+    it can run beside a `make up` deployment of the dev stack on the same sandbox."""
+    raw = read_stack_file(ROOT / "Pulumi.dev.yaml")
+    raw["sshPrivateKeyFile"] = str(SSH_KEY)
+    raw["models"] = {
+        "e2e-tiny-a": {"preset": "tiny-chat-a", "dir": "e2e-tiny-a", "revision": "main", "keep": True},
+        "e2e-tiny-b": {"preset": "tiny-chat-b", "dir": "e2e-tiny-b", "revision": "main", "keep": False},
+        **(extra_models or {}),
+    }
+    deployment = raw["deployments"][0]
+    deployment.update(
+        model=model,
+        gpus=gpus if gpus is not None else [1],
+        port=port,
+        publicUrl=f"http://127.0.0.1:{port + 10000}/v1",
+    )
+    return yaml.safe_dump({"config": {f"vllm-fleet:{k}": v for k, v in raw.items()}}, sort_keys=False)
+
+
+class Phases:
+    """Durations of each end-to-end phase, written where the benchmarks read them."""
+
+    def __init__(self) -> None:
+        self.durations: dict[str, float] = {}
+
+    def measure(self, name: str) -> _Timer:
+        return _Timer(self, name)
+
+    def save(self) -> None:
+        PHASES_FILE.parent.mkdir(parents=True, exist_ok=True)
+        PHASES_FILE.write_text(json.dumps(self.durations, indent=1, sort_keys=True))
+
+
+class _Timer:
+    def __init__(self, phases: Phases, name: str) -> None:
+        self.phases, self.name = phases, name
+
+    def __enter__(self) -> None:
+        self.start = time.monotonic()
+
+    def __exit__(self, *exc: object) -> None:
+        self.phases.durations[self.name] = round(time.monotonic() - self.start, 2)
+        self.phases.save()

@@ -1,0 +1,154 @@
+"""End to end, through the Automation API and the real engine, against the sandbox host: deploy, swap,
+no-op, swap back, destroy. The tests run in file order and share one stack."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from openai import OpenAI
+from pulumi import automation as auto
+
+from tests import engine, sandbox_env
+from tests.sandbox_env import on_host
+
+pytestmark = pytest.mark.e2e
+
+STACK = "e2e"
+ENDPOINT = "http://127.0.0.1:18001/v1"
+
+
+@pytest.fixture(scope="session")
+def sandbox() -> Iterator[None]:
+    """The sandbox host and the mirror; started here (and stopped at the end) unless already up."""
+    started = []
+    for script, timeout in ((sandbox_env.HOST_SH, 3000), (sandbox_env.MIRROR_SH, 120)):
+        if not sandbox_env.is_up(script):
+            sandbox_env.bring_up(script, timeout)
+            started.append(script)
+    yield
+    for script in reversed(started):
+        sandbox_env.take_down(script)
+
+
+class E2E:
+    def __init__(self, tmp: Path) -> None:
+        self.work = engine.project_copy(tmp / "project")
+        self.backend = tmp / "state"
+        self.phases = sandbox_env.Phases()
+        self.output: list[str] = []
+
+    def set_model(self, model: str) -> None:
+        (self.work / f"Pulumi.{STACK}.yaml").write_text(sandbox_env.e2e_stack_file(model))
+        self.stack = engine.stack(
+            self.work, self.backend, STACK, secrets={"vllm-fleet:hfToken": sandbox_env.MIRROR_TOKEN}
+        )
+
+    def up(self) -> auto.UpResult:
+        return self.stack.up(on_output=self.output.append)
+
+
+@pytest.fixture(scope="module")
+def e2e(sandbox: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
+    state = E2E(tmp_path_factory.mktemp("e2e"))
+    state.set_model("e2e-tiny-a")
+    yield state
+    # Leave the sandbox as it was found, whatever happened above.
+    try:
+        state.stack.destroy(on_output=state.output.append)
+    finally:
+        state.stack.workspace.remove_stack(STACK)
+
+
+def served_models() -> list[str]:
+    with urllib.request.urlopen(f"{ENDPOINT}/models", timeout=10) as response:
+        return [m["id"] for m in json.load(response)["data"]]
+
+
+def chat(model: str) -> str:
+    client = OpenAI(base_url=ENDPOINT, api_key="unused", timeout=60, max_retries=1)
+    reply = client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "Hello!"}], max_tokens=8, temperature=0
+    )
+    assert reply.choices[0].message.content is not None
+    return reply.choices[0].message.content
+
+
+def test_deploy_from_scratch(e2e: E2E) -> None:
+    with e2e.phases.measure("deploy"):
+        result = e2e.up()
+    assert result.summary.result == "succeeded"
+    assert on_host("systemctl is-active vllm-e2e-tiny-a.service").strip() == "active"
+    assert on_host("systemctl is-enabled vllm-e2e-tiny-a.service").strip() == "enabled"
+    outputs = result.outputs["deployments"].value["chat"]
+    assert outputs["endpoint"] == ENDPOINT and outputs["servedModelName"] == "e2e-tiny-a"
+    assert outputs["unitName"] == "vllm-e2e-tiny-a.service" and outputs["modelPath"] == "/shared/e2e-tiny-a"
+    assert served_models() == ["e2e-tiny-a"]
+    assert chat("e2e-tiny-a")
+    # The secret environment file exists and only root can read it.
+    assert on_host("stat -c %a /etc/vllm-fleet/vllm-e2e-tiny-a.env").strip() == "600"
+
+
+def test_swap_to_the_second_model(e2e: E2E) -> None:
+    old_pids = on_host("systemctl show -p MainPID --value vllm-e2e-tiny-a.service").strip()
+    e2e.set_model("e2e-tiny-b")
+    preview = e2e.stack.preview(diff=True)
+    # The new model's download (a component and its step), and the deployment's two steps; nothing else.
+    assert preview.change_summary.get(auto.OpType.CREATE) == 2, preview.change_summary
+    assert preview.change_summary.get(auto.OpType.UPDATE) == 2, preview.change_summary
+    assert set(preview.change_summary) <= {auto.OpType.CREATE, auto.OpType.UPDATE, auto.OpType.SAME}
+    with e2e.phases.measure("swap"):
+        result = e2e.up()
+    assert result.summary.result == "succeeded"
+    assert served_models() == ["e2e-tiny-b"]
+    assert chat("e2e-tiny-b")
+    assert on_host("systemctl is-active vllm-e2e-tiny-b.service").strip() == "active"
+    # The old unit is gone from the host, and so is every process it ran.
+    assert on_host("test -e /etc/systemd/system/vllm-e2e-tiny-a.service || echo gone").strip() == "gone"
+    assert on_host(f"test -e /proc/{old_pids} || echo gone").strip() == "gone"
+    assert on_host("pgrep -f 'served-model-name e2e-tiny-a' || true").strip() == ""
+    # The download, stop, start and readiness appear in the update's output as they happen.
+    log = "\n".join(e2e.output)
+    assert "model-sync: acme/tiny-chat-b@" in log and "complete and verified" in log
+    assert "stopping vllm-e2e-tiny-a.service" in log and "serving e2e-tiny-b from vllm-e2e-tiny-b.service" in log
+
+
+def test_up_again_changes_nothing(e2e: E2E) -> None:
+    with e2e.phases.measure("noop_preview"):
+        e2e.stack.preview(expect_no_changes=True)
+    with e2e.phases.measure("noop_up"):
+        result = e2e.up()
+    changes = dict(result.summary.resource_changes or {})
+    assert set(changes) == {auto.OpType.SAME}, changes
+
+
+def test_swap_back_downloads_nothing(e2e: E2E) -> None:
+    sandbox_env.mirror("/_mirror/reset-stats", "POST", {})
+    e2e.set_model("e2e-tiny-a")
+    preview = e2e.stack.preview()
+    # Back to the kept model: the deployment's two steps change, and tiny-b, served by nothing and not
+    # kept, is removed (component and step) once the swap succeeded.
+    assert preview.change_summary.get(auto.OpType.UPDATE) == 2, preview.change_summary
+    assert preview.change_summary.get(auto.OpType.DELETE) == 2, preview.change_summary
+    with e2e.phases.measure("swap_back"):
+        e2e.up()
+    assert served_models() == ["e2e-tiny-a"]
+    assert sandbox_env.resolve_requests(sandbox_env.mirror("/_mirror/stats")) == []
+    assert on_host("test -e /shared/e2e-tiny-b || echo gone").strip() == "gone"
+    assert on_host("test -d /shared/e2e-tiny-a && echo kept").strip() == "kept"
+
+
+def test_destroy_leaves_the_host_clean(e2e: E2E) -> None:
+    with e2e.phases.measure("destroy"):
+        e2e.stack.destroy(on_output=e2e.output.append)
+    assert on_host("ls /etc/systemd/system | grep -c '^vllm-e2e' || true").strip() == "0"
+    assert on_host("pgrep -f 'vllm.entrypoints.openai.api_server.*e2e-tiny' || true").strip() == ""
+    assert on_host("systemctl list-units --all --no-legend 'vllm-e2e*' | wc -l").strip() == "0"
+    assert on_host("ls /dev/shm | grep -E '^(psm_|sem.mp-)|vllm|nccl' || true").strip() == ""
+    # tiny-a is `keep: true`: its files stay; tiny-b was removed with its download.
+    assert on_host("test -d /shared/e2e-tiny-a && echo kept").strip() == "kept"
+    assert on_host("test -e /shared/e2e-tiny-b || echo gone").strip() == "gone"
+    assert on_host("test -e /var/lib/vllm-fleet/deployments/e2e.chat || echo gone").strip() == "gone"
