@@ -6,20 +6,30 @@ import os
 from pathlib import Path
 
 import pulumi
+from pulumi.runtime import config as runtime_config
 
 from components.host import GpuHost, GpuHostArgs
 from components.model_download import ModelDownload, ModelDownloadArgs
 from components.remote import HostUnreachable, probe_ssh
 from components.storage import SharedStorage, SharedStorageArgs
 from components.vllm_service import VllmService, VllmServiceArgs
-from models.loader import CONTROLLER_KEYS, KNOWN_KEYS, STRUCTURED_KEYS, ConfigError, parse_stack_config
+from models.loader import CONTROLLER_KEYS, KNOWN_KEYS, SECRET_KEYS, STRUCTURED_KEYS, ConfigError, parse_stack_config
 
 config = pulumi.Config("vllm-fleet")
-raw = {
+raw: dict[str, object] = {
     key: config.get_object(key) if key in STRUCTURED_KEYS else config.get(key)
     for key in (*KNOWN_KEYS, *CONTROLLER_KEYS)
     if config.get(key) is not None
 }
+# Keys this program does not read are typos; pass them on so the loader names them.
+for full_key in {*runtime_config.CONFIG.get(), *runtime_config.get_config_env()}:
+    namespace, _, key = full_key.partition(":")
+    if namespace == "vllm-fleet" and key not in raw and key not in SECRET_KEYS:
+        raw[key] = "<unknown>"
+for key in SECRET_KEYS:
+    # Present but not encrypted: the loader refuses it with the command that fixes it.
+    if not runtime_config.is_config_secret(f"vllm-fleet:{key}") and config.get(key) is not None:
+        raw[key] = "<plaintext>"
 try:
     stack = parse_stack_config(raw)
 except ConfigError as error:
@@ -31,7 +41,13 @@ offline = os.environ.get("VLLM_FLEET_OFFLINE") == "1"
 key_file = config.get("sshPrivateKeyFile")
 secret_key = config.get_secret("sshPrivateKey")
 if key_file is not None:
-    private_key: pulumi.Input[str] = pulumi.Output.secret(Path(key_file).expanduser().read_text())
+    key_path = Path(key_file).expanduser()
+    if not key_path.is_file():
+        raise pulumi.RunError(
+            f"vllm-fleet:sshPrivateKeyFile: {key_file} does not exist on this machine; for the dev sandbox run "
+            "`sandbox/host.sh up` (it generates the key), otherwise fix the path"
+        )
+    private_key: pulumi.Input[str] = pulumi.Output.secret(key_path.read_text())
 elif secret_key is not None:
     private_key = secret_key
 elif offline:
