@@ -87,6 +87,9 @@ def vllm_arguments(rd: ResolvedDeployment) -> list[str]:
         args += ["--reasoning-parser", s.reasoning_parser]
     if s.trust_remote_code:
         args.append("--trust-remote-code")
+    if s.attention_backend:
+        # vLLM 0.32 takes the backend as a flag only (VLLM_ATTENTION_BACKEND is gone).
+        args += ["--attention-backend", s.attention_backend]
     if s.max_model_len is not None:
         args += ["--max-model-len", str(s.max_model_len)]
     if rd.host.gpus.count > 0:
@@ -109,8 +112,6 @@ def engine_environment(rd: ResolvedDeployment) -> dict[str, str]:
     }
     if rd.deployment.gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in rd.deployment.gpus)
-    if rd.serving.attention_backend:
-        env["VLLM_ATTENTION_BACKEND"] = rd.serving.attention_backend
     env.update(rd.serving.extra_env)
     env.update(rd.deployment.environment)
     return env

@@ -53,6 +53,7 @@ MANAGED_FLAGS: dict[str, str] = {
     "--reasoning-parser": "serving.reasoningParser",
     "--trust-remote-code": "serving.trustRemoteCode",
     "--enable-auto-tool-choice": "serving.enableAutoToolChoice",
+    "--attention-backend": "serving.attentionBackend",
 }
 # Variables the project owns: GPU selection follows deployments[].gpus, the token comes from a secret.
 MANAGED_ENV: dict[str, str] = {

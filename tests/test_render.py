@@ -86,6 +86,7 @@ def test_prod_unit_carries_the_reference_launch() -> None:
         "--port 8000",
         "--disable-log-requests",
         "--enable-auto-tool-choice",
+        "--attention-backend TRITON_MLA",
     ):
         assert f" {flag}" in exec_start, flag
     assert exec_start.startswith("ExecStart=/root/ml-env/bin/python3 -m vllm.entrypoints.openai.api_server ")
@@ -99,7 +100,6 @@ def test_prod_unit_carries_the_reference_launch() -> None:
         "CUDA_DEVICE_MAX_CONNECTIONS=1",
         "HF_HOME=/shared/huggingface",
         "TRANSFORMERS_CACHE=/shared/huggingface/hub",
-        "VLLM_ATTENTION_BACKEND=TRITON_MLA",
     ):
         assert f"\nEnvironment={variable}\n" in unit, variable
     assert "KillMode=control-group" in unit and "WantedBy=multi-user.target" in unit

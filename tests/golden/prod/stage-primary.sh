@@ -32,7 +32,6 @@ Environment=NCCL_NTHREADS=512
 Environment=NCCL_P2P_LEVEL=SYS
 Environment=NCCL_PROTO=LL
 Environment=TRANSFORMERS_CACHE=/shared/huggingface/hub
-Environment=VLLM_ATTENTION_BACKEND=TRITON_MLA
 Environment=VLLM_NO_USAGE_STATS=1
 # Secrets (the Hugging Face token) live in a root-only 0600 file, never in this world-readable unit.
 EnvironmentFile=-/etc/vllm-fleet/vllm-kimi-k25-int4.env
@@ -40,7 +39,7 @@ EnvironmentFile=-/etc/vllm-fleet/vllm-kimi-k25-int4.env
 # then remove stale shared-memory segments that break the next launch.
 ExecStartPre=/root/ml-env/bin/python3 /usr/local/lib/vllm-fleet/gpu-release-guard --gpus 0,1,2,3,4,5,6,7 --threshold-mib 1000 --timeout 120 --unit vllm-kimi-k25-int4.service
 ExecStartPre=/usr/local/lib/vllm-fleet/clean-shm
-ExecStart=/root/ml-env/bin/python3 -m vllm.entrypoints.openai.api_server --model /shared/kimi-k2.5-int4 --served-model-name kimi-k2.5-int4 --tensor-parallel-size 8 --tool-call-parser kimi_k2 --reasoning-parser kimi_k2 --trust-remote-code --max-model-len 131072 --gpu-memory-utilization 0.95 --host 0.0.0.0 --port 8000 --disable-log-requests --enable-auto-tool-choice
+ExecStart=/root/ml-env/bin/python3 -m vllm.entrypoints.openai.api_server --model /shared/kimi-k2.5-int4 --served-model-name kimi-k2.5-int4 --tensor-parallel-size 8 --tool-call-parser kimi_k2 --reasoning-parser kimi_k2 --trust-remote-code --attention-backend TRITON_MLA --max-model-len 131072 --gpu-memory-utilization 0.95 --host 0.0.0.0 --port 8000 --disable-log-requests --enable-auto-tool-choice
 # The unit counts as started only once the server answers /health, lists the model and completes.
 ExecStartPost=/root/ml-env/bin/python3 /usr/local/lib/vllm-fleet/wait-ready --port 8000 --served-name kimi-k2.5-int4 --timeout 3882 --unit vllm-kimi-k25-int4.service
 ExecStopPost=/usr/local/lib/vllm-fleet/clean-shm

