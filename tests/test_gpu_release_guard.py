@@ -200,7 +200,13 @@ def test_visible_gpus_reads_the_environment(tmp_path: Path) -> None:
     (tmp_path / "7" / "environ").write_bytes(b"PATH=/bin\0CUDA_VISIBLE_DEVICES=2,3\0")
     assert guard.visible_gpus(7, proc=str(tmp_path)) == {2, 3}
     (tmp_path / "7" / "environ").write_bytes(b"PATH=/bin\0")
+    (tmp_path / "7" / "stat").write_text("7 (VLLM::Worker) S 1 7 7 0")
     assert guard.visible_gpus(7, proc=str(tmp_path)) is None
+    # A worker without the variable uses the devices of the server that started it.
+    (tmp_path / "6").mkdir()
+    (tmp_path / "6" / "environ").write_bytes(b"CUDA_VISIBLE_DEVICES=1\0")
+    (tmp_path / "7" / "stat").write_text("7 (VLLM::Worker) S 6 7 7 0")
+    assert guard.visible_gpus(7, proc=str(tmp_path)) == {1}
     (tmp_path / "7" / "cgroup").write_text("0::/system.slice/vllm-kimi-k25-int4.service\n")
     assert guard.unit_of(7, proc=str(tmp_path)) == "vllm-kimi-k25-int4.service"
 

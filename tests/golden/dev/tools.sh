@@ -131,20 +131,34 @@ def read_apps(run: Runner) -> list[ComputeApp]:
     return parse_compute_apps(run(APPS_QUERY))
 
 
-def visible_gpus(pid: int, proc: str = "/proc") -> set[int] | None:
-    """GPUs a process was started with (CUDA_VISIBLE_DEVICES), or None when it could use any."""
+def _parent(pid: int, proc: str) -> int:
     try:
-        with open(f"{proc}/{pid}/environ", "rb") as handle:
-            entries = handle.read().split(b"\0")
-    except OSError:
-        return None
-    for entry in entries:
-        if entry.startswith(b"CUDA_VISIBLE_DEVICES="):
-            value = entry.split(b"=", 1)[1].decode(errors="replace")
-            try:
-                return {int(v) for v in value.split(",") if v.strip()}
-            except ValueError:
-                return None  # UUID form: cannot tell, so treat it as possibly ours
+        with open(f"{proc}/{pid}/stat", encoding="utf-8") as handle:
+            return int(handle.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def visible_gpus(pid: int, proc: str = "/proc") -> set[int] | None:
+    """GPUs a process was started with (CUDA_VISIBLE_DEVICES of it or its nearest ancestor that set
+    it: vLLM's engine core and workers drop the variable but use their server's devices), or None
+    when it could use any."""
+    seen: set[int] = set()
+    while pid > 1 and pid not in seen:
+        seen.add(pid)
+        try:
+            with open(f"{proc}/{pid}/environ", "rb") as handle:
+                entries = handle.read().split(b"\0")
+        except OSError:
+            return None
+        for entry in entries:
+            if entry.startswith(b"CUDA_VISIBLE_DEVICES="):
+                value = entry.split(b"=", 1)[1].decode(errors="replace")
+                try:
+                    return {int(v) for v in value.split(",") if v.strip()}
+                except ValueError:
+                    return None  # UUID form: cannot tell, so treat it as possibly ours
+        pid = _parent(pid, proc)
     return None
 
 
