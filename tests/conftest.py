@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,3 +26,18 @@ def prod_raw() -> dict[str, Any]:
 @pytest.fixture
 def dev_raw() -> dict[str, Any]:
     return copy.deepcopy(read_stack_file(ROOT / "Pulumi.dev.yaml"))
+
+
+@pytest.fixture(scope="session")
+def sandbox() -> Iterator[None]:
+    """The sandbox host and the mirror; started here (and stopped at the end) unless already up."""
+    from tests import sandbox_env  # imports this module: keep the import out of module scope
+
+    started = []
+    for script, timeout in ((sandbox_env.HOST_SH, 3000), (sandbox_env.MIRROR_SH, 120)):
+        if not sandbox_env.is_up(script):
+            sandbox_env.bring_up(script, timeout)
+            started.append(script)
+    yield
+    for script in reversed(started):
+        sandbox_env.take_down(script)

@@ -21,19 +21,6 @@ STACK = "e2e"
 ENDPOINT = "http://127.0.0.1:18001/v1"
 
 
-@pytest.fixture(scope="session")
-def sandbox() -> Iterator[None]:
-    """The sandbox host and the mirror; started here (and stopped at the end) unless already up."""
-    started = []
-    for script, timeout in ((sandbox_env.HOST_SH, 3000), (sandbox_env.MIRROR_SH, 120)):
-        if not sandbox_env.is_up(script):
-            sandbox_env.bring_up(script, timeout)
-            started.append(script)
-    yield
-    for script in reversed(started):
-        sandbox_env.take_down(script)
-
-
 class E2E:
     def __init__(self, tmp: Path) -> None:
         self.work = engine.project_copy(tmp / "project")

@@ -13,7 +13,7 @@ readonly MODEL_DIR=/shared/tiny-chat-a
 readonly PYTHON=/opt/vllm-env/bin/python3
 readonly TOOLS_DIR=/usr/local/lib/vllm-fleet
 readonly READY_TIMEOUT=540
-readonly UNIT_SHA256=a9c71a0d0fe675e2d5a4c43a73804e65a0edae56634e938a799f2d2e9c4461d5
+readonly UNIT_SHA256=bdc0bf778bdf37b39f6e03b4a9e22f18f8327948c8fdead5a5f9954d9becaec9
 readonly REPORT_EVERY=15
 readonly JOURNAL_LINES=40
 # vllm-fleet activate: make a deployment serve its staged unit, swapping out whatever it served before.

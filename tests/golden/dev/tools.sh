@@ -384,7 +384,21 @@ CHUNK = 8 * 1024 * 1024
 
 
 def log(message: str) -> None:
-    print(f"model-sync: {message}", flush=True)
+    try:
+        print(f"model-sync: {message}", flush=True)
+    except BrokenPipeError:
+        # The controller's SSH session is gone (a killed `pulumi up`): stop now, and take `hf download`
+        # along (it dies with us, see _die_with_parent), so the next run resumes from a clean state.
+        os._exit(1)
+
+
+def _die_with_parent() -> None:
+    """In the `hf download` child: receive SIGTERM when model-sync exits, however it exits."""
+    import ctypes
+    import signal
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 @dataclass(frozen=True)
@@ -553,7 +567,14 @@ def run_hf_download(
         progress.start()
         try:
             # The CLI's own progress bars are carriage-return animations; our thread prints plain lines.
-            result = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False)
+            result = subprocess.run(
+                command,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+                check=False,
+                preexec_fn=_die_with_parent,
+            )
         finally:
             progress.done.set()
         if result.returncode == 0:
@@ -586,10 +607,21 @@ def sync(args: argparse.Namespace) -> int:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / MANIFEST_DIR).mkdir(exist_ok=True)
     lock = (directory / MANIFEST_DIR / "lock").open("w")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise SystemExit(f"model-sync: another download into {directory} is running; wait for it") from None
+    waited = 0.0
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            # A download of an interrupted run may still be finishing: wait for it, then continue from it.
+            if waited >= args.lock_wait:
+                raise SystemExit(
+                    f"model-sync: another download into {directory} still runs after {waited:.0f} s"
+                ) from None
+            if waited % 30 == 0:
+                log(f"waiting for another download into {directory} to finish")
+            time.sleep(1)
+            waited += 1
     manifest = read_manifest(directory)
     if (
         manifest is not None
@@ -702,6 +734,7 @@ def verify(args: argparse.Namespace) -> int:
             revision=manifest["revision"],
             margin_gb=0.0,
             progress_every=args.progress_every,
+            lock_wait=600.0,
         )
     )
 
@@ -715,6 +748,7 @@ def main(argv: list[str] | None = None) -> int:
     p_sync.add_argument("--dir", required=True)
     p_sync.add_argument("--margin-gb", type=float, default=0.0)
     p_sync.add_argument("--progress-every", type=float, default=10.0)
+    p_sync.add_argument("--lock-wait", type=float, default=600.0)
     p_check = sub.add_parser("check")
     p_check.add_argument("--dir", required=True)
     p_verify = sub.add_parser("verify")

@@ -35,8 +35,10 @@ Environment=TRANSFORMERS_CACHE=/shared/huggingface/hub
 Environment=VLLM_NO_USAGE_STATS=1
 # Secrets (the Hugging Face token) live in a root-only 0600 file, never in this world-readable unit.
 EnvironmentFile=-/etc/vllm-fleet/vllm-kimi-k25-int4.env
-# Before the engine starts: wait for this deployment'"'"'s GPUs to be released, stopping stray holders,
-# then remove stale shared-memory segments that break the next launch.
+# Before the engine starts: refuse model files that changed since they were verified (sizes and
+# mtimes against the manifest, no bytes read); wait for this deployment'"'"'s GPUs to be released,
+# stopping stray holders; remove stale shared-memory segments that break the next launch.
+ExecStartPre=/root/ml-env/bin/python3 /usr/local/lib/vllm-fleet/model-sync check --dir /shared/kimi-k2.5-int4
 ExecStartPre=/root/ml-env/bin/python3 /usr/local/lib/vllm-fleet/gpu-release-guard --gpus 0,1,2,3,4,5,6,7 --threshold-mib 1000 --timeout 120 --unit vllm-kimi-k25-int4.service
 ExecStartPre=/usr/local/lib/vllm-fleet/clean-shm
 ExecStart=/root/ml-env/bin/python3 -m vllm.entrypoints.openai.api_server --model /shared/kimi-k2.5-int4 --served-model-name kimi-k2.5-int4 --tensor-parallel-size 8 --tool-call-parser kimi_k2 --reasoning-parser kimi_k2 --trust-remote-code --attention-backend TRITON_MLA --max-model-len 131072 --gpu-memory-utilization 0.95 --host 0.0.0.0 --port 8000 --disable-log-requests --enable-auto-tool-choice
