@@ -172,7 +172,9 @@ fi
 
 # ---- rollback ---------------------------------------------------------------------------------------
 if [ -n "$journal_cursor" ]; then
-  tail_lines=$(journalctl -u "$UNIT_NAME" --after-cursor "$journal_cursor" -n "$JOURNAL_LINES" -o cat --no-pager 2>/dev/null || true)
+  # With --after-cursor, -n would count from the cursor: take the whole run, then its end.
+  tail_lines=$(journalctl -u "$UNIT_NAME" --after-cursor "$journal_cursor" -o cat --no-pager 2>/dev/null |
+    tail -n "$JOURNAL_LINES" || true)
 else
   tail_lines=$(journalctl -u "$UNIT_NAME" -n "$JOURNAL_LINES" -o cat --no-pager 2>/dev/null || true)
 fi

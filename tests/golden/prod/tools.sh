@@ -457,11 +457,15 @@ def read_manifest(directory: Path) -> dict[str, Any] | None:
         return None
 
 
-def write_manifest(directory: Path, repo: str, sha: str, entries: dict[str, dict[str, Any]]) -> None:
+def write_manifest(
+    directory: Path, repo: str, sha: str, entries: dict[str, dict[str, Any]], complete: bool = True
+) -> None:
+    """`complete` is true only when `entries` covers every file of the revision."""
     target = manifest_path(directory)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"repo": repo, "revision": sha, "files": entries}, indent=1, sort_keys=True))
+    document = {"repo": repo, "revision": sha, "files": entries, "complete": complete}
+    tmp.write_text(json.dumps(document, indent=1, sort_keys=True))
     os.replace(tmp, target)
 
 
@@ -625,6 +629,7 @@ def sync(args: argparse.Namespace) -> int:
     manifest = read_manifest(directory)
     if (
         manifest is not None
+        and manifest.get("complete") is True
         and manifest.get("repo") == args.repo
         and manifest.get("revision") == args.revision
         and not changed_files(directory, manifest)
@@ -726,7 +731,7 @@ def verify(args: argparse.Namespace) -> int:
     files = dict(manifest["files"])
     for rel in bad:
         files.pop(rel)
-    write_manifest(directory, manifest["repo"], manifest["revision"], files)
+    write_manifest(directory, manifest["repo"], manifest["revision"], files, complete=False)
     return sync(
         argparse.Namespace(
             dir=str(directory),

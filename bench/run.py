@@ -1,0 +1,381 @@
+"""`make bench`: converge overhead, swap overhead, download throughput and fleet-scale preview, measured
+side by side in one run on this machine, medians of at least 5 runs, written to bench/RESULTS.md with
+PNG plots. Needs `make up` first (the dev stack deployed on the sandbox, the mirror running).
+Never part of `make test`."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from models.loader import read_stack_file  # noqa: E402
+from tests import engine, sandbox_env  # noqa: E402
+from tests.sandbox_env import on_host  # noqa: E402
+
+OUT = ROOT / "bench"
+RUNS = int(os.environ.get("BENCH_RUNS", "5"))
+ENV = engine.engine_env(
+    ROOT / ".state", {"PULUMI_CONFIG_PASSPHRASE": os.environ.get("PULUMI_CONFIG_PASSPHRASE", "vllm-fleet-dev-sandbox")}
+)
+
+
+def timed(command: list[str], cwd: Path, env: dict[str, str] | None = None) -> float:
+    started = time.monotonic()
+    subprocess.run(command, cwd=cwd, env=env or ENV, check=True, capture_output=True, text=True)
+    return time.monotonic() - started
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+# ---- 1. no-op converge against the floor ------------------------------------------------------------
+
+
+def empty_project(tmp: Path) -> Path:
+    """The floor: the same engine and backend running a Python program that declares nothing."""
+    project = tmp / "floor"
+    project.mkdir()
+    (project / "Pulumi.yaml").write_text("name: floor\nruntime:\n  name: python\n  options:\n    virtualenv: .venv\n")
+    (project / "__main__.py").write_text("import pulumi  # noqa: F401\n")
+    (project / ".venv").symlink_to(ROOT / ".venv")
+    subprocess.run(["pulumi", "stack", "init", "floor"], cwd=project, env=ENV, check=True, capture_output=True)
+    return project
+
+
+def ssh_sessions() -> int:
+    return int(on_host("journalctl -u ssh --no-pager -o cat | grep -c 'Accepted publickey' || true").strip() or 0)
+
+
+def bench_noop(tmp: Path) -> dict[str, Any]:
+    floor = empty_project(tmp)
+    results: dict[str, list[float]] = {"preview": [], "up": [], "floor_preview": [], "floor_up": []}
+    sessions_before = ssh_sessions()
+    for _ in range(RUNS):
+        results["preview"].append(timed(["pulumi", "preview", "--stack", "dev", "--expect-no-changes"], ROOT))
+        results["floor_preview"].append(timed(["pulumi", "preview", "--stack", "floor"], floor))
+        results["up"].append(timed(["pulumi", "up", "--stack", "dev", "--yes", "--expect-no-changes"], ROOT))
+        results["floor_up"].append(timed(["pulumi", "up", "--stack", "floor", "--yes"], floor))
+    sessions = ssh_sessions() - sessions_before
+    subprocess.run(["pulumi", "stack", "rm", "floor", "--yes", "--force"], cwd=floor, env=ENV, capture_output=True)
+    med = {k: median(v) for k, v in results.items()}
+    return {
+        "runs": results,
+        "median": med,
+        "ratio_preview": med["preview"] / med["floor_preview"],
+        "ratio_up": med["up"] / med["floor_up"],
+        "ssh_sessions_during_noop": sessions,
+    }
+
+
+# ---- 2. swap overhead ---------------------------------------------------------------------------------
+
+TIMING = re.compile(r"timing: stop=([0-9.]+)s start_to_ready=([0-9.]+)s total=([0-9.]+)s")
+
+
+def engine_start_to_ready(unit: str, since: str) -> float:
+    """From the engine process's first log line (its start) to wait-ready's "ready", from the journal."""
+    lines = on_host(f"journalctl -u {unit} --since '{since}' -o short-unix --no-pager").splitlines()
+    start = next(float(line.split()[0]) for line in lines if "APIServer pid=" in line)
+    ready = next(float(line.split()[0]) for line in lines if "wait-ready" in line and ": ready:" in line)
+    return ready - start
+
+
+def bench_swap() -> dict[str, Any]:
+    """Swaps between the two tiny models, both kept on disk so that no swap downloads (the first one,
+    which may, is a warm-up and not counted)."""
+    stack_file = ROOT / "Pulumi.dev.yaml"
+    original = stack_file.read_text()
+    current = read_stack_file(stack_file)["deployments"][0]["model"]
+    other = "tiny-chat-b" if current == "tiny-chat-a" else "tiny-chat-a"
+
+    def up_with(model: str, keep_both: bool = True) -> tuple[str, float]:
+        text = original.replace(f"      model: {current}\n", f"      model: {model}\n")
+        if keep_both:
+            text = text.replace("      keep: false\n", "      keep: true\n")
+        stack_file.write_text(text)
+        started = time.monotonic()
+        out = subprocess.run(
+            ["pulumi", "up", "--stack", "dev", "--yes"], cwd=ROOT, env=ENV, check=True, capture_output=True, text=True
+        ).stdout
+        return out, time.monotonic() - started
+
+    rows: list[dict[str, Any]] = []
+    try:
+        up_with(current)  # warm-up: keep both models on disk
+        up_with(other)
+        up_with(current)
+        for _ in range(RUNS):
+            for model in (other, current):
+                since = on_host("date '+%Y-%m-%d %H:%M:%S'").strip()
+                out, total = up_with(model)
+                stop, start_to_ready, _ = (float(x) for x in TIMING.search(out).groups())  # type: ignore[union-attr]
+                engine_time = engine_start_to_ready(f"vllm-{model.replace('.', '')}.service", since)
+                rows.append(
+                    {
+                        "model": model,
+                        "total": total,
+                        "stop": stop,
+                        "start_to_ready": start_to_ready,
+                        "engine_start_to_ready": engine_time,
+                        "download": 0.0,
+                        "overhead": total - engine_time,
+                    }
+                )
+    finally:
+        stack_file.write_text(original)
+        subprocess.run(["pulumi", "up", "--stack", "dev", "--yes"], cwd=ROOT, env=ENV, check=True, capture_output=True)
+    return {
+        "rows": rows,
+        "median_overhead": median([r["overhead"] for r in rows]),
+        "median_total": median([r["total"] for r in rows]),
+        "median_engine": median([r["engine_start_to_ready"] for r in rows]),
+        "median_stop": median([r["stop"] for r in rows]),
+    }
+
+
+# ---- 3. download throughput ---------------------------------------------------------------------------
+
+BIG_REPO = "bench/big-64"
+
+
+def make_big_repo(shards: int = 64, shard_mib: int = 4) -> int:
+    repo = ROOT / ".cache" / "mirror" / "repos" / BIG_REPO
+    if not (repo / f"model-{shards:05d}-of-{shards:05d}.safetensors").exists():
+        repo.mkdir(parents=True, exist_ok=True)
+        for i in range(1, shards + 1):
+            (repo / f"model-{i:05d}-of-{shards:05d}.safetensors").write_bytes(os.urandom(shard_mib << 20))
+        (repo / "config.json").write_text('{"model_type": "bench"}\n')
+    return sum(p.stat().st_size for p in repo.iterdir())
+
+
+def bench_download() -> dict[str, Any]:
+    size = make_big_repo()
+    env = f"HF_ENDPOINT={sandbox_env.MIRROR_URL} HF_HUB_DISABLE_TELEMETRY=1 HF_HUB_DISABLE_UPDATE_CHECK=1 HF_HUB_DISABLE_PROGRESS_BARS=1"
+    component = f"{env} /opt/vllm-env/bin/python3 /usr/local/lib/vllm-fleet/model-sync sync --repo {BIG_REPO} --revision main --dir /shared/bench-component"
+    plain = f"{env} /opt/vllm-env/bin/hf download {BIG_REPO} --revision main --local-dir /shared/bench-plain >/dev/null"
+    times: dict[str, list[float]] = {"component": [], "plain": [], "rerun_complete": []}
+
+    def one(command: str, directory: str) -> float:
+        on_host(f"rm -rf {directory}")
+        started = time.monotonic()
+        on_host(command, timeout=900)
+        return time.monotonic() - started
+
+    for _ in range(RUNS):
+        times["component"].append(one(component, "/shared/bench-component"))
+        times["plain"].append(one(plain, "/shared/bench-plain"))
+    for _ in range(RUNS):
+        started = time.monotonic()
+        on_host(component)
+        times["rerun_complete"].append(time.monotonic() - started)
+    on_host("rm -rf /shared/bench-component /shared/bench-plain")
+    throughput = {k: size / median(v) / 1e6 for k, v in times.items() if k != "rerun_complete"}
+    return {
+        "bytes": size,
+        "runs": times,
+        "throughput_mb_s": throughput,
+        "ratio": throughput["component"] / throughput["plain"],
+        "median_rerun": median(times["rerun_complete"]),
+    }
+
+
+# ---- 4. fleet-scale preview ---------------------------------------------------------------------------
+
+
+def fleet_stack(hosts: int) -> str:
+    raw = read_stack_file(ROOT / "Pulumi.prod.yaml")
+    host, storage, deployment = raw["hosts"][0], raw["storage"][0], raw["deployments"][0]
+    raw["hosts"], raw["storage"], raw["deployments"] = [], [], []
+    for i in range(hosts):
+        name = f"gpu-{i:03d}"
+        raw["hosts"].append({**host, "name": name, "address": f"gpu-{i:03d}.fleet.invalid"})
+        raw["storage"].append({**storage, "name": f"shared-{i:03d}", "host": name})
+        raw["deployments"].append({**deployment, "name": f"serve-{i:03d}", "host": name})
+    return yaml.safe_dump({"config": {f"vllm-fleet:{k}": v for k, v in raw.items()}})
+
+
+def tree_rss_kib(root_pid: int) -> int:
+    """Resident memory of a process and all its descendants, from /proc."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            status = Path(f"/proc/{entry}/status").read_text()
+        except OSError:
+            continue
+        ppid = int(re.search(r"^PPid:\s+(\d+)", status, re.M).group(1))  # type: ignore[union-attr]
+        found = re.search(r"^VmRSS:\s+(\d+)", status, re.M)
+        rss[int(entry)] = int(found.group(1)) if found else 0
+        children.setdefault(ppid, []).append(int(entry))
+    total, stack = 0, [root_pid]
+    while stack:
+        pid = stack.pop()
+        total += rss.get(pid, 0)
+        stack.extend(children.get(pid, []))
+    return total
+
+
+def measure_preview(project: Path, stack: str) -> tuple[float, int]:
+    env = {**ENV, "VLLM_FLEET_OFFLINE": "1", "PULUMI_CONFIG_PASSPHRASE": "bench"}
+    process = subprocess.Popen(
+        ["pulumi", "preview", "--stack", stack],
+        cwd=project,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    peak = 0
+    started = time.monotonic()
+    while process.poll() is None:
+        peak = max(peak, tree_rss_kib(process.pid))
+        time.sleep(0.2)
+    elapsed = time.monotonic() - started
+    if process.returncode != 0:
+        raise RuntimeError(process.stderr.read() if process.stderr else "preview failed")
+    return elapsed, peak
+
+
+def bench_fleet(tmp: Path, sizes: tuple[int, ...] = (1, 8, 32, 128)) -> dict[str, Any]:
+    project = engine.project_copy(tmp / "fleet")
+    results: dict[str, Any] = {}
+    for hosts in sizes:
+        stack = f"fleet{hosts}"
+        (project / f"Pulumi.{stack}.yaml").write_text(fleet_stack(hosts))
+        env = {**ENV, "PULUMI_CONFIG_PASSPHRASE": "bench"}
+        subprocess.run(["pulumi", "stack", "init", stack], cwd=project, env=env, check=True, capture_output=True)
+        runs = [measure_preview(project, stack) for _ in range(RUNS if hosts <= 32 else max(1, RUNS // 2))]
+        results[str(hosts)] = {
+            "median_s": median([r[0] for r in runs]),
+            "peak_rss_mib": max(r[1] for r in runs) / 1024,
+            "runs_s": [r[0] for r in runs],
+        }
+    return results
+
+
+# ---- report -------------------------------------------------------------------------------------------
+
+
+def plot(results: dict[str, Any]) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    files = []
+    noop = results["noop"]["median"]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.bar(
+        ["preview", "floor preview", "up", "floor up"],
+        [noop["preview"], noop["floor_preview"], noop["up"], noop["floor_up"]],
+        color=["C0", "C7", "C0", "C7"],
+    )
+    ax.set_ylabel("seconds (median)")
+    ax.set_title("No-op converge of the dev stack vs an empty program")
+    fig.tight_layout()
+    fig.savefig(OUT / "noop.png")
+    files.append("noop.png")
+    fleet = results["fleet"]
+    hosts = sorted(int(h) for h in fleet)
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(hosts, [fleet[str(h)]["median_s"] for h in hosts], "o-", label="wall time (s)")
+    ax2 = ax.twinx()
+    ax2.plot(hosts, [fleet[str(h)]["peak_rss_mib"] for h in hosts], "s--", color="C1", label="peak RSS (MiB)")
+    ax.set_xlabel("hosts (two models each)")
+    ax.set_ylabel("seconds")
+    ax2.set_ylabel("MiB")
+    ax.set_title("pulumi preview at fleet scale (no host contacted)")
+    fig.tight_layout()
+    fig.savefig(OUT / "fleet.png")
+    files.append("fleet.png")
+    return files
+
+
+def report(results: dict[str, Any]) -> str:
+    noop, swap, download, fleet = results["noop"], results["swap"], results["download"], results["fleet"]
+    hosts = sorted(int(h) for h in fleet)
+    growth = fleet[str(hosts[-1])]["median_s"] / fleet[str(hosts[0])]["median_s"]
+    lines = [
+        "# Benchmarks",
+        "",
+        f"Generated by `make bench` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, this 2-core machine, "
+        f"{RUNS} runs per figure unless noted, medians. Raw numbers: `bench/results.json`.",
+        "",
+        "| benchmark | measured | target | met |",
+        "| --- | --- | --- | --- |",
+        f"| no-op `pulumi preview` vs empty program | {noop['median']['preview']:.2f} s vs {noop['median']['floor_preview']:.2f} s = {noop['ratio_preview']:.2f}x | <= 1.3x | {'yes' if noop['ratio_preview'] <= 1.3 else 'no'} |",
+        f"| no-op `pulumi up` vs empty program | {noop['median']['up']:.2f} s vs {noop['median']['floor_up']:.2f} s = {noop['ratio_up']:.2f}x | <= 1.3x | {'yes' if noop['ratio_up'] <= 1.3 else 'no'} |",
+        f"| SSH sessions opened by {RUNS} no-op `up`s | {noop['ssh_sessions_during_noop']} | 0 | {'yes' if noop['ssh_sessions_during_noop'] == 0 else 'no'} |",
+        f"| swap overhead (total - engine start-to-ready - download) | {swap['median_overhead']:.2f} s of {swap['median_total']:.2f} s total (engine {swap['median_engine']:.2f} s, stop {swap['median_stop']:.2f} s) | < 5 s | {'yes' if swap['median_overhead'] < 5 else 'no'} |",
+        f"| download throughput, component vs plain `hf download` ({download['bytes'] / 1e6:.0f} MB, 65 files) | {download['throughput_mb_s']['component']:.0f} vs {download['throughput_mb_s']['plain']:.0f} MB/s = {download['ratio']:.2f} | >= 0.95 | {'yes' if download['ratio'] >= 0.95 else 'no'} |",
+        f"| re-run over a complete 64-shard repository | {download['median_rerun']:.2f} s | < 3 s | {'yes' if download['median_rerun'] < 3 else 'no'} |",
+    ]
+    for h in hosts:
+        lines.append(
+            f"| preview of {h} host(s), two models each | {fleet[h]['median_s']:.1f} s, peak {fleet[h]['peak_rss_mib']:.0f} MiB | {'< 120 s' if h == 128 else '-'} | {('yes' if fleet[h]['median_s'] < 120 else 'no') if h == 128 else '-'} |"
+        )
+    lines += [
+        "",
+        f"Fleet preview grows {growth:.1f}x from {hosts[0]} to {hosts[-1]} hosts ({hosts[-1] // hosts[0]}x the hosts).",
+        "",
+        "![no-op converge](noop.png) ![fleet preview](fleet.png)",
+        "",
+        "Swap runs (seconds):",
+        "",
+        "| to | total | stop | start to ready (activation) | engine start to ready (journal) | overhead |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in swap["rows"]:
+        lines.append(
+            f"| {row['model']} | {row['total']:.2f} | {row['stop']:.2f} | {row['start_to_ready']:.2f} | {row['engine_start_to_ready']:.2f} | {row['overhead']:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    if not sandbox_env.is_up(sandbox_env.HOST_SH) or not sandbox_env.is_up(sandbox_env.MIRROR_SH):
+        print("bench: run `make up` first (the dev stack on the sandbox, with the mirror)", file=sys.stderr)
+        return 2
+    only = set(sys.argv[1:])
+    steps: dict[str, Callable[[Path], Any]] = {
+        "noop": bench_noop,
+        "swap": lambda _t: bench_swap(),
+        "download": lambda _t: bench_download(),
+        "fleet": bench_fleet,
+    }
+    results_path = OUT / "results.json"
+    results: dict[str, Any] = json.loads(results_path.read_text()) if results_path.exists() else {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, step in steps.items():
+            if only and name not in only:
+                continue
+            print(f"bench: {name} ...", flush=True)
+            started = time.monotonic()
+            results[name] = step(Path(tmp))
+            print(f"bench: {name} done in {time.monotonic() - started:.0f} s", flush=True)
+            results_path.write_text(json.dumps(results, indent=1, default=str))
+    plot(results)
+    (OUT / "RESULTS.md").write_text(report(results))
+    print((OUT / "RESULTS.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
