@@ -5,6 +5,7 @@ Never part of `make test`."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -355,6 +356,13 @@ def report(results: dict[str, Any]) -> str:
             f"| preview of {h} host(s), two models each | {row['median_s']:.1f} s, peak {row['peak_rss_mib']:.0f} MiB"
             f" | {target} | {met} |"
         )
+    per_host = {h: fleet[str(h)]["median_s"] / h for h in hosts}
+    linear = all(fleet[str(b)]["median_s"] / fleet[str(a)]["median_s"] <= b / a for a, b in itertools.pairwise(hosts))
+    lines.append(
+        "| growth of preview time between sizes | "
+        + ", ".join(f"{h}: {per_host[h]:.2f} s/host" for h in hosts)
+        + f" | at most linear | {'yes' if linear else 'no'} |"
+    )
     lines += [
         "",
         f"Fleet preview grows {growth:.1f}x from {hosts[0]} to {hosts[-1]} hosts ({hosts[-1] // hosts[0]}x the hosts).",
