@@ -53,7 +53,9 @@ def run_program(stack: str, raw_config: dict[str, Any]) -> dict[str, Registered]
     """Evaluate the program for `stack` with the given `vllm-fleet:` values (namespace stripped)."""
     mocks = RecordingMocks()
     pulumi.runtime.set_mocks(mocks, project="vllm-fleet", stack=stack, preview=False)
-    config = {f"vllm-fleet:{k}": json.dumps(v) if not isinstance(v, str) else v for k, v in raw_config.items()}
+    # Encrypted values of the stack file ({"secure": ...}) stand in for the mock secrets below.
+    plain = {k: v for k, v in raw_config.items() if not (isinstance(v, dict) and "secure" in v)}
+    config = {f"vllm-fleet:{k}": json.dumps(v) if not isinstance(v, str) else v for k, v in plain.items()}
     config.setdefault("vllm-fleet:sshPrivateKey", "-----BEGIN OPENSSH PRIVATE KEY-----\nmock\n")
     config.setdefault("vllm-fleet:hfToken", "hf_mocktoken")
     config.pop("vllm-fleet:sshPrivateKeyFile", None)
