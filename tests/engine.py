@@ -23,7 +23,8 @@ PROJECT_FILES = ("Pulumi.yaml", "__main__.py", "components", "models")
 def engine_env(backend: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = {
         "PULUMI_BACKEND_URL": f"file://{backend}",
-        "PULUMI_CONFIG_PASSPHRASE": "vllm-fleet-test",
+        # The dev passphrase of scripts/env.sh, so a copy of Pulumi.dev.yaml (its salt, its secret) opens.
+        "PULUMI_CONFIG_PASSPHRASE": "vllm-fleet-dev-sandbox",
         "PULUMI_HOME": str(TOOLS / "pulumi-home"),
         "PULUMI_SKIP_UPDATE_CHECK": "true",
         "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",

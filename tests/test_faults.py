@@ -226,7 +226,7 @@ def test_controller_killed_mid_download(faults: Faults) -> None:
     stack = faults.configure("e2e-tiny-c", extra_models=extra)
     on_host("rm -rf /shared/e2e-tiny-c")
     sandbox_env.mirror("/_mirror/config", "POST", {"rate_limit_bytes_per_s": 20000})
-    env = engine.engine_env(faults.backend, {"PULUMI_CONFIG_PASSPHRASE": "vllm-fleet-test"})
+    env = engine.engine_env(faults.backend)
     process = subprocess.Popen(
         ["pulumi", "up", "--yes", "--skip-preview", "--stack", STACK],
         cwd=faults.work,
