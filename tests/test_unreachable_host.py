@@ -13,9 +13,7 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
-from models.loader import read_stack_file
-from tests import engine
-from tests.conftest import ROOT
+from tests import engine, sandbox_env
 
 pytestmark = pytest.mark.skipif(not (engine.TOOLS / "bin" / "pulumi").exists(), reason="run `make setup` first")
 
@@ -58,7 +56,7 @@ def silent_port() -> Iterator[int]:
 
 
 def stack_for(tmp_path: Path, port: int) -> auto.Stack:
-    raw = read_stack_file(ROOT / "Pulumi.dev.yaml")
+    raw = sandbox_env.dev_config()
     raw["hosts"][0]["port"] = port
     key = tmp_path / "key"
     key.write_text("not used: the host is never reached\n")

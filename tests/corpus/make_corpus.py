@@ -153,7 +153,11 @@ def write(name: str, key: str, raw: dict[str, Any]) -> None:
 
 
 def main() -> None:
-    base = read_stack_file(ROOT / "Pulumi.dev.yaml")
+    base = {
+        k: v
+        for k, v in read_stack_file(ROOT / "Pulumi.dev.yaml").items()
+        if not (isinstance(v, dict) and "secure" in v)
+    }
     OUT.mkdir(exist_ok=True)
     for old in OUT.glob("*.yaml"):
         old.unlink()
