@@ -28,6 +28,8 @@ def engine_env(backend: Path, extra: Mapping[str, str] | None = None) -> dict[st
         "PULUMI_HOME": str(TOOLS / "pulumi-home"),
         "PULUMI_SKIP_UPDATE_CHECK": "true",
         "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+        # Hosts are probed unless a test asks otherwise, whatever the calling environment says.
+        "VLLM_FLEET_OFFLINE": "0",
         "PATH": f"{TOOLS / 'bin'}:{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}",
     }
     env.update(extra or {})

@@ -60,7 +60,8 @@ def run_program(stack: str, raw_config: dict[str, Any]) -> dict[str, Registered]
     config.setdefault("vllm-fleet:hfToken", "hf_mocktoken")
     config.pop("vllm-fleet:sshPrivateKeyFile", None)
     pulumi.runtime.set_all_config(config, secret_keys=["vllm-fleet:sshPrivateKey", "vllm-fleet:hfToken"])
-    os.environ["VLLM_FLEET_OFFLINE"] = "1"
+    previous_offline = os.environ.get("VLLM_FLEET_OFFLINE")
+    os.environ["VLLM_FLEET_OFFLINE"] = "1"  # mocks contact no host; restored below
 
     options: dict[str, pulumi.ResourceOptions] = {}
     original = RemoteCommand.__init__
@@ -79,6 +80,10 @@ def run_program(stack: str, raw_config: dict[str, Any]) -> dict[str, Registered]
         evaluate()
     finally:
         command_class.__init__ = original
+        if previous_offline is None:
+            os.environ.pop("VLLM_FLEET_OFFLINE", None)
+        else:
+            os.environ["VLLM_FLEET_OFFLINE"] = previous_offline
     for name, opts in options.items():
         depends_on: Any = opts.depends_on or []
         parent: Any = opts.parent
