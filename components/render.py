@@ -215,7 +215,7 @@ def heredoc_file(path: str, content: str, mode: str) -> str:
 
 
 def remote_invocation(script: str, step: str) -> str:
-    """The command string pulumi-command runs over SSH for a rendered script.
+    """The command string a RemoteCommand runs over SSH for a rendered script.
 
     The script travels as an argument of `bash -c` (kept readable in `pulumi preview --diff` by a quoted
     heredoc), which leaves the SSH session's stdin free to carry secrets into the script.
