@@ -56,7 +56,6 @@ def environment_lines(env: Mapping[str, str]) -> str:
 class RenderedUnit:
     name: str
     text: str
-    env_file: str
     state_dir: str
 
 
@@ -149,7 +148,7 @@ def render_unit(rd: ResolvedDeployment, stack: str) -> RenderedUnit:
         start_timeout=start_timeout,
         start_timeout_total=start_timeout_total,
     )
-    return RenderedUnit(name=rd.unit_name, text=text, env_file=env_file, state_dir=state_dir)
+    return RenderedUnit(name=rd.unit_name, text=text, state_dir=state_dir)
 
 
 def secret_env_file(hf_token: str | None) -> str:

@@ -11,9 +11,8 @@ from typing import Any
 
 import yaml
 
-from models.loader import read_stack_file
+from tests.sandbox_env import dev_config
 
-ROOT = Path(__file__).resolve().parents[2]
 OUT = Path(__file__).with_name("invalid")
 
 Case = tuple[str, str, tuple[Any, ...], Any]  # name, expected key, path, value ("<delete>" removes)
@@ -153,11 +152,7 @@ def write(name: str, key: str, raw: dict[str, Any]) -> None:
 
 
 def main() -> None:
-    base = {
-        k: v
-        for k, v in read_stack_file(ROOT / "Pulumi.dev.yaml").items()
-        if not (isinstance(v, dict) and "secure" in v)
-    }
+    base = dev_config()
     OUT.mkdir(exist_ok=True)
     for old in OUT.glob("*.yaml"):
         old.unlink()

@@ -301,11 +301,7 @@ def ancestors(pid: int) -> frozenset[int]:
     found = set()
     while pid > 1 and pid not in found:
         found.add(pid)
-        try:
-            with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
-                pid = int(handle.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            break
+        pid = _parent(pid, "/proc")
     return frozenset(found)
 
 
