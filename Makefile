@@ -21,7 +21,7 @@ down:
 	@scripts/down.sh
 
 lint: setup
-	@$(ENV) ruff check . && ruff format --check . && mypy .
+	@$(ENV) $$VENV/ruff check . && $$VENV/ruff format --check . && $$VENV/mypy .
 
 test: setup
 	@scripts/test.sh
@@ -31,4 +31,4 @@ preview-prod: setup
 	@$(ENV) VLLM_FLEET_OFFLINE=1 pulumi preview --stack prod --diff
 
 bench: setup
-	@$(ENV) python -m bench.run
+	@$(ENV) $$VENV/python -m bench.run $(ARGS)

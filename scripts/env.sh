@@ -4,7 +4,10 @@
 # shellcheck disable=SC2034
 VLLM_FLEET_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export VLLM_FLEET_ROOT
-export PATH="$VLLM_FLEET_ROOT/.tools/bin:$VLLM_FLEET_ROOT/.venv/bin:$PATH"
+# Only the engine goes on PATH: the language host runs the program under Pulumi.yaml's `virtualenv`
+# (.venv) by itself, so `pulumi` works from any shell. The project's own tools are called as $VENV/NAME.
+export PATH="$VLLM_FLEET_ROOT/.tools/bin:$PATH"
+VENV="$VLLM_FLEET_ROOT/.venv/bin"
 export PULUMI_HOME="$VLLM_FLEET_ROOT/.tools/pulumi-home"
 export PULUMI_BACKEND_URL="file://$VLLM_FLEET_ROOT/.state"
 export PULUMI_SKIP_UPDATE_CHECK=true

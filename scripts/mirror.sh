@@ -23,11 +23,11 @@ case "${1:-}" in
     if [ "$(cat "$repos/.stamp" 2>/dev/null)" != "$stamp" ]; then
       echo "mirror: generating the tiny chat models"
       rm -rf "$repos"
-      python -m sandbox.tiny_models --out "$repos"
+      "$VENV/python" -m sandbox.tiny_models --out "$repos"
       echo "$stamp" > "$repos/.stamp"
     fi
     mkdir -p "$run"
-    setsid python -m sandbox.hf_mirror --root "$repos" --host 127.0.0.1 --port "$port" --token "$token" \
+    setsid "$VENV/python" -m sandbox.hf_mirror --root "$repos" --host 127.0.0.1 --port "$port" --token "$token" \
       --gated acme/tiny-chat-b --log-file "$run/requests.jsonl" > "$run/mirror.log" 2>&1 < /dev/null &
     echo $! > "$pid_file"
     for _ in $(seq 1 100); do

@@ -8,9 +8,9 @@ source "$(dirname "$0")/env.sh"
 cd "$VLLM_FLEET_ROOT"
 
 echo "==> ruff"
-ruff check .
-ruff format --check .
+"$VENV/ruff" check .
+"$VENV/ruff" format --check .
 echo "==> mypy"
-mypy .
+"$VENV/mypy" .
 echo "==> pytest"
-exec pytest "$@"
+exec "$VENV/pytest" "$@"

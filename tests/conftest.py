@@ -41,3 +41,13 @@ def sandbox() -> Iterator[None]:
     yield
     for script in reversed(started):
         sandbox_env.take_down(script)
+
+
+@pytest.fixture(scope="session")
+def pulumi_engine() -> None:
+    """The engine `make setup` builds. Missing, it fails the tests that need it, never skips them."""
+    from tests import engine  # imports this module: keep the import out of module scope
+
+    problem = engine.missing_engine()
+    if problem:
+        pytest.fail(f"{problem}: run `make setup` (or scripts/build-engine.sh) to build the engine", pytrace=False)

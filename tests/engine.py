@@ -7,7 +7,9 @@ an encryption salt, never touch the checkout) and a local state backend of its o
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from pulumi import automation as auto
 from tests.conftest import ROOT
 
 TOOLS = ROOT / ".tools"
+COMMAND_PROVIDER_VERSION = "1.2.1"
 PROJECT_FILES = ("Pulumi.yaml", "__main__.py", "components", "models")
 
 
@@ -30,7 +33,8 @@ def engine_env(backend: Path, extra: Mapping[str, str] | None = None) -> dict[st
         "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
         # Hosts are probed unless a test asks otherwise, whatever the calling environment says.
         "VLLM_FLEET_OFFLINE": "0",
-        "PATH": f"{TOOLS / 'bin'}:{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}",
+        # Only the engine: the language host finds the program's Python through Pulumi.yaml's virtualenv.
+        "PATH": f"{TOOLS / 'bin'}:{os.environ['PATH']}",
     }
     env.update(extra or {})
     return env
@@ -72,3 +76,20 @@ def stack(
     for key, value in (secrets or {}).items():
         created.set_config(key, auto.ConfigValue(value=value, secret=True))
     return created
+
+
+def missing_engine() -> str | None:
+    """What of the engine is missing (the CLI, the language host, the registered command provider)."""
+    for binary in ("pulumi", "pulumi-language-python", "pulumi-language-python-exec"):
+        if not (TOOLS / "bin" / binary).exists():
+            return f"{TOOLS / 'bin' / binary} is missing"
+    plugins = subprocess.run(
+        [str(TOOLS / "bin" / "pulumi"), "plugin", "ls"],
+        env=engine_env(TOOLS / "no-state"),
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    if not re.search(rf"^command\s+resource\s+{re.escape(COMMAND_PROVIDER_VERSION)}\b", plugins, re.M):
+        return f"the pulumi-command provider {COMMAND_PROVIDER_VERSION} is not registered (`pulumi plugin ls`)"
+    return None

@@ -15,7 +15,7 @@ from pulumi import automation as auto
 from tests import engine, sandbox_env
 from tests.sandbox_env import on_host
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
 
 STACK = "e2e"
 ENDPOINT = "http://127.0.0.1:18001/v1"

@@ -12,16 +12,38 @@ from pulumi import automation as auto
 from tests import engine
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.skipif(not (engine.TOOLS / "bin" / "pulumi").exists(), reason="run `make setup` first")
+pytestmark = pytest.mark.usefixtures("pulumi_engine")
 
 
-def test_engine_version_and_python_plugins(tmp_path: Path) -> None:
+def test_engine_versions_and_registered_provider(tmp_path: Path) -> None:
     env = engine.engine_env(tmp_path / "state")
-    version = subprocess.run(["pulumi", "version"], env=env, capture_output=True, text=True, check=True).stdout
+
+    def run(*args: str) -> str:
+        return subprocess.run(args, env=env, capture_output=True, text=True, check=True, cwd=ROOT).stdout
+
     # v3.274.1: the oldest CLI the Go module proxy serves at or above the pinned 3.272.0 SDK.
-    assert version.strip() == "v3.274.1"
-    for binary in ("pulumi-language-python", "pulumi-language-python-exec", "pulumi-resource-pulumi-python"):
-        assert (engine.TOOLS / "bin" / binary).exists(), binary
+    assert run("pulumi", "version").strip() == "v3.274.1"
+    assert run("pulumi-language-python", "-version").strip() == "v3.259.0"
+    assert re.search(r"^command\s+resource\s+1\.2\.1\b", run("pulumi", "plugin", "ls"), re.M)
+    # The dynamic-provider helper of the old engine is gone: no step can be a dynamic resource.
+    assert not (engine.TOOLS / "bin" / "pulumi-resource-pulumi-python").exists()
+
+
+def test_pulumi_runs_the_program_under_the_projects_virtualenv(tmp_path: Path) -> None:
+    """With only the engine on PATH (no venv), `pulumi about` finds the program's Python and plugins."""
+    work = engine.project_copy(tmp_path / "project", {"Pulumi.dev.yaml": (ROOT / "Pulumi.dev.yaml").read_text()})
+    env = engine.engine_env(tmp_path / "state")
+    (tmp_path / "state").mkdir()
+    assert str(ROOT / ".venv") not in env["PATH"]
+    subprocess.run(["pulumi", "stack", "init", "dev"], env=env, cwd=work, capture_output=True, check=True)
+    about = subprocess.run(
+        ["pulumi", "about", "--stack", "dev"], env=env, cwd=work, capture_output=True, text=True, check=True
+    ).stdout
+    assert re.search(r"^resource\s+command\s+1\.2\.1$", about, re.M), about
+    assert re.search(r"^language\s+python\s+3\.259\.0$", about, re.M), about
+    assert f"executable='{work}/.venv/bin/python'" in about, about
+    assert re.search(r"^pulumi-command\s+1\.2\.1$", about, re.M), about  # the SDK, found in .venv
+    assert "download" not in about.lower(), about
 
 
 def test_real_engine_previews_the_dev_stack(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from pulumi import automation as auto
 from tests import engine
 
 CORPUS = sorted((Path(__file__).parent / "corpus" / "invalid").glob("*.yaml"))
-pytestmark = pytest.mark.skipif(not (engine.TOOLS / "bin" / "pulumi").exists(), reason="run `make setup` first")
+pytestmark = pytest.mark.usefixtures("pulumi_engine")
 
 
 def test_corpus_is_large_enough() -> None:

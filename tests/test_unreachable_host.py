@@ -15,7 +15,7 @@ from pulumi import automation as auto
 
 from tests import engine, sandbox_env
 
-pytestmark = pytest.mark.skipif(not (engine.TOOLS / "bin" / "pulumi").exists(), reason="run `make setup` first")
+pytestmark = pytest.mark.usefixtures("pulumi_engine")
 
 # The program's probe waits at most 5 s to connect and 5 s for the SSH banner; engine start-up and the
 # Python program add a few seconds.
