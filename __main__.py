@@ -103,6 +103,7 @@ pulumi.export(
             "servedModelName": s.served_model_name,
             "unitName": s.unit_name,
             "modelPath": s.model_path,
+            "launch": s.launch,
         }
         for name, s in services.items()
     },

@@ -43,7 +43,7 @@ class GpuHost(pulumi.ComponentResource):
             self.target,
             create=render.preflight_script(args.host),
             parent=self,
-            timeout_minutes=5,
+            timeout_seconds=300,
         )
         # Tools are shared by every deployment of the host; removing them waits for the last one.
         self.tools = remote_step(
@@ -53,7 +53,7 @@ class GpuHost(pulumi.ComponentResource):
             delete=render.tools_delete_script(),
             parent=self,
             depends_on=[self.preflight],
-            timeout_minutes=5,
+            timeout_seconds=300,
         )
         self.facts = self.preflight.stdout.apply(parse_facts)
         self.register_outputs({"facts": self.facts, "address": args.host.address})

@@ -47,13 +47,7 @@ class ModelDownload(pulumi.ComponentResource):
             stdin=token_line,
             parent=self,
             depends_on=[args.storage.layout],
-            timeout_minutes=download_timeout_minutes(args.model.size_gb),
-            summary={
-                "repo": args.model.repo,
-                "revision": args.model.revision,
-                "sizeGb": args.model.size_gb,
-                "keep": args.model.keep,
-            },
+            timeout_seconds=60 * download_timeout_minutes(args.model.size_gb),
         )
         self.model_path = pulumi.Output.from_input(f"{storage.path}/{args.model.dir}")
         self.register_outputs({"modelPath": self.model_path, "repo": args.model.repo, "revision": args.model.revision})

@@ -1,50 +1,60 @@
 """The one way this project runs a step on a host, so every remote command follows the same rules.
 
-Rules (shared/REFERENCE.md section 2 lists where remote commands go wrong):
-- bounded connection: `dialAttempts` attempts of `dialTimeoutSeconds` seconds (the host's config),
-  and SSH keepalives, so a host that goes away mid-step is noticed;
-- nothing passed through the remote environment (it needs the server's AcceptEnv);
-- secrets only on stdin, stored encrypted; the connection (it holds the key) and the stdin are secret
-  outputs, and so are stdout and stderr of a step that receives secrets, in case a tool echoes them;
-- a time limit on every step, sized by the caller for its long work (the engine's custom timeouts do
-  not reach dynamic providers, so the provider enforces it);
-- `delete_before_replace` where the step owns a singleton on the host (a unit name, a port, GPUs).
+Every step is a `pulumi_command.remote.Command` (pulumi-command v1.2.1). Its rules, each through a
+feature of the provider or of the host (shared/REFERENCE.md section 2 lists where remote commands go
+wrong):
+- the host key is pinned when the host config has one (`connection.hostKey`): a host that shows another
+  key is refused before any command runs;
+- bounded connection: `dialErrorLimit` attempts of `perDialTimeout` seconds, from the host config;
+- nothing passed through the remote environment (it needs the server's AcceptEnv), and no previous
+  output either (`addPreviousOutputInEnv: false`);
+- secrets only on stdin; the connection (it holds the key) is secret in the provider's schema, the stdin
+  is a secret input, and the stdout/stderr of a step that receives secrets are secret outputs;
+- a time limit on every step. pulumi-command 1.2.1 ignores the engine's `customTimeouts` (its Create,
+  Update and Delete never read the request's timeout), so the limit is enforced on the host by
+  coreutils `timeout` around the step's script (render.remote_invocation); `customTimeouts` carries the
+  same value, so the engine and `pulumi stack export` state it too;
+- `delete_before_replace` where the step owns a singleton on the host (a unit name, a port, GPUs);
+- the host's identity (address, port, user) in `triggers`: a step moved to another host is replaced
+  (delete on the old host, create on the new), while a new private key only re-runs the idempotent script.
+- the output of long steps is streamed by the provider as status lines while they run (download %,
+  load wait), so `pulumi up` shows progress.
 """
 
 from __future__ import annotations
 
 import socket
 from dataclasses import dataclass
-from typing import Any
 
 import pulumi
+from pulumi_command import remote
 
-from components.remote_command import RemoteCommand
 from components.render import remote_invocation
 from models.config import Host
+
+# Seconds a step gets after its time limit's TERM before it is killed.
+KILL_AFTER_SECONDS = 30
 
 
 @dataclass(frozen=True)
 class Target:
-    """Where a step runs: the host's config and its connection (a secret: it holds the private key)."""
+    """Where a step runs: the host's config and its connection (secret in the provider's schema)."""
 
     host: Host
-    connection: pulumi.Output[dict[str, Any]]
+    connection: remote.ConnectionArgs
 
 
 def connect(host: Host, private_key: pulumi.Input[str]) -> Target:
-    connection = pulumi.Output.from_input(private_key).apply(
-        lambda key: {
-            "host": host.address,
-            "port": host.port,
-            "user": host.user,
-            "privateKey": key,
-            "hostKey": host.host_key,
-            "dialAttempts": host.dial_attempts,
-            "dialTimeoutSeconds": host.dial_timeout_seconds,
-        }
+    connection = remote.ConnectionArgs(
+        host=host.address,
+        port=host.port,
+        user=host.user,
+        private_key=pulumi.Output.secret(private_key),
+        host_key=host.host_key,
+        dial_error_limit=host.dial_attempts,
+        per_dial_timeout=host.dial_timeout_seconds,
     )
-    return Target(host=host, connection=pulumi.Output.secret(connection))
+    return Target(host=host, connection=connection)
 
 
 def remote_step(
@@ -56,25 +66,40 @@ def remote_step(
     stdin: pulumi.Input[str] | None = None,
     parent: pulumi.Resource,
     depends_on: list[pulumi.Resource] | None = None,
-    timeout_minutes: int = 10,
+    timeout_seconds: int = 600,
     owns_singleton: bool = False,
-    summary: dict[str, Any] | None = None,
-) -> RemoteCommand:
-    """A remote command running a rendered script (see components/render.py) over SSH."""
+    log_output: bool = True,
+) -> remote.Command:
+    """A remote command running a rendered script (see components/render.py) over SSH.
+
+    `log_output=False` keeps a step's output off the terminal (it is still stored, as a secret when the
+    step receives secrets); for steps whose output is not worth streaming.
+    """
     carries_secret = stdin is not None
-    return RemoteCommand(
+    host = target.host
+    return remote.Command(
         name,
         connection=target.connection,
-        create=remote_invocation(create, name),
-        delete=remote_invocation(delete, f"{name}-delete") if delete is not None else None,
+        create=remote_invocation(create, name, timeout_seconds, KILL_AFTER_SECONDS),
+        delete=(
+            remote_invocation(delete, f"{name}-delete", timeout_seconds, KILL_AFTER_SECONDS)
+            if delete is not None
+            else None
+        ),
         stdin=pulumi.Output.secret(stdin) if stdin is not None else None,
-        timeout_seconds=timeout_minutes * 60,
-        summary=summary,
+        add_previous_output_in_env=False,
+        logging=remote.Logging.STDOUT_AND_STDERR if log_output else remote.Logging.NONE,
+        triggers=[host.address, host.port, host.user],
         opts=pulumi.ResourceOptions(
             parent=parent,
             depends_on=depends_on or [],
             delete_before_replace=owns_singleton,
-            additional_secret_outputs=["connection", "stdin", *(["stdout", "stderr"] if carries_secret else [])],
+            additional_secret_outputs=["stdout", "stderr"] if carries_secret else [],
+            custom_timeouts=pulumi.CustomTimeouts(
+                create=f"{timeout_seconds + KILL_AFTER_SECONDS}s",
+                update=f"{timeout_seconds + KILL_AFTER_SECONDS}s",
+                delete=f"{timeout_seconds + KILL_AFTER_SECONDS}s",
+            ),
         ),
     )
 

@@ -213,16 +213,24 @@ def heredoc_file(path: str, content: str, mode: str) -> str:
     )
 
 
-def remote_invocation(script: str, step: str) -> str:
-    """The command string a RemoteCommand runs over SSH for a rendered script.
+def remote_invocation(script: str, step: str, time_limit_seconds: int, kill_after_seconds: int) -> str:
+    """The command string a remote Command runs over SSH for a rendered script.
 
     The script travels as an argument of `bash -c` (kept readable in `pulumi preview --diff` by a quoted
-    heredoc), which leaves the SSH session's stdin free to carry secrets into the script.
+    heredoc), which leaves the SSH session's stdin free to carry secrets into the script. coreutils
+    `timeout` bounds it on the host (TERM to the script's process group, KILL `kill_after_seconds`
+    later), because pulumi-command does not act on the engine's custom timeouts; exit 124 is named.
     """
     delimiter = "VLLM_FLEET_SCRIPT"
     if delimiter in script:
         raise ValueError(f"{step}: script contains the delimiter {delimiter}")
-    return f"bash -c \"$(cat <<'{delimiter}'\n{script}{delimiter}\n)\" {shlex.quote('vllm-fleet-' + step)}"
+    label = shlex.quote("vllm-fleet-" + step)
+    return (
+        f"timeout --kill-after={kill_after_seconds} {time_limit_seconds} "
+        f"bash -c \"$(cat <<'{delimiter}'\n{script}{delimiter}\n)\" {label} || {{ rc=$?; "
+        f'[ "$rc" -ne 124 ] || echo {label}": stopped by its time limit of {time_limit_seconds} s" >&2; '
+        f'exit "$rc"; }}'
+    )
 
 
 # ---- the scripts of each step, with their parameters bound ---------------------------------------

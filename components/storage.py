@@ -42,7 +42,7 @@ class SharedStorage(pulumi.ComponentResource):
             delete=render.storage_delete_script(args.storage),
             parent=self,
             depends_on=[args.host.tools],
-            timeout_minutes=5,
+            timeout_seconds=300,
         )
         usage = self.layout.stdout.apply(parse_usage)
         self.path = pulumi.Output.from_input(args.storage.path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 
@@ -34,6 +35,7 @@ class VllmService(pulumi.ComponentResource):
     served_model_name: pulumi.Output[str]
     unit_name: pulumi.Output[str]
     model_path: pulumi.Output[str]
+    launch: pulumi.Output[dict[str, Any]]
 
     TYPE = "vllm-fleet:index:VllmService"
 
@@ -52,14 +54,8 @@ class VllmService(pulumi.ComponentResource):
             stdin=env_file,
             parent=self,
             depends_on=[args.download.files, args.host.tools],
-            timeout_minutes=5,
+            timeout_seconds=300,
             owns_singleton=True,
-            summary={
-                "unit": rd.unit_name,
-                "model": f"{rd.model_name} ({rd.model.repo}@{rd.model.revision})",
-                "execStart": [rd.host.runtime.python, *render.vllm_arguments(rd)],
-                "environment": render.engine_environment(rd),
-            },
         )
         # Start, readiness and a possible rollback (which waits for the old model again) must all fit.
         activation_minutes = math.ceil(2 * render.activation_timeout(rd) / 60) + 5
@@ -70,19 +66,27 @@ class VllmService(pulumi.ComponentResource):
             delete=render.deactivate_script(rd, args.stack),
             parent=self,
             depends_on=[self.unit],
-            timeout_minutes=activation_minutes,
+            timeout_seconds=60 * activation_minutes,
             owns_singleton=True,
-            summary={"unit": rd.unit_name, "servedModelName": rd.served_model_name, "port": rd.deployment.port},
         )
         self.endpoint = pulumi.Output.from_input(endpoint_url(rd))
         self.served_model_name = pulumi.Output.from_input(rd.served_model_name)
         self.unit_name = pulumi.Output.from_input(rd.unit_name)
         self.model_path = pulumi.Output.from_input(rd.model_path)
+        # The engine's command line and environment as data: `pulumi preview` shows stack outputs whole,
+        # while a step's script is cut to its first lines when it is created.
+        self.launch = pulumi.Output.from_input(
+            {
+                "execStart": [rd.host.runtime.python, *render.vllm_arguments(rd)],
+                "environment": render.engine_environment(rd),
+            }
+        )
         self.register_outputs(
             {
                 "endpoint": self.endpoint,
                 "servedModelName": self.served_model_name,
                 "unitName": self.unit_name,
                 "modelPath": self.model_path,
+                "launch": self.launch,
             }
         )

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
+from pulumi_command import remote
 
-from components.remote_command import RemoteCommand
 from tests.conftest import ROOT
 
 
@@ -22,7 +22,7 @@ class Registered:
     options: dict[str, Any] = field(default_factory=dict)
 
 
-DYNAMIC_TYPE = "pulumi-python:dynamic:Resource"
+COMMAND_TYPE = "command:remote:Command"
 SECRET_SIG = "4dabf18193072939515e22adb298388d"  # Pulumi's marker of a secret value on the wire
 
 
@@ -39,7 +39,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
         outputs = dict(args.inputs)
-        if args.typ == DYNAMIC_TYPE:
+        if args.typ == COMMAND_TYPE:
             outputs["stdout"] = outputs.get("stdout") or ""
             outputs["stderr"] = outputs.get("stderr") or ""
         self.resources[args.name] = Registered(args.typ, args.name, dict(args.inputs))
@@ -64,7 +64,7 @@ def run_program(stack: str, raw_config: dict[str, Any]) -> dict[str, Registered]
     os.environ["VLLM_FLEET_OFFLINE"] = "1"  # mocks contact no host; restored below
 
     options: dict[str, pulumi.ResourceOptions] = {}
-    original = RemoteCommand.__init__
+    original = remote.Command.__init__
 
     def recording_init(self: Any, resource_name: str, *args: Any, **kwargs: Any) -> None:
         options[resource_name] = kwargs["opts"]
@@ -74,7 +74,7 @@ def run_program(stack: str, raw_config: dict[str, Any]) -> dict[str, Registered]
     def evaluate() -> None:
         runpy.run_path(str(ROOT / "__main__.py"), run_name="__main__")
 
-    command_class: Any = RemoteCommand
+    command_class: Any = remote.Command
     command_class.__init__ = recording_init
     try:
         evaluate()
@@ -92,5 +92,6 @@ def run_program(stack: str, raw_config: dict[str, Any]) -> dict[str, Registered]
             "delete_before_replace": bool(opts.delete_before_replace),
             "additional_secret_outputs": list(opts.additional_secret_outputs or []),
             "parent": parent._name if parent else None,
+            "custom_timeouts": opts.custom_timeouts,
         }
     return mocks.resources

@@ -4,6 +4,7 @@ and the options every remote step carries."""
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 import pytest
@@ -11,11 +12,11 @@ import pytest
 from components import render
 from models.loader import load_stack_file, read_stack_file
 from tests.conftest import ROOT
-from tests.pulumi_mocks import DYNAMIC_TYPE, Registered, run_program, unsecret
+from tests.pulumi_mocks import COMMAND_TYPE, Registered, run_program, unsecret
 
 
 def commands(resources: dict[str, Registered]) -> dict[str, Registered]:
-    return {name: r for name, r in resources.items() if r.type == DYNAMIC_TYPE}
+    return {name: r for name, r in resources.items() if r.type == COMMAND_TYPE}
 
 
 @pytest.fixture(scope="module")
@@ -60,11 +61,15 @@ def test_dev_graph() -> None:
 def test_every_remote_step_follows_the_rules(prod: dict[str, Registered]) -> None:
     for name, step in commands(prod).items():
         conn, secret = unsecret(step.inputs["connection"])
-        assert secret, name
-        assert conn["dialAttempts"] == 3 and conn["dialTimeoutSeconds"] == 10, name
-        assert step.inputs["label"] == name
-        assert {"connection", "stdin"} <= set(step.options["additional_secret_outputs"]), name
-        assert step.inputs["create"].startswith("bash -c \"$(cat <<'VLLM_FLEET_SCRIPT'\n#!/usr/bin/env bash\n"), name
+        assert secret and conn["privateKey"].startswith("-----BEGIN OPENSSH PRIVATE KEY-----"), name
+        assert conn["dialErrorLimit"] == 3 and conn["perDialTimeout"] == 10, name
+        # Nothing through SSH setenv: sshd drops it without AcceptEnv.
+        assert step.inputs["addPreviousOutputInEnv"] is False and "environment" not in step.inputs, name
+        assert step.inputs["triggers"] == ["10.40.0.11", 22, "root"], name
+        assert (
+            step.inputs["create"].startswith("timeout --kill-after=30 ")
+            and "bash -c \"$(cat <<'VLLM_FLEET_SCRIPT'\n#!/usr/bin/env bash\n" in step.inputs["create"]
+        ), name
         assert "hf_mocktoken" not in step.inputs["create"] and "mock\n" not in step.inputs["create"], name
 
 
@@ -85,10 +90,24 @@ def test_singletons_are_deleted_before_replacement_and_long_steps_have_timeouts(
     config = load_stack_file(ROOT / "Pulumi.prod.yaml")
     (rd,) = config.resolved_deployments()
     # A 36-minute load, then a rollback that waits for the old model again, must fit.
-    assert steps["primary-serving"].inputs["timeoutSeconds"] >= 2 * render.activation_timeout(rd) > 2 * 36 * 60
+    assert time_limit(steps["primary-serving"]) >= 2 * render.activation_timeout(rd) > 2 * 36 * 60
     # The reference download took ~28 minutes.
-    assert steps["shared-kimi-k2.5-int4-files"].inputs["timeoutSeconds"] >= 2 * 28 * 60
-    assert steps["gpu-01-preflight"].inputs["timeoutSeconds"] == 300
+    assert time_limit(steps["shared-kimi-k2.5-int4-files"]) >= 2 * 28 * 60
+    assert time_limit(steps["gpu-01-preflight"]) == 300
+    for name, step in steps.items():
+        # The engine is told the same limit (plus the kill grace) that `timeout` enforces on the host.
+        timeouts = step.options["custom_timeouts"]
+        expected = f"{time_limit(step) + 30}s"
+        assert (timeouts.create, timeouts.update, timeouts.delete) == (expected, expected, expected), name
+        if "delete" in step.inputs:
+            assert step.inputs["delete"].startswith(f"timeout --kill-after=30 {time_limit(step)} "), name
+
+
+def time_limit(step: Registered) -> int:
+    """The seconds `timeout` gives the step's script on the host."""
+    match = re.match(r"timeout --kill-after=30 (\d+) bash -c ", step.inputs["create"])
+    assert match, step.inputs["create"][:80]
+    return int(match.group(1))
 
 
 def changed(before: dict[str, Registered], after: dict[str, Registered]) -> dict[str, str]:

@@ -6,6 +6,7 @@ import os
 import shutil
 import stat
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -192,3 +193,23 @@ def test_parameters_are_shell_quoted() -> None:
 def test_heredoc_delimiter_cannot_be_smuggled() -> None:
     with pytest.raises(ValueError, match="delimiter"):
         render.heredoc_file("/x", "a\nVLLM_FLEET_EOF\nrm -rf /\n", "0644")
+
+
+def test_remote_invocation_passes_stdin_and_stops_at_its_time_limit(tmp_path: Path) -> None:
+    """The string a remote Command runs, executed by a local shell as sshd would run it."""
+    marker = tmp_path / "after-sleep"
+    script = f'#!/usr/bin/env bash\nread -r secret\necho "got ${{#secret}} chars"\nsleep 30\ntouch {marker}\n'
+    invocation = render.remote_invocation(script, "slow-step", 1, 2)
+    started = time.monotonic()
+    result = subprocess.run(["sh", "-c", invocation], input="s3cret\n", capture_output=True, text=True, timeout=20)
+    elapsed = time.monotonic() - started
+    assert result.returncode == 124, result
+    assert result.stdout == "got 6 chars\n"
+    assert "vllm-fleet-slow-step: stopped by its time limit of 1 s" in result.stderr
+    assert elapsed < 5 and not marker.exists()
+
+
+def test_remote_invocation_keeps_the_script_exit_status() -> None:
+    invocation = render.remote_invocation("#!/usr/bin/env bash\nexit 3\n", "failing", 10, 2)
+    result = subprocess.run(["sh", "-c", invocation], capture_output=True, text=True, timeout=20)
+    assert result.returncode == 3 and "time limit" not in result.stderr
