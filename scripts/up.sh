@@ -5,6 +5,16 @@ set -euo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$VLLM_FLEET_ROOT"
 
+# State written by vllm-fleet's old dynamic provider (before pulumi-command) describes steps the engine
+# can no longer run. The sandbox is disposable: discard it and the dev state, and deploy afresh.
+if pulumi stack export --stack dev 2>/dev/null | grep -q '"type": "pulumi-python:dynamic:Resource"'; then
+  echo "==> up: the dev stack's state comes from the old dynamic provider; starting the sandbox and the dev stack afresh"
+  sandbox/host.sh down
+  pulumi stack rm dev --force --yes --preserve-config >/dev/null
+  pulumi stack init dev --secrets-provider passphrase --non-interactive >/dev/null
+  rm -f .state/dev-sandbox-instance
+fi
+
 sandbox/host.sh up
 scripts/mirror.sh up
 
@@ -22,4 +32,4 @@ fi
 echo "$instance" > "$recorded"
 
 pulumi up --stack dev --yes --diff
-python scripts/chat.py --stack dev
+"$VENV/python" scripts/chat.py --stack dev
