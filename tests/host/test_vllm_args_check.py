@@ -1,0 +1,91 @@
+"""vllm-args-check's logic on argparse parsers shaped like two vLLM generations' servers. The real
+parser of the sandbox's vLLM is exercised end to end (tests/test_brownfield.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from host import vllm_args_check as tool
+
+ORIGINS = {
+    "--disable-log-requests": "vllm-fleet:models.kimi-k2.5-int4.serving.extraArgs",
+    "--attention-backend": "vllm-fleet:models.kimi-k2.5-int4.serving.attentionBackend",
+    "--tensor-parallel-size": "vllm-fleet:models.kimi-k2.5-int4.serving.tensorParallel",
+}
+
+
+def parser_like_v0_11() -> argparse.ArgumentParser:
+    """Has --disable-log-requests, predates --attention-backend (REFERENCE.md section 5)."""
+    parser = argparse.ArgumentParser(prog="api_server")
+    parser.add_argument("--model")
+    parser.add_argument("--tensor-parallel-size", type=int, default=1)
+    parser.add_argument("--disable-log-requests", action="store_true")
+    return parser
+
+
+def parser_like_v0_32() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="api_server")
+    parser.add_argument("--model")
+    parser.add_argument("--tensor-parallel-size", type=int, default=1)
+    parser.add_argument("--attention-backend", choices=["TRITON_MLA", "FLASH_ATTN", "CPU_ATTN"])
+    parser.add_argument("--enable-log-requests", action=argparse.BooleanOptionalAction, default=False)
+    return parser
+
+
+def test_accepted_launch() -> None:
+    args = ["--model", "/shared/kimi", "--tensor-parallel-size", "8", "--disable-log-requests"]
+    verdict = tool.check(args, "vllm-kimi.service", ORIGINS, "0.11.2", parser_like_v0_11, None)
+    assert verdict.accepted and verdict.message == "vLLM 0.11.2 accepts the launch of vllm-kimi.service (5 arguments)"
+
+
+def test_removed_flag_names_the_flag_its_key_and_the_version() -> None:
+    args = ["--model", "/shared/kimi", "--disable-log-requests"]
+    verdict = tool.check(args, "vllm-kimi.service", ORIGINS, "0.32.0", parser_like_v0_32, None)
+    assert not verdict.accepted
+    assert verdict.message.startswith("vLLM 0.32.0 on this host rejects the launch of vllm-kimi.service: ")
+    assert "--disable-log-requests (from vllm-fleet:models.kimi-k2.5-int4.serving.extraArgs)" in verdict.message
+    assert "unrecognized arguments: --disable-log-requests" in verdict.message
+
+
+def test_flag_of_a_newer_release_is_rejected_by_an_older_one() -> None:
+    args = ["--model", "/shared/kimi", "--attention-backend", "TRITON_MLA"]
+    verdict = tool.check(args, "u.service", ORIGINS, "0.11.2", parser_like_v0_11, None)
+    assert not verdict.accepted
+    assert "--attention-backend (from vllm-fleet:models.kimi-k2.5-int4.serving.attentionBackend)" in verdict.message
+
+
+def test_invalid_value_is_blamed_on_its_flag() -> None:
+    args = ["--model", "/m", "--tensor-parallel-size", "eight"]
+    verdict = tool.check(args, "u.service", ORIGINS, "0.32.0", parser_like_v0_32, None)
+    assert not verdict.accepted
+    assert "--tensor-parallel-size (from vllm-fleet:models.kimi-k2.5-int4.serving.tensorParallel)" in verdict.message
+    assert "invalid int value: 'eight'" in verdict.message
+
+
+def test_validation_after_parsing_fails_the_launch() -> None:
+    def validate(namespace: argparse.Namespace) -> None:
+        raise TypeError("Error: --enable-auto-tool-choice requires --tool-call-parser")
+
+    verdict = tool.check(["--model", "/m"], "u.service", ORIGINS, "0.32.0", parser_like_v0_32, validate)
+    assert not verdict.accepted
+    assert "TypeError: Error: --enable-auto-tool-choice requires --tool-call-parser" in verdict.message
+
+
+def test_flags_named_matches_whole_flags_only() -> None:
+    args = ["--enable-log-requests", "--enable-log-requests-extra", "--port=8000"]
+    assert tool.flags_named("unrecognized arguments: --enable-log-requests-extra", args) == [
+        "--enable-log-requests-extra"
+    ]
+    assert tool.flags_named("argument --port: invalid int value", args) == ["--port"]
+
+
+def test_main_reports_a_host_without_vllm(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"unit": "u.service", "args": ["--model", "/m"]}))
+    # This controller's venv has no vLLM: the tool says so instead of passing the launch.
+    assert tool.main(["--spec", str(spec)]) == 1
+    assert "cannot load this host's vLLM argument parser" in capsys.readouterr().err
