@@ -19,17 +19,20 @@ from string import Template
 from models.config import Host, ModelSpec, ResolvedDeployment, Storage
 
 FILES = Path(__file__).with_name("files")
+# The programs that run on hosts (see host/__init__.py).
+HOST_PROGRAMS = Path(__file__).resolve().parent.parent / "host"
 
 TOOLS_DIR = "/usr/local/lib/vllm-fleet"
 STATE_DIR = "/var/lib/vllm-fleet"
 ETC_DIR = "/etc/vllm-fleet"
 UNIT_DIR = "/etc/systemd/system"
-# Host tools installed by the Host component; the unit's ExecStartPre/ExecStartPost call them.
-HOST_TOOLS = {
-    "gpu-release-guard": "gpu_release_guard.py",
-    "wait-ready": "wait_ready.py",
-    "model-sync": "model_sync.py",
-    "clean-shm": "clean-shm.sh",
+# Host tools installed by the Host component; the unit and the steps' scripts call them by name.
+HOST_TOOLS: dict[str, Path] = {
+    "gpu-release-guard": HOST_PROGRAMS / "gpu_release_guard.py",
+    "wait-ready": HOST_PROGRAMS / "wait_ready.py",
+    "model-sync": HOST_PROGRAMS / "model_sync.py",
+    "vllm-args-check": HOST_PROGRAMS / "vllm_args_check.py",
+    "clean-shm": FILES / "clean-shm.sh",
 }
 HEREDOC_DELIMITER = "VLLM_FLEET_EOF"
 
@@ -240,7 +243,7 @@ def tools_script() -> str:
     """Install every host tool; the tool sources are part of the script, so a change shows in a diff."""
     script = render_script("tools.sh", {"TOOLS_DIR": TOOLS_DIR})
     for tool, source in sorted(HOST_TOOLS.items()):
-        script += heredoc_file(f"{TOOLS_DIR}/{tool}", script_body(source), "0755")
+        script += heredoc_file(f"{TOOLS_DIR}/{tool}", source.read_text(encoding="utf-8"), "0755")
     return script + f'echo "installed {len(HOST_TOOLS)} vllm-fleet tools in {TOOLS_DIR}"\n'
 
 

@@ -53,9 +53,7 @@ def explain(version: str, unit: str, error: str, args: Sequence[str], origins: M
     error = " ".join(error.split())
     flags = flags_named(error, args)
     if flags:
-        blamed = "; ".join(
-            f"{flag} (from {origins.get(flag, 'the deployment serving config')})" for flag in flags
-        )
+        blamed = "; ".join(f"{flag} (from {origins.get(flag, 'the deployment serving config')})" for flag in flags)
         return (
             f"vLLM {version} on this host rejects the launch of {unit}: {blamed}: {error}. "
             "Change that config key (this host's vLLM decides which flags exist); nothing was stopped."
@@ -106,8 +104,7 @@ def _import_first(names: Sequence[str], attribute: str) -> Any:
 
 def host_vllm() -> tuple[str, Callable[[], argparse.ArgumentParser], Callable[[argparse.Namespace], Any] | None]:
     """The installed vLLM's version, a factory of its server parser, and its serve-args validator."""
-    import vllm
-
+    vllm = importlib.import_module("vllm")  # the host's; the controller has none
     version = str(getattr(vllm, "__version__", "unknown"))
     make_arg_parser = _import_first(PARSER_MODULES, "make_arg_parser")
     flexible = _import_first(FLEXIBLE_PARSER_MODULES, "FlexibleArgumentParser")

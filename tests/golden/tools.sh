@@ -767,6 +767,154 @@ VLLM_FLEET_EOF
 chmod 0755 /usr/local/lib/vllm-fleet/model-sync.vllm-fleet-tmp
 mv -f /usr/local/lib/vllm-fleet/model-sync.vllm-fleet-tmp /usr/local/lib/vllm-fleet/model-sync
 install -d -m 0755 /usr/local/lib/vllm-fleet
+cat > /usr/local/lib/vllm-fleet/vllm-args-check.vllm-fleet-tmp <<'VLLM_FLEET_EOF'
+#!/usr/bin/env python3
+"""vllm-fleet vllm-args-check: have the host's own vLLM parse a deployment's launch before anything stops.
+
+A flag that one vLLM release accepts can be unknown to another (`--disable-log-requests` was removed in
+v0.12, `--attention-backend` came with it), and vLLM rejects a bad flag only when it starts, that is,
+after the old model was stopped. This tool runs in the unit step, while the old model still serves: it
+imports the vLLM of the unit's Python, builds the same argument parser `python -m
+vllm.entrypoints.openai.api_server` builds, parses the rendered arguments and runs vLLM's own check of
+the parsed serve arguments. On failure it names the flag, the stack config key it came from and the
+vLLM version, and exits 1. It loads no model and touches no GPU.
+
+Usage: vllm-args-check --spec FILE, where FILE is JSON {"unit": ..., "args": [...], "origins": {flag: key}}
+(args are those after `-m vllm.entrypoints.openai.api_server`). Standard library only, besides vLLM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import io
+import json
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# Where vLLM keeps the server's parser, newest layout first (it moved between releases).
+PARSER_MODULES = ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args")
+FLEXIBLE_PARSER_MODULES = ("vllm.utils.argparse_utils", "vllm.utils")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    accepted: bool
+    message: str
+
+
+def flags_named(error: str, args: Sequence[str]) -> list[str]:
+    """The flags of `args` that an argparse error message names, in the order of `args`."""
+    named = []
+    for arg in args:
+        if not arg.startswith("-"):
+            continue
+        flag = arg.split("=", 1)[0]
+        if re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", error) and flag not in named:
+            named.append(flag)
+    return named
+
+
+def explain(version: str, unit: str, error: str, args: Sequence[str], origins: Mapping[str, str]) -> str:
+    error = " ".join(error.split())
+    flags = flags_named(error, args)
+    if flags:
+        blamed = "; ".join(f"{flag} (from {origins.get(flag, 'the deployment serving config')})" for flag in flags)
+        return (
+            f"vLLM {version} on this host rejects the launch of {unit}: {blamed}: {error}. "
+            "Change that config key (this host's vLLM decides which flags exist); nothing was stopped."
+        )
+    return f"vLLM {version} on this host rejects the launch of {unit}: {error}. Nothing was stopped."
+
+
+def check(
+    args: Sequence[str],
+    unit: str,
+    origins: Mapping[str, str],
+    version: str,
+    make_parser: Callable[[], argparse.ArgumentParser],
+    validate: Callable[[argparse.Namespace], Any] | None,
+) -> Verdict:
+    parser = make_parser()
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            namespace = parser.parse_args(list(args))
+    except SystemExit as exit_:
+        if exit_.code in (0, None):
+            return Verdict(False, f"vLLM {version} printed help instead of parsing the launch of {unit}")
+        lines = [line for line in captured.getvalue().splitlines() if "error:" in line]
+        error = lines[-1].split("error:", 1)[1].strip() if lines else captured.getvalue().strip()
+        return Verdict(False, explain(version, unit, error, args, origins))
+    if validate is not None:
+        try:
+            validate(namespace)
+        except Exception as error:  # vLLM raises TypeError/ValueError/its own errors here
+            return Verdict(False, explain(version, unit, f"{type(error).__name__}: {error}", args, origins))
+    return Verdict(True, f"vLLM {version} accepts the launch of {unit} ({len(args)} arguments)")
+
+
+def _import_first(names: Sequence[str], attribute: str) -> Any:
+    errors = []
+    for name in names:
+        try:
+            module = importlib.import_module(name)
+        except ImportError as error:
+            errors.append(f"{name}: {error}")
+            continue
+        if hasattr(module, attribute):
+            return getattr(module, attribute)
+        errors.append(f"{name} has no {attribute}")
+    raise ImportError(f"this vLLM has no {attribute} where vllm-fleet looks for it ({'; '.join(errors)})")
+
+
+def host_vllm() -> tuple[str, Callable[[], argparse.ArgumentParser], Callable[[argparse.Namespace], Any] | None]:
+    """The installed vLLM's version, a factory of its server parser, and its serve-args validator."""
+    import vllm
+
+    version = str(getattr(vllm, "__version__", "unknown"))
+    make_arg_parser = _import_first(PARSER_MODULES, "make_arg_parser")
+    flexible = _import_first(FLEXIBLE_PARSER_MODULES, "FlexibleArgumentParser")
+    try:
+        validate = _import_first(PARSER_MODULES, "validate_parsed_serve_args")
+    except ImportError:
+        validate = None
+
+    def make_parser() -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = make_arg_parser(
+            flexible(description="vLLM OpenAI-Compatible RESTful API server.")
+        )
+        return parser
+
+    return version, make_parser, validate
+
+
+def main(argv: list[str] | None = None) -> int:
+    cli = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    cli.add_argument("--spec", required=True, help="JSON file with unit, args and origins")
+    options = cli.parse_args(argv)
+    with open(options.spec, encoding="utf-8") as handle:
+        spec = json.load(handle)
+    try:
+        version, make_parser, validate = host_vllm()
+    except ImportError as error:
+        print(f"vllm-args-check: cannot load this host's vLLM argument parser: {error}", file=sys.stderr)
+        return 1
+    verdict = check(spec["args"], spec["unit"], spec.get("origins", {}), version, make_parser, validate)
+    print(verdict.message, file=sys.stdout if verdict.accepted else sys.stderr)
+    return 0 if verdict.accepted else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+VLLM_FLEET_EOF
+chmod 0755 /usr/local/lib/vllm-fleet/vllm-args-check.vllm-fleet-tmp
+mv -f /usr/local/lib/vllm-fleet/vllm-args-check.vllm-fleet-tmp /usr/local/lib/vllm-fleet/vllm-args-check
+install -d -m 0755 /usr/local/lib/vllm-fleet
 cat > /usr/local/lib/vllm-fleet/wait-ready.vllm-fleet-tmp <<'VLLM_FLEET_EOF'
 #!/usr/bin/env python3
 """vllm-fleet wait-ready: runs as ExecStartPost, so a vLLM unit is "active" only once it serves.
@@ -885,4 +1033,4 @@ if __name__ == "__main__":
 VLLM_FLEET_EOF
 chmod 0755 /usr/local/lib/vllm-fleet/wait-ready.vllm-fleet-tmp
 mv -f /usr/local/lib/vllm-fleet/wait-ready.vllm-fleet-tmp /usr/local/lib/vllm-fleet/wait-ready
-echo "installed 4 vllm-fleet tools in /usr/local/lib/vllm-fleet"
+echo "installed 5 vllm-fleet tools in /usr/local/lib/vllm-fleet"

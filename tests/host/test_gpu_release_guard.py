@@ -2,32 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
+from host import gpu_release_guard as guard
 from tests.conftest import FIXTURES, ROOT
 
-GUARD_PATH = ROOT / "components" / "files" / "gpu_release_guard.py"
-
-
-def load_guard() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpu_release_guard", GUARD_PATH)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_release_guard"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-guard = load_guard()
+GUARD_PATH = ROOT / "host" / "gpu_release_guard.py"
 
 
 def fixture(name: str) -> str:
