@@ -9,6 +9,7 @@ in front of its body, so no value from config is ever spliced into shell syntax.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -16,7 +17,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
-from models.config import Host, ModelSpec, ResolvedDeployment, Storage
+from models.config import (
+    ATTENTION_BACKEND_FLAG_SINCE,
+    MANAGED_FLAGS,
+    Host,
+    ModelSpec,
+    ResolvedDeployment,
+    Storage,
+    canonical_flag,
+    vllm_release,
+)
 
 FILES = Path(__file__).with_name("files")
 # The programs that run on hosts (see host/__init__.py).
@@ -89,8 +99,7 @@ def vllm_arguments(rd: ResolvedDeployment) -> list[str]:
         args += ["--reasoning-parser", s.reasoning_parser]
     if s.trust_remote_code:
         args.append("--trust-remote-code")
-    if s.attention_backend:
-        # vLLM 0.32 takes the backend as a flag only (VLLM_ATTENTION_BACKEND is gone).
+    if s.attention_backend and not attention_backend_as_env(rd):
         args += ["--attention-backend", s.attention_backend]
     if s.max_model_len is not None:
         args += ["--max-model-len", str(s.max_model_len)]
@@ -103,6 +112,41 @@ def vllm_arguments(rd: ResolvedDeployment) -> list[str]:
     return args
 
 
+def attention_backend_as_env(rd: ResolvedDeployment) -> bool:
+    """Whether the host's vLLM predates `--attention-backend` and reads VLLM_ATTENTION_BACKEND instead.
+
+    A host whose vLLM version is not pinned gets the flag; the unit step's vllm-args-check then has the
+    host's vLLM refuse it, before anything stops, if it is older."""
+    release = vllm_release(rd.host.runtime.vllm_version)
+    return release is not None and release < ATTENTION_BACKEND_FLAG_SINCE
+
+
+def vllm_argument_origins(rd: ResolvedDeployment) -> dict[str, str]:
+    """The stack config key each rendered flag comes from, for errors that must name the key to fix."""
+    model = f"vllm-fleet:models.{rd.model_name}"
+    deployment = f"vllm-fleet:deployments[{rd.deployment.name}]"
+    origins = {
+        flag: f"{deployment}.overrides / {model}.{where}" if where.startswith("serving.") else where
+        for flag, where in MANAGED_FLAGS.items()
+    }
+    origins.update(
+        {
+            "--model": f"{model} (its storage path and dir)",
+            "--port": f"{deployment}.port",
+            "--host": f"{deployment}.bindAddress",
+            "--served-model-name": f"{deployment}.servedModelName",
+        }
+    )
+    extra = (
+        f"{deployment}.overrides.extraArgs"
+        if rd.deployment.overrides.extra_args is not None
+        else f"{model}.serving.extraArgs"
+    )
+    for arg in rd.serving.extra_args:
+        origins[canonical_flag(arg)] = extra
+    return origins
+
+
 def engine_environment(rd: ResolvedDeployment) -> dict[str, str]:
     """Non-secret environment of the engine; shown in the unit so a preview diff reveals changes."""
     env: dict[str, str] = {
@@ -113,7 +157,11 @@ def engine_environment(rd: ResolvedDeployment) -> dict[str, str]:
         "HF_HUB_OFFLINE": "1",
     }
     if rd.deployment.gpus:
+        # Index order as nvidia-smi prints it, so deployments[].gpus and the GPU guard mean the same GPUs.
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in rd.deployment.gpus)
+    if rd.serving.attention_backend and attention_backend_as_env(rd):
+        env["VLLM_ATTENTION_BACKEND"] = rd.serving.attention_backend
     env.update(rd.serving.extra_env)
     env.update(rd.deployment.environment)
     return env
@@ -308,6 +356,12 @@ def download_delete_script(model_name: str, model: ModelSpec, storage: Storage, 
     return render_script("download-delete.sh", {k: params[k] for k in ("MODEL", "MODEL_DIR", "STORAGE_PATH", "KEEP")})
 
 
+def args_check_spec(rd: ResolvedDeployment) -> str:
+    """What vllm-args-check reads: the engine's arguments after the module, and where each flag comes from."""
+    args = vllm_arguments(rd)[2:]  # after `-m vllm.entrypoints.openai.api_server`
+    return json.dumps({"unit": rd.unit_name, "args": args, "origins": vllm_argument_origins(rd)}, sort_keys=True)
+
+
 def stage_script(rd: ResolvedDeployment, stack: str) -> str:
     unit = render_unit(rd, stack)
     return render_script(
@@ -318,6 +372,9 @@ def stage_script(rd: ResolvedDeployment, stack: str) -> str:
             "UNIT_NAME": unit.name,
             "UNIT_STEM": rd.unit_stem,
             "UNIT_TEXT": unit.text,
+            "PYTHON": rd.host.runtime.python,
+            "TOOLS_DIR": TOOLS_DIR,
+            "ARGS_CHECK_SPEC": args_check_spec(rd),
         },
     )
 

@@ -64,12 +64,52 @@ MANAGED_ENV: dict[str, str] = {
 }
 
 
+# vLLM's short spellings of managed flags.
+FLAG_ALIASES: dict[str, str] = {"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size"}
+# Flags a vLLM release removed: (first release without it, what to use instead). REFERENCE.md section 5.
+REMOVED_FLAGS: dict[str, tuple[tuple[int, ...], str]] = {
+    "--disable-log-requests": ((0, 12), "drop it (request logging is off by default) or use --no-enable-log-requests"),
+}
+# The release that brought `--attention-backend`; before it the backend is the VLLM_ATTENTION_BACKEND variable.
+ATTENTION_BACKEND_FLAG_SINCE = (0, 12)
+
+
+def canonical_flag(arg: str) -> str:
+    """The flag an engine argument sets, however it is spelled: `--port=9000`, `--port 9000` in one
+    element, `--tensor_parallel_size` (vLLM reads underscores as dashes) or a short alias (`-tp`)."""
+    token = arg.strip().split(None, 1)[0] if arg.strip() else arg
+    token = token.split("=", 1)[0]
+    if token.startswith("--"):
+        token = "--" + token[2:].replace("_", "-")
+    return FLAG_ALIASES.get(token, token)
+
+
+def managed_flag(arg: str) -> str | None:
+    """The managed flag an argument sets, including unambiguous abbreviations argparse would accept."""
+    flag = canonical_flag(arg)
+    if flag in MANAGED_FLAGS:
+        return flag
+    if flag.startswith("--") and len(flag) > 3:
+        matches = [managed for managed in MANAGED_FLAGS if managed.startswith(flag)]
+        if matches:
+            return matches[0]
+    return None
+
+
 def _no_managed_flags(args: tuple[str, ...]) -> tuple[str, ...]:
     for arg in args:
-        flag = arg.split("=", 1)[0]
-        if flag in MANAGED_FLAGS:
-            raise ValueError(f"{arg!r} is rendered from {MANAGED_FLAGS[flag]}; set it there")
+        flag = managed_flag(arg)
+        if flag is not None:
+            raise ValueError(f"{arg!r} sets {flag}, which is rendered from {MANAGED_FLAGS[flag]}; set it there")
     return args
+
+
+def vllm_release(version: str | None) -> tuple[int, ...] | None:
+    """(major, minor) of a vLLM version string such as 0.32.0+cpu, or None when unknown."""
+    if version is None:
+        return None
+    parts = re.findall(r"\d+", version.split("+", 1)[0])[:2]
+    return tuple(int(p) for p in parts) if len(parts) == 2 else None
 
 
 def _no_managed_env(env: dict[str, str]) -> dict[str, str]:
@@ -394,6 +434,20 @@ class StackConfig(LocalBaseModel):
                         f"{host.gpus.memory_gib:g} GiB x gpuMemoryUtilization {serving.gpu_memory_utilization:g} "
                         f"= {budget:.0f} GiB leaves less than {KV_CACHE_HEADROOM:.0%} for the KV cache "
                         f"(limit {limit:.0f} GiB); give it more GPUs or a smaller quantization"
+                    )
+            release = vllm_release(host.runtime.vllm_version)
+            for arg in serving.extra_args:
+                removed = REMOVED_FLAGS.get(canonical_flag(arg))
+                if release is not None and removed is not None and release >= removed[0]:
+                    source = (
+                        f"deployments[{i}].overrides.extraArgs"
+                        if dep.overrides.extra_args is not None
+                        else f"models.{dep.model}.serving.extraArgs"
+                    )
+                    errors.append(
+                        f"vllm-fleet:{source}: {arg!r} was removed in vLLM {'.'.join(map(str, removed[0]))}, and host "
+                        f"{host.name!r} runs vLLM {host.runtime.vllm_version} (hosts[].runtime.vllmVersion); "
+                        f"{removed[1]}"
                     )
             resolved_unit = dep.unit_name or "vllm-" + dep.model.replace(".", "")
             unit_owner = claimed_units.setdefault((dep.host, resolved_unit), dep.name)

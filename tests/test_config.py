@@ -219,3 +219,38 @@ def test_config_key_typo_in_a_file(tmp_path: Path) -> None:
     broken.write_text(text)
     with pytest.raises(ConfigError, match=r"vllm-fleet:hosts\[0\]\.gpus\.memoryGb: unknown key"):
         load_stack_file(broken)
+
+
+@pytest.mark.parametrize(
+    ("arg", "flag"),
+    [
+        ("--port=9000", "--port"),
+        ("--port 9000", "--port"),
+        ("-tp", "--tensor-parallel-size"),
+        ("-pp=2", "--pipeline-parallel-size"),
+        ("--tensor_parallel_size", "--tensor-parallel-size"),
+        ("--served-model", "--served-model-name"),  # an abbreviation argparse would accept
+        ("--gpu-memory-utilization=0.5", "--gpu-memory-utilization"),
+    ],
+)
+def test_managed_flags_are_refused_in_every_spelling(prod_raw: dict[str, Any], arg: str, flag: str) -> None:
+    prod_raw["deployments"][0]["overrides"]["extraArgs"] = ["--disable-log-requests", arg]
+    message = error_of(prod_raw)
+    assert "vllm-fleet:deployments[0].overrides.extraArgs" in message
+    assert f"sets {flag}, which is rendered from" in message
+
+
+def test_unmanaged_flags_that_share_a_prefix_pass(prod_raw: dict[str, Any]) -> None:
+    prod_raw["deployments"][0]["overrides"]["extraArgs"] = ["--disable-log-requests", "--max-num-seqs", "64"]
+    parse_stack_config(prod_raw)
+
+
+def test_flag_removed_by_the_hosts_pinned_vllm_is_refused(prod_raw: dict[str, Any]) -> None:
+    parse_stack_config(prod_raw)  # 0.11.0 still takes --disable-log-requests
+    prod_raw["hosts"][0]["runtime"]["vllmVersion"] = "0.12.0"
+    message = error_of(prod_raw)
+    assert "vllm-fleet:deployments[0].overrides.extraArgs: '--disable-log-requests' was removed in vLLM 0.12" in message
+    assert "host 'gpu-01' runs vLLM 0.12.0 (hosts[].runtime.vllmVersion)" in message
+    assert "--no-enable-log-requests" in message
+    del prod_raw["hosts"][0]["runtime"]["vllmVersion"]
+    parse_stack_config(prod_raw)  # unpinned: the host's own vLLM judges it in the unit step

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from components import render
 from models.config import StackConfig
-from models.loader import load_stack_file
+from models.loader import load_stack_file, parse_stack_config
 from tests.conftest import ROOT
 
 GOLDEN = Path(__file__).with_name("golden")
@@ -92,9 +94,10 @@ def test_prod_unit_carries_the_reference_launch() -> None:
         "--port 8000",
         "--disable-log-requests",
         "--enable-auto-tool-choice",
-        "--attention-backend TRITON_MLA",
     ):
         assert f" {flag}" in exec_start, flag
+    # The server's vLLM (pinned 0.11.0) predates --attention-backend: the backend is its variable.
+    assert "--attention-backend" not in exec_start
     assert exec_start.startswith("ExecStart=/root/ml-env/bin/python3 -m vllm.entrypoints.openai.api_server ")
     for variable in (
         "NCCL_PROTO=LL",
@@ -106,6 +109,8 @@ def test_prod_unit_carries_the_reference_launch() -> None:
         "CUDA_DEVICE_MAX_CONNECTIONS=1",
         "HF_HOME=/shared/huggingface",
         "TRANSFORMERS_CACHE=/shared/huggingface/hub",
+        "VLLM_ATTENTION_BACKEND=TRITON_MLA",
+        "CUDA_DEVICE_ORDER=PCI_BUS_ID",
     ):
         assert f"\nEnvironment={variable}\n" in unit, variable
     assert "KillMode=control-group" in unit and "WantedBy=multi-user.target" in unit
@@ -213,3 +218,22 @@ def test_remote_invocation_keeps_the_script_exit_status() -> None:
     invocation = render.remote_invocation("#!/usr/bin/env bash\nexit 3\n", "failing", 10, 2)
     result = subprocess.run(["sh", "-c", invocation], capture_output=True, text=True, timeout=20)
     assert result.returncode == 3 and "time limit" not in result.stderr
+
+
+def test_attention_backend_is_a_flag_from_vllm_0_12(prod_raw: dict[str, Any]) -> None:
+    prod_raw["hosts"][0]["runtime"]["vllmVersion"] = "0.12.0"
+    prod_raw["deployments"][0]["overrides"]["extraArgs"] = []
+    (rd,) = parse_stack_config(prod_raw).resolved_deployments()
+    args = render.vllm_arguments(rd)
+    assert args[args.index("--attention-backend") + 1] == "TRITON_MLA"
+    assert "VLLM_ATTENTION_BACKEND" not in render.engine_environment(rd)
+
+
+def test_args_check_spec_names_each_flags_config_key() -> None:
+    (rd,) = load_stack_file(ROOT / "Pulumi.prod.yaml").resolved_deployments()
+    spec = json.loads(render.args_check_spec(rd))
+    assert spec["unit"] == "vllm-kimi-k25-int4.service"
+    assert spec["args"][:2] == ["--model", "/shared/kimi-k2.5-int4"]
+    assert spec["origins"]["--disable-log-requests"] == "vllm-fleet:deployments[primary].overrides.extraArgs"
+    assert spec["origins"]["--port"] == "vllm-fleet:deployments[primary].port"
+    assert spec["origins"]["--tensor-parallel-size"].endswith("vllm-fleet:models.kimi-k2.5-int4.serving.tensorParallel")

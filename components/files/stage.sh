@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # vllm-fleet stage: put a deployment's rendered unit and its secret environment next to the running
-# one, and check the unit with systemd-analyze, without touching what serves now. The serving step
-# activates what is staged; a bad unit is refused here while the old model keeps serving.
+# one, after checking the unit with systemd-analyze and its launch with the host's own vLLM, without
+# touching what serves now. The serving step activates what is staged; a unit systemd refuses, or a flag
+# this host's vLLM does not know, fails here while the old model keeps serving.
 set -euo pipefail
 
 staged="$STATE_DIR/staged"
@@ -10,16 +11,26 @@ install -d -m 0700 "$STATE_DIR" "$staged"
 umask 077
 cat > "$staged/$UNIT_STEM.env.tmp"
 chmod 0600 "$staged/$UNIT_STEM.env.tmp"
-mv -f "$staged/$UNIT_STEM.env.tmp" "$staged/$UNIT_STEM.env"
 umask 022
 printf '%s' "$UNIT_TEXT" > "$staged/$UNIT_NAME.tmp"
-mv -f "$staged/$UNIT_NAME.tmp" "$staged/$UNIT_NAME"
-# Drop stale staged units of earlier models of this deployment.
-find "$staged" -maxdepth 1 -name 'vllm-*.service' ! -name "$UNIT_NAME" -delete
-find "$staged" -maxdepth 1 -name 'vllm-*.env' ! -name "$UNIT_STEM.env" -delete
-if ! out=$(systemd-analyze verify "$staged/$UNIT_NAME" 2>&1); then
+printf '%s\n' "$ARGS_CHECK_SPEC" > "$staged/$UNIT_STEM.args.json.tmp"
+# systemd-analyze verify judges a unit by its file name: check a copy under the real name.
+check_dir="$staged/.check"
+rm -rf "$check_dir"
+install -d -m 0700 "$check_dir"
+cp "$staged/$UNIT_NAME.tmp" "$check_dir/$UNIT_NAME"
+if ! out=$(systemd-analyze verify "$check_dir/$UNIT_NAME" 2>&1); then
   echo "unit $UNIT_NAME does not pass systemd-analyze verify:" >&2
   echo "$out" >&2
   exit 1
 fi
+rm -rf "$check_dir"
+"$PYTHON" "$TOOLS_DIR/vllm-args-check" --spec "$staged/$UNIT_STEM.args.json.tmp"
+mv -f "$staged/$UNIT_STEM.env.tmp" "$staged/$UNIT_STEM.env"
+mv -f "$staged/$UNIT_STEM.args.json.tmp" "$staged/$UNIT_STEM.args.json"
+mv -f "$staged/$UNIT_NAME.tmp" "$staged/$UNIT_NAME"
+# Drop stale staged units of earlier models of this deployment.
+find "$staged" -maxdepth 1 -name 'vllm-*.service' ! -name "$UNIT_NAME" -delete
+find "$staged" -maxdepth 1 \( -name 'vllm-*.env' -o -name 'vllm-*.args.json' \) \
+  ! -name "$UNIT_STEM.env" ! -name "$UNIT_STEM.args.json" -delete
 echo "staged $UNIT_NAME for deployment $DEPLOYMENT ($(wc -c < "$staged/$UNIT_NAME") bytes, verified)"

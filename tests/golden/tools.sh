@@ -874,8 +874,7 @@ def _import_first(names: Sequence[str], attribute: str) -> Any:
 
 def host_vllm() -> tuple[str, Callable[[], argparse.ArgumentParser], Callable[[argparse.Namespace], Any] | None]:
     """The installed vLLM's version, a factory of its server parser, and its serve-args validator."""
-    import vllm
-
+    vllm = importlib.import_module("vllm")  # the host's; the controller has none
     version = str(getattr(vllm, "__version__", "unknown"))
     make_arg_parser = _import_first(PARSER_MODULES, "make_arg_parser")
     flexible = _import_first(FLEXIBLE_PARSER_MODULES, "FlexibleArgumentParser")

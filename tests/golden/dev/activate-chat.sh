@@ -13,7 +13,7 @@ readonly MODEL_DIR=/shared/tiny-chat-a
 readonly PYTHON=/opt/vllm-env/bin/python3
 readonly TOOLS_DIR=/usr/local/lib/vllm-fleet
 readonly READY_TIMEOUT=540
-readonly UNIT_SHA256=bdc0bf778bdf37b39f6e03b4a9e22f18f8327948c8fdead5a5f9954d9becaec9
+readonly UNIT_SHA256=b8f4b0761a287246c03b536285a7bc6415a9bf159e7849d23bf1df83e6cc5347
 readonly REPORT_EVERY=15
 readonly JOURNAL_LINES=40
 # vllm-fleet activate: make a deployment serve its staged unit, swapping out whatever it served before.

@@ -3,7 +3,7 @@
 readonly HOST_NAME=sandbox
 readonly PYTHON=/opt/vllm-env/bin/python3
 readonly EXPECTED_GPUS=2
-readonly EXPECTED_VLLM_VERSION=''
+readonly EXPECTED_VLLM_VERSION=0.32.0
 # vllm-fleet preflight: read the facts of a host before anything is changed on it, and stop early
 # when the host is not what the stack file says (no vLLM runtime, fewer GPUs, wrong vLLM version).
 # Prints one JSON line of facts last; everything before it is progress for `pulumi up` to show.

@@ -20,6 +20,7 @@ StartLimitBurst=3
 Type=exec
 User=root
 WorkingDirectory=/var/lib/vllm-fleet/deployments/dev.chat
+Environment=CUDA_DEVICE_ORDER=PCI_BUS_ID
 Environment=CUDA_VISIBLE_DEVICES=0
 Environment=HF_HOME=/shared/huggingface
 Environment=HF_HUB_DISABLE_TELEMETRY=1
@@ -54,9 +55,13 @@ SyslogIdentifier=vllm-tiny-chat-a
 [Install]
 WantedBy=multi-user.target
 '
+readonly PYTHON=/opt/vllm-env/bin/python3
+readonly TOOLS_DIR=/usr/local/lib/vllm-fleet
+readonly ARGS_CHECK_SPEC='{"args": ["--model", "/shared/tiny-chat-a", "--served-model-name", "tiny-chat-a", "--tensor-parallel-size", "1", "--max-model-len", "512", "--gpu-memory-utilization", "0.9", "--host", "127.0.0.1", "--port", "8000", "--enforce-eager", "--dtype", "float32"], "origins": {"--attention-backend": "vllm-fleet:deployments[chat].overrides / vllm-fleet:models.tiny-chat-a.serving.attentionBackend", "--dtype": "vllm-fleet:models.tiny-chat-a.serving.extraArgs", "--enable-auto-tool-choice": "vllm-fleet:deployments[chat].overrides / vllm-fleet:models.tiny-chat-a.serving.enableAutoToolChoice", "--enable-expert-parallel": "vllm-fleet:deployments[chat].overrides / vllm-fleet:models.tiny-chat-a.serving.expertParallel", "--enforce-eager": "vllm-fleet:models.tiny-chat-a.serving.extraArgs", "--gpu-memory-utilization": "vllm-fleet:deployments[chat].overrides / vllm-fleet:models.tiny-chat-a.serving.gpuMemoryUtilization", "--host": "vllm-fleet:deployments[chat].bindAddress", "--max-model-len": "vllm-fleet:deployments[chat].overrides / vllm-fleet:models.tiny-chat-a.serving.maxModelLen", "--model": "vllm-fleet:models.tiny-chat-a (its storage path and dir)", "--pipeline-parallel-size": "vllm-fleet:deployments[chat].overrides / vllm-fleet:models.tiny-chat-a.serving.pipelineParallel", "--port": "vllm-fleet:deployments[chat].port", "--reasoning-parser": "vllm-fleet:deployments[chat].overrides / vllm-fleet:models.tiny-chat-a.serving.reasoningParser", "--served-model-name": "vllm-fleet:deployments[chat].servedModelName", "--tensor-parallel-size": "vllm-fleet:deployments[chat].overrides / vllm-fleet:models.tiny-chat-a.serving.tensorParallel", "--tool-call-parser": "vllm-fleet:deployments[chat].overrides / vllm-fleet:models.tiny-chat-a.serving.toolCallParser", "--trust-remote-code": "vllm-fleet:deployments[chat].overrides / vllm-fleet:models.tiny-chat-a.serving.trustRemoteCode", "float32": "vllm-fleet:models.tiny-chat-a.serving.extraArgs"}, "unit": "vllm-tiny-chat-a.service"}'
 # vllm-fleet stage: put a deployment's rendered unit and its secret environment next to the running
-# one, and check the unit with systemd-analyze, without touching what serves now. The serving step
-# activates what is staged; a bad unit is refused here while the old model keeps serving.
+# one, after checking the unit with systemd-analyze and its launch with the host's own vLLM, without
+# touching what serves now. The serving step activates what is staged; a unit systemd refuses, or a flag
+# this host's vLLM does not know, fails here while the old model keeps serving.
 set -euo pipefail
 
 staged="$STATE_DIR/staged"
@@ -65,16 +70,26 @@ install -d -m 0700 "$STATE_DIR" "$staged"
 umask 077
 cat > "$staged/$UNIT_STEM.env.tmp"
 chmod 0600 "$staged/$UNIT_STEM.env.tmp"
-mv -f "$staged/$UNIT_STEM.env.tmp" "$staged/$UNIT_STEM.env"
 umask 022
 printf '%s' "$UNIT_TEXT" > "$staged/$UNIT_NAME.tmp"
-mv -f "$staged/$UNIT_NAME.tmp" "$staged/$UNIT_NAME"
-# Drop stale staged units of earlier models of this deployment.
-find "$staged" -maxdepth 1 -name 'vllm-*.service' ! -name "$UNIT_NAME" -delete
-find "$staged" -maxdepth 1 -name 'vllm-*.env' ! -name "$UNIT_STEM.env" -delete
-if ! out=$(systemd-analyze verify "$staged/$UNIT_NAME" 2>&1); then
+printf '%s\n' "$ARGS_CHECK_SPEC" > "$staged/$UNIT_STEM.args.json.tmp"
+# systemd-analyze verify judges a unit by its file name: check a copy under the real name.
+check_dir="$staged/.check"
+rm -rf "$check_dir"
+install -d -m 0700 "$check_dir"
+cp "$staged/$UNIT_NAME.tmp" "$check_dir/$UNIT_NAME"
+if ! out=$(systemd-analyze verify "$check_dir/$UNIT_NAME" 2>&1); then
   echo "unit $UNIT_NAME does not pass systemd-analyze verify:" >&2
   echo "$out" >&2
   exit 1
 fi
+rm -rf "$check_dir"
+"$PYTHON" "$TOOLS_DIR/vllm-args-check" --spec "$staged/$UNIT_STEM.args.json.tmp"
+mv -f "$staged/$UNIT_STEM.env.tmp" "$staged/$UNIT_STEM.env"
+mv -f "$staged/$UNIT_STEM.args.json.tmp" "$staged/$UNIT_STEM.args.json"
+mv -f "$staged/$UNIT_NAME.tmp" "$staged/$UNIT_NAME"
+# Drop stale staged units of earlier models of this deployment.
+find "$staged" -maxdepth 1 -name 'vllm-*.service' ! -name "$UNIT_NAME" -delete
+find "$staged" -maxdepth 1 \( -name 'vllm-*.env' -o -name 'vllm-*.args.json' \) \
+  ! -name "$UNIT_STEM.env" ! -name "$UNIT_STEM.args.json" -delete
 echo "staged $UNIT_NAME for deployment $DEPLOYMENT ($(wc -c < "$staged/$UNIT_NAME") bytes, verified)"

@@ -13,7 +13,7 @@ readonly MODEL_DIR=/shared/kimi-k2.5-int4
 readonly PYTHON=/root/ml-env/bin/python3
 readonly TOOLS_DIR=/usr/local/lib/vllm-fleet
 readonly READY_TIMEOUT=4122
-readonly UNIT_SHA256=3f6e245a1a049b006acafbe337e5918b8ae77dbacc98aa7b466a3f6a3a48c958
+readonly UNIT_SHA256=5398804588428997fb7cada62a86d43abe6e76b5ee57d506b9716c5aef32dc41
 readonly REPORT_EVERY=15
 readonly JOURNAL_LINES=40
 # vllm-fleet activate: make a deployment serve its staged unit, swapping out whatever it served before.

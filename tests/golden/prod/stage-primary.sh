@@ -21,6 +21,7 @@ Type=exec
 User=root
 WorkingDirectory=/var/lib/vllm-fleet/deployments/prod.primary
 Environment=CUDA_DEVICE_MAX_CONNECTIONS=1
+Environment=CUDA_DEVICE_ORDER=PCI_BUS_ID
 Environment=CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7
 Environment=HF_HOME=/shared/huggingface
 Environment=HF_HUB_DISABLE_TELEMETRY=1
@@ -32,6 +33,7 @@ Environment=NCCL_NTHREADS=512
 Environment=NCCL_P2P_LEVEL=SYS
 Environment=NCCL_PROTO=LL
 Environment=TRANSFORMERS_CACHE=/shared/huggingface/hub
+Environment=VLLM_ATTENTION_BACKEND=TRITON_MLA
 Environment=VLLM_NO_USAGE_STATS=1
 # Secrets (the Hugging Face token) live in a root-only 0600 file, never in this world-readable unit.
 EnvironmentFile=-/etc/vllm-fleet/vllm-kimi-k25-int4.env
@@ -41,7 +43,7 @@ EnvironmentFile=-/etc/vllm-fleet/vllm-kimi-k25-int4.env
 ExecStartPre=/root/ml-env/bin/python3 /usr/local/lib/vllm-fleet/model-sync check --dir /shared/kimi-k2.5-int4
 ExecStartPre=/root/ml-env/bin/python3 /usr/local/lib/vllm-fleet/gpu-release-guard --gpus 0,1,2,3,4,5,6,7 --threshold-mib 1000 --timeout 120 --unit vllm-kimi-k25-int4.service
 ExecStartPre=/usr/local/lib/vllm-fleet/clean-shm
-ExecStart=/root/ml-env/bin/python3 -m vllm.entrypoints.openai.api_server --model /shared/kimi-k2.5-int4 --served-model-name kimi-k2.5-int4 --tensor-parallel-size 8 --tool-call-parser kimi_k2 --reasoning-parser kimi_k2 --trust-remote-code --attention-backend TRITON_MLA --max-model-len 131072 --gpu-memory-utilization 0.95 --host 0.0.0.0 --port 8000 --disable-log-requests --enable-auto-tool-choice
+ExecStart=/root/ml-env/bin/python3 -m vllm.entrypoints.openai.api_server --model /shared/kimi-k2.5-int4 --served-model-name kimi-k2.5-int4 --tensor-parallel-size 8 --tool-call-parser kimi_k2 --reasoning-parser kimi_k2 --trust-remote-code --max-model-len 131072 --gpu-memory-utilization 0.95 --host 0.0.0.0 --port 8000 --disable-log-requests --enable-auto-tool-choice
 # The unit counts as started only once the server answers /health, lists the model and completes.
 ExecStartPost=/root/ml-env/bin/python3 /usr/local/lib/vllm-fleet/wait-ready --port 8000 --served-name kimi-k2.5-int4 --timeout 3882 --unit vllm-kimi-k25-int4.service
 ExecStopPost=/usr/local/lib/vllm-fleet/clean-shm
@@ -60,9 +62,13 @@ SyslogIdentifier=vllm-kimi-k25-int4
 [Install]
 WantedBy=multi-user.target
 '
+readonly PYTHON=/root/ml-env/bin/python3
+readonly TOOLS_DIR=/usr/local/lib/vllm-fleet
+readonly ARGS_CHECK_SPEC='{"args": ["--model", "/shared/kimi-k2.5-int4", "--served-model-name", "kimi-k2.5-int4", "--tensor-parallel-size", "8", "--tool-call-parser", "kimi_k2", "--reasoning-parser", "kimi_k2", "--trust-remote-code", "--max-model-len", "131072", "--gpu-memory-utilization", "0.95", "--host", "0.0.0.0", "--port", "8000", "--disable-log-requests", "--enable-auto-tool-choice"], "origins": {"--attention-backend": "vllm-fleet:deployments[primary].overrides / vllm-fleet:models.kimi-k2.5-int4.serving.attentionBackend", "--disable-log-requests": "vllm-fleet:deployments[primary].overrides.extraArgs", "--enable-auto-tool-choice": "vllm-fleet:deployments[primary].overrides / vllm-fleet:models.kimi-k2.5-int4.serving.enableAutoToolChoice", "--enable-expert-parallel": "vllm-fleet:deployments[primary].overrides / vllm-fleet:models.kimi-k2.5-int4.serving.expertParallel", "--gpu-memory-utilization": "vllm-fleet:deployments[primary].overrides / vllm-fleet:models.kimi-k2.5-int4.serving.gpuMemoryUtilization", "--host": "vllm-fleet:deployments[primary].bindAddress", "--max-model-len": "vllm-fleet:deployments[primary].overrides / vllm-fleet:models.kimi-k2.5-int4.serving.maxModelLen", "--model": "vllm-fleet:models.kimi-k2.5-int4 (its storage path and dir)", "--pipeline-parallel-size": "vllm-fleet:deployments[primary].overrides / vllm-fleet:models.kimi-k2.5-int4.serving.pipelineParallel", "--port": "vllm-fleet:deployments[primary].port", "--reasoning-parser": "vllm-fleet:deployments[primary].overrides / vllm-fleet:models.kimi-k2.5-int4.serving.reasoningParser", "--served-model-name": "vllm-fleet:deployments[primary].servedModelName", "--tensor-parallel-size": "vllm-fleet:deployments[primary].overrides / vllm-fleet:models.kimi-k2.5-int4.serving.tensorParallel", "--tool-call-parser": "vllm-fleet:deployments[primary].overrides / vllm-fleet:models.kimi-k2.5-int4.serving.toolCallParser", "--trust-remote-code": "vllm-fleet:deployments[primary].overrides / vllm-fleet:models.kimi-k2.5-int4.serving.trustRemoteCode"}, "unit": "vllm-kimi-k25-int4.service"}'
 # vllm-fleet stage: put a deployment's rendered unit and its secret environment next to the running
-# one, and check the unit with systemd-analyze, without touching what serves now. The serving step
-# activates what is staged; a bad unit is refused here while the old model keeps serving.
+# one, after checking the unit with systemd-analyze and its launch with the host's own vLLM, without
+# touching what serves now. The serving step activates what is staged; a unit systemd refuses, or a flag
+# this host's vLLM does not know, fails here while the old model keeps serving.
 set -euo pipefail
 
 staged="$STATE_DIR/staged"
@@ -71,16 +77,26 @@ install -d -m 0700 "$STATE_DIR" "$staged"
 umask 077
 cat > "$staged/$UNIT_STEM.env.tmp"
 chmod 0600 "$staged/$UNIT_STEM.env.tmp"
-mv -f "$staged/$UNIT_STEM.env.tmp" "$staged/$UNIT_STEM.env"
 umask 022
 printf '%s' "$UNIT_TEXT" > "$staged/$UNIT_NAME.tmp"
-mv -f "$staged/$UNIT_NAME.tmp" "$staged/$UNIT_NAME"
-# Drop stale staged units of earlier models of this deployment.
-find "$staged" -maxdepth 1 -name 'vllm-*.service' ! -name "$UNIT_NAME" -delete
-find "$staged" -maxdepth 1 -name 'vllm-*.env' ! -name "$UNIT_STEM.env" -delete
-if ! out=$(systemd-analyze verify "$staged/$UNIT_NAME" 2>&1); then
+printf '%s\n' "$ARGS_CHECK_SPEC" > "$staged/$UNIT_STEM.args.json.tmp"
+# systemd-analyze verify judges a unit by its file name: check a copy under the real name.
+check_dir="$staged/.check"
+rm -rf "$check_dir"
+install -d -m 0700 "$check_dir"
+cp "$staged/$UNIT_NAME.tmp" "$check_dir/$UNIT_NAME"
+if ! out=$(systemd-analyze verify "$check_dir/$UNIT_NAME" 2>&1); then
   echo "unit $UNIT_NAME does not pass systemd-analyze verify:" >&2
   echo "$out" >&2
   exit 1
 fi
+rm -rf "$check_dir"
+"$PYTHON" "$TOOLS_DIR/vllm-args-check" --spec "$staged/$UNIT_STEM.args.json.tmp"
+mv -f "$staged/$UNIT_STEM.env.tmp" "$staged/$UNIT_STEM.env"
+mv -f "$staged/$UNIT_STEM.args.json.tmp" "$staged/$UNIT_STEM.args.json"
+mv -f "$staged/$UNIT_NAME.tmp" "$staged/$UNIT_NAME"
+# Drop stale staged units of earlier models of this deployment.
+find "$staged" -maxdepth 1 -name 'vllm-*.service' ! -name "$UNIT_NAME" -delete
+find "$staged" -maxdepth 1 \( -name 'vllm-*.env' -o -name 'vllm-*.args.json' \) \
+  ! -name "$UNIT_STEM.env" ! -name "$UNIT_STEM.args.json" -delete
 echo "staged $UNIT_NAME for deployment $DEPLOYMENT ($(wc -c < "$staged/$UNIT_NAME") bytes, verified)"
