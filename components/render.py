@@ -42,6 +42,7 @@ HOST_TOOLS: dict[str, Path] = {
     "wait-ready": HOST_PROGRAMS / "wait_ready.py",
     "model-sync": HOST_PROGRAMS / "model_sync.py",
     "vllm-args-check": HOST_PROGRAMS / "vllm_args_check.py",
+    "swap": HOST_PROGRAMS / "swap.py",
     "clean-shm": FILES / "clean-shm.sh",
 }
 HEREDOC_DELIMITER = "VLLM_FLEET_EOF"
@@ -394,33 +395,51 @@ def activation_timeout(rd: ResolvedDeployment) -> int:
     return rd.start_timeout_seconds + rd.deployment.gpu_release_timeout_seconds + ACTIVATION_SLACK_SECONDS
 
 
-def activate_params(rd: ResolvedDeployment, stack: str) -> dict[str, ParamValue]:
+def swap_plan(rd: ResolvedDeployment, stack: str) -> dict[str, object]:
+    """What host/swap.py's transaction does for this deployment (its Plan fields)."""
     return {
-        "STACK": stack,
-        "DEPLOYMENT": rd.deployment.name,
-        "STATE_DIR": deployment_state_dir(stack, rd.deployment.name),
-        "UNIT_NAME": rd.unit_name,
-        "UNIT_STEM": rd.unit_stem,
-        "SERVED_NAME": rd.served_model_name,
-        "PORT": rd.deployment.port,
-        "GPUS": [str(g) for g in rd.deployment.gpus],
-        "MODEL_DIR": rd.model_path,
-        "PYTHON": rd.host.runtime.python,
-        "TOOLS_DIR": TOOLS_DIR,
-        "READY_TIMEOUT": activation_timeout(rd),
+        "stack": stack,
+        "deployment": rd.deployment.name,
+        "state_dir": deployment_state_dir(stack, rd.deployment.name),
+        "unit_name": rd.unit_name,
+        "unit_stem": rd.unit_stem,
+        "served_name": rd.served_model_name,
+        "port": rd.deployment.port,
+        "gpus": list(rd.deployment.gpus),
+        "model_dir": rd.model_path,
+        "python": rd.host.runtime.python,
+        "tools_dir": TOOLS_DIR,
+        "ready_timeout": activation_timeout(rd),
         # The staged unit's digest: a changed unit changes this step, so `pulumi up` re-activates.
-        "UNIT_SHA256": hashlib.sha256(render_unit(rd, stack).text.encode()).hexdigest(),
-        "REPORT_EVERY": 15,
-        "JOURNAL_LINES": 40,
+        "unit_sha256": hashlib.sha256(render_unit(rd, stack).text.encode()).hexdigest(),
+        "replaces": list(rd.deployment.replaces),
+        "report_every": 15,
+        "journal_lines": 40,
     }
 
 
 def activate_script(rd: ResolvedDeployment, stack: str) -> str:
-    return render_script("activate.sh", activate_params(rd, stack))
+    plan = swap_plan(rd, stack)
+    return render_script(
+        "activate.sh",
+        {
+            "STATE_DIR": str(plan["state_dir"]),
+            "PYTHON": rd.host.runtime.python,
+            "TOOLS_DIR": TOOLS_DIR,
+            "UNIT_SHA256": str(plan["unit_sha256"]),
+            "PLAN": json.dumps(plan, sort_keys=True, indent=1),
+        },
+    )
 
 
 def deactivate_script(rd: ResolvedDeployment, stack: str) -> str:
-    params = activate_params(rd, stack)
     return render_script(
-        "deactivate.sh", {k: params[k] for k in ("STACK", "DEPLOYMENT", "STATE_DIR", "UNIT_NAME", "TOOLS_DIR")}
+        "deactivate.sh",
+        {
+            "STACK": stack,
+            "DEPLOYMENT": rd.deployment.name,
+            "STATE_DIR": deployment_state_dir(stack, rd.deployment.name),
+            "UNIT_NAME": rd.unit_name,
+            "TOOLS_DIR": TOOLS_DIR,
+        },
     )

@@ -30,6 +30,7 @@ from models.types import (
     ParserName,
     Revision,
     ServedName,
+    SystemdServiceName,
     UnitStem,
     UnixUser,
     VersionString,
@@ -259,6 +260,9 @@ class Deployment(LocalBaseModel):
     # Where clients reach the API when it is not http://<host address>:<port>/v1 (NAT, a forwarder).
     public_url: Annotated[str, Field(pattern=r"^https?://[A-Za-z0-9.:\[\]-]+(/[A-Za-z0-9._/-]*)?$")] | None = None
     unit_name: UnitStem | None = None
+    # Hand-made units already on the host that this deployment takes over: stopped and disabled inside
+    # the swap (their files backed up, restored on rollback). Units neither managed nor named are never touched.
+    replaces: tuple[SystemdServiceName, ...] = ()
     environment: Environment = Field(default_factory=dict)
     overrides: ServingOverrides = ServingOverrides()
     # How long a start may take before it counts as failed; derived from model size when unset.

@@ -82,3 +82,6 @@ UNIT_NAME_PATTERN = r"^vllm-[a-z0-9](?:[a-z0-9-]{0,60}[a-z0-9])?$"
 UnitStem = Annotated[str, StringConstraints(pattern=UNIT_NAME_PATTERN)]
 SSH_HOST_KEY_PATTERN = r"^(ssh-ed25519|ecdsa-sha2-nistp256|ssh-rsa) [A-Za-z0-9+/=]{16,2048}$"
 VersionString = Annotated[str, StringConstraints(pattern=r"^[0-9][A-Za-z0-9.+-]{0,63}$")]
+
+# A service unit's full name, as systemctl prints it (vllm-glm5.service).
+SystemdServiceName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@:-]{0,240}\.service$")]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # vllm-fleet deactivate: stop serving a deployment and leave the host as it was found: the unit is
 # stopped (its whole control group), disabled and removed, systemd reloaded, /dev/shm cleaned, and the
-# deployment's GPU and port claims released.
+# deployment's claims on GPUs, port and unit name released.
 set -euo pipefail
 
 log() { echo "[$DEPLOYMENT] $*"; }
@@ -25,9 +25,7 @@ done
 systemctl daemon-reload
 "$TOOLS_DIR/clean-shm" || true
 owner="$STACK.$DEPLOYMENT"
-for claim in "$state_root"/gpu-claims/* "$state_root"/port-claims/* "$state_root"/unit-claims/*; do
-  [ -f "$claim" ] && [ "$(cat "$claim")" = "$owner" ] && rm -f "$claim"
-done
+rm -f "$state_root/claims/$owner.json"
 rm -rf -- "$STATE_DIR/active" "$STATE_DIR/previous"
 rmdir /etc/vllm-fleet 2>/dev/null || true
 log "removed"

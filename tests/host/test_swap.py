@@ -1,0 +1,258 @@
+"""The swap transaction's decisions, on a recording stand-in for systemctl/journalctl and real files in
+a temporary root. The real thing runs end to end on the sandbox (tests/test_brownfield.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from host import swap
+
+
+@dataclass
+class FakeUnit:
+    state: str = "inactive"
+    enabled: bool = False
+    # What `systemctl start` leads to: "active" (serves) or "failed".
+    outcome: str = "active"
+    start_timeout: str = "1min 30s"
+    restarts: int = 0
+
+
+@dataclass
+class RecordingSystemd(swap.SystemdHost):
+    """systemctl as a table of units; every command is recorded for the assertions."""
+
+    unit_dir: Path
+    units: dict[str, FakeUnit] = field(default_factory=dict)
+    calls: list[tuple[str, ...]] = field(default_factory=list)
+    waited: dict[str, float] = field(default_factory=dict)
+
+    def run(self, *args: str, check: bool = True) -> str:
+        self.calls.append(args)
+        if args[0] == "systemctl" and len(args) > 1:
+            verb, unit = args[1], args[-1]
+            fake = self.units.setdefault(unit, FakeUnit())
+            if verb == "start":
+                fake.state = fake.outcome
+            elif verb == "stop":
+                fake.state = "inactive"
+            elif verb == "enable":
+                fake.enabled = True
+            elif verb == "disable":
+                fake.enabled = False
+        return ""
+
+    def show(self, unit: str, *props: str) -> dict[str, str]:
+        fake = self.units.get(unit, FakeUnit())
+        path = self.unit_dir / unit
+        values = {
+            "ActiveState": fake.state,
+            "NRestarts": str(fake.restarts),
+            "FragmentPath": str(path) if path.is_file() else "",
+            "TimeoutStartUSec": fake.start_timeout,
+        }
+        return {p: values[p] for p in props}
+
+    def enabled(self, unit: str) -> bool:
+        return self.units.get(unit, FakeUnit()).enabled
+
+    def start_timeout(self, unit: str) -> float:
+        timeout = super().start_timeout(unit)
+        self.waited[unit] = timeout
+        return timeout
+
+    def journal_cursor(self) -> str:
+        return "c0"
+
+    def journal(self, unit: str, cursor: str, lines: int | None = None) -> tuple[list[str], str]:
+        return [f"{unit}: last words"], "c1"
+
+    def verbs(self, unit: str) -> list[str]:
+        return [c[1] for c in self.calls if c[0] == "systemctl" and c[-1] == unit]
+
+
+class World:
+    def __init__(self, tmp: Path, model_ok: bool = True) -> None:
+        self.root = tmp
+        self.unit_dir = tmp / "etc-systemd"
+        self.env_dir = tmp / "etc-vllm-fleet"
+        self.state_root = tmp / "var-lib"
+        self.tools = tmp / "tools"
+        for directory in (self.unit_dir, self.env_dir, self.state_root, self.tools):
+            directory.mkdir(parents=True)
+        (self.tools / "model-sync").write_text(
+            f"import sys\nprint('model-sync: checked')\nsys.exit({0 if model_ok else 1})\n"
+        )
+        self.systemd = RecordingSystemd(self.unit_dir)
+        self.lines: list[str] = []
+
+    def plan(
+        self, unit: str = "vllm-new.service", replaces: tuple[str, ...] = (), gpus: tuple[int, ...] = (0,)
+    ) -> swap.Plan:
+        state_dir = self.state_root / "deployments" / "dev.chat"
+        (state_dir / "staged").mkdir(parents=True, exist_ok=True)
+        stem = unit.removesuffix(".service")
+        (state_dir / "staged" / unit).write_text(f"{swap.MANAGED_MARK}: {unit}\n[Service]\n")
+        (state_dir / "staged" / f"{stem}.env").write_text("HF_TOKEN=x\n")
+        return swap.Plan(
+            stack="dev",
+            deployment="chat",
+            state_dir=str(state_dir),
+            unit_name=unit,
+            unit_stem=stem,
+            served_name="chat",
+            port=8000,
+            gpus=gpus,
+            model_dir="/shared/m",
+            python=sys.executable,
+            tools_dir=str(self.tools),
+            ready_timeout=5,
+            unit_sha256="0" * 64,
+            replaces=replaces,
+            report_every=1000,
+        )
+
+    def hand_made(self, unit: str, running: bool = True, enabled: bool = True) -> None:
+        (self.unit_dir / unit).write_text(f"[Service]\nExecStart=/usr/bin/true # {unit} by hand\n")
+        self.systemd.units[unit] = FakeUnit(state="active" if running else "inactive", enabled=enabled)
+
+    def run(self, plan: swap.Plan) -> swap.Result:
+        transaction = swap.Transaction(
+            plan,
+            self.systemd,
+            log=self.lines.append,
+            state_root=self.state_root,
+            unit_dir=self.unit_dir,
+            env_dir=self.env_dir,
+            sleep=lambda _s: None,
+        )
+        return transaction.run()
+
+
+def test_first_deploy_installs_starts_and_claims(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    result = world.run(world.plan())
+    assert result.status == "succeeded", result.message
+    assert (world.unit_dir / "vllm-new.service").read_text().startswith(swap.MANAGED_MARK)
+    assert oct((world.env_dir / "vllm-new.env").stat().st_mode & 0o777) == "0o600"
+    assert world.systemd.units["vllm-new.service"].enabled
+    claims = json.loads((world.state_root / "claims" / "dev.chat.json").read_text())
+    assert claims == {"gpus": [0], "ports": [8000], "units": ["vllm-new.service"]}
+    assert "UNIT=vllm-new.service" in (Path(world.plan().state_dir) / "active").read_text()
+
+
+def test_adopts_named_hand_made_units_and_leaves_others(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    world.hand_made("vllm-kimi-k25-int4.service")
+    world.hand_made("vllm-glm5.service", running=False)
+    world.hand_made("vllm-other.service")  # neither managed nor named
+    plan = world.plan(replaces=("vllm-kimi-k25-int4.service", "vllm-glm5.service"))
+    result = world.run(plan)
+    assert result.status == "succeeded", result.message
+    kimi, glm = world.systemd.units["vllm-kimi-k25-int4.service"], world.systemd.units["vllm-glm5.service"]
+    assert (kimi.state, kimi.enabled) == ("inactive", False)
+    assert (glm.state, glm.enabled) == ("inactive", False)
+    assert world.systemd.verbs("vllm-other.service") == []
+    backups = Path(plan.state_dir) / "previous"
+    assert (backups / "vllm-kimi-k25-int4.service").read_text().startswith("[Service]")
+    # The old model stops only after the new unit is installed, and before the new one starts.
+    order = [(c[1], c[-1]) for c in world.systemd.calls if c[0] == "systemctl"]
+    assert order.index(("stop", "vllm-kimi-k25-int4.service")) < order.index(("start", "vllm-new.service"))
+
+
+def test_failed_start_puts_every_old_unit_back_with_its_own_timeout(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    world.hand_made("vllm-kimi-k25-int4.service")
+    world.systemd.units["vllm-kimi-k25-int4.service"].start_timeout = "1h 4min 42s"
+    world.systemd.units["vllm-new.service"] = FakeUnit(outcome="failed")
+    plan = world.plan(replaces=("vllm-kimi-k25-int4.service",))
+    result = world.run(plan)
+    assert result.status == "rolled-back"
+    assert "rolled back: vllm-kimi-k25-int4.service serve(s) again" in result.message
+    assert "vllm-new.service: last words" in result.message
+    kimi = world.systemd.units["vllm-kimi-k25-int4.service"]
+    assert (kimi.state, kimi.enabled) == ("active", True)
+    assert world.systemd.waited["vllm-kimi-k25-int4.service"] == 3882.0
+    assert not (world.unit_dir / "vllm-new.service").exists()
+    assert (world.unit_dir / "vllm-kimi-k25-int4.service").read_text().startswith("[Service]")
+
+
+def test_rollback_that_fails_too_says_so(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    world.hand_made("vllm-old.service")
+    world.systemd.units["vllm-old.service"].outcome = "failed"
+    world.systemd.units["vllm-new.service"] = FakeUnit(outcome="failed")
+    result = world.run(world.plan(replaces=("vllm-old.service",)))
+    assert result.status == "rollback-failed" and "ROLLBACK FAILED" in result.message
+
+
+def test_hand_made_unit_of_the_same_name_is_replaced_not_kept(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    world.hand_made("vllm-new.service")  # running with its own arguments
+    result = world.run(world.plan())
+    assert result.status == "succeeded", result.message
+    assert world.systemd.verbs("vllm-new.service")[:2] == ["stop", "reset-failed"]
+    assert (world.unit_dir / "vllm-new.service").read_text().startswith(swap.MANAGED_MARK)
+    assert any("hand-made unit of the same name" in line for line in world.lines)
+
+
+@pytest.mark.parametrize("state", ["active", "activating"])
+def test_a_unit_that_serves_or_loads_this_configuration_is_left_alone(tmp_path: Path, state: str) -> None:
+    world = World(tmp_path)
+    plan = world.plan()
+    assert world.run(plan).status == "succeeded"
+    world.systemd.units["vllm-new.service"].state = state  # e.g. still loading after a reboot
+    world.systemd.calls.clear()
+    result = world.run(plan)
+    assert result.status == "unchanged" and state in result.message
+    assert world.systemd.verbs("vllm-new.service") == []
+
+
+def test_claims_of_another_live_deployment_refuse_before_anything_stops(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    (world.state_root / "deployments" / "other.serve").mkdir(parents=True)
+    (world.state_root / "claims").mkdir()
+    (world.state_root / "claims" / "other.serve.json").write_text('{"gpus": [0], "ports": [9000], "units": []}')
+    world.hand_made("vllm-old.service")
+    result = world.run(world.plan(replaces=("vllm-old.service",)))
+    assert result.status == "refused"
+    assert "GPU 0 is claimed by deployment other.serve" in result.message
+    assert world.systemd.units["vllm-old.service"].state == "active"
+    # A deployment whose state directory is gone holds nothing.
+    (world.state_root / "deployments" / "other.serve").rmdir()
+    assert world.run(world.plan(replaces=("vllm-old.service",))).status == "succeeded"
+
+
+def test_claims_are_rewritten_as_a_set_so_a_shrinking_deployment_frees_gpus(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    assert world.run(world.plan(gpus=(0, 1))).status == "succeeded"
+    assert world.run(world.plan(unit="vllm-b.service", gpus=(1,))).status == "succeeded"
+    claims = json.loads((world.state_root / "claims" / "dev.chat.json").read_text())
+    assert claims == {"gpus": [1], "ports": [8000], "units": ["vllm-b.service"]}
+    assert not (world.unit_dir / "vllm-new.service").exists()  # the previous managed unit is gone
+
+
+def test_model_that_fails_its_check_refuses_the_swap(tmp_path: Path) -> None:
+    world = World(tmp_path, model_ok=False)
+    world.hand_made("vllm-old.service")
+    result = world.run(world.plan(replaces=("vllm-old.service",)))
+    assert result.status == "refused" and "verified manifest" in result.message
+    assert world.systemd.units["vllm-old.service"].state == "active"
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("1min 30s", 90.0), ("1h 4min 42s", 3882.0), ("500ms", 0.5), ("90", 90.0), ("infinity", None)],
+)
+def test_parse_timespan(text: str, seconds: float | None) -> None:
+    assert swap.parse_timespan(text) == seconds
+
+
+def test_parse_timespan_refuses_garbage() -> None:
+    with pytest.raises(ValueError):
+        swap.parse_timespan("soon")
