@@ -8,6 +8,7 @@ from pathlib import Path
 import pulumi
 from pulumi.runtime import config as runtime_config
 
+from components import host_survey
 from components.host import GpuHost, GpuHostArgs
 from components.model_download import ModelDownload, ModelDownloadArgs
 from components.remote import HostUnreachable, probe_ssh
@@ -36,6 +37,7 @@ except ConfigError as error:
     # Nothing has been registered yet: the preview stops here with the key, the value and the fix.
     raise pulumi.RunError(f"invalid stack config (Pulumi.{pulumi.get_stack()}.yaml):\n{error}") from None
 
+SURVEY_CACHE = Path(".cache") / "survey"
 # VLLM_FLEET_OFFLINE=1 renders without touching any host: previews of stacks this machine must not reach.
 offline = os.environ.get("VLLM_FLEET_OFFLINE") == "1"
 key_file = config.get("sshPrivateKeyFile")
@@ -59,13 +61,34 @@ else:
     )
 hf_token = config.get_secret("hfToken")
 
-# Contacting a host while the program runs makes an unreachable one fail fast, in previews too.
+# Contacting a host while the program runs makes an unreachable one fail fast, in previews too, and
+# lets the preview name what already runs there (hand-made units, stray GPU processes).
 if not offline:
     for host_config in stack.hosts:
         try:
             probe_ssh(host_config)
         except HostUnreachable as error:
             raise pulumi.RunError(str(error)) from None
+    key_text = (
+        Path(key_file).expanduser().read_text()
+        if key_file is not None
+        else runtime_config.get_config("vllm-fleet:sshPrivateKey") or ""
+    )
+    conflicts: list[str] = []
+    for host_config in stack.hosts:
+        on_host = [rd for rd in stack.resolved_deployments() if rd.host.name == host_config.name]
+        try:
+            found = host_survey.survey(pulumi.get_stack(), host_config, on_host, key_text, SURVEY_CACHE)
+        except host_survey.SurveyFailed as error:
+            raise pulumi.RunError(str(error)) from None
+        errors, notes = host_survey.assess(pulumi.get_stack(), host_config, on_host, found)
+        for note in notes:
+            pulumi.log.warn(note)
+        conflicts += errors
+    if conflicts:
+        raise pulumi.RunError(
+            "what runs on the hosts conflicts with the stack; nothing was changed:\n" + "\n".join(conflicts)
+        )
 
 hosts = {h.name: GpuHost(h.name, GpuHostArgs(host=h, private_key=private_key)) for h in stack.hosts}
 storages = {s.name: SharedStorage(s.name, SharedStorageArgs(storage=s, host=hosts[s.host])) for s in stack.storage}

@@ -43,6 +43,7 @@ HOST_TOOLS: dict[str, Path] = {
     "model-sync": HOST_PROGRAMS / "model_sync.py",
     "vllm-args-check": HOST_PROGRAMS / "vllm_args_check.py",
     "swap": HOST_PROGRAMS / "swap.py",
+    "survey": HOST_PROGRAMS / "survey.py",
     "clean-shm": FILES / "clean-shm.sh",
 }
 HEREDOC_DELIMITER = "VLLM_FLEET_EOF"
@@ -192,6 +193,8 @@ def render_unit(rd: ResolvedDeployment, stack: str) -> RenderedUnit:
         gpus=gpus,
         release_threshold=rd.deployment.gpu_release_threshold_mib,
         release_timeout=release_timeout,
+        foreign=rd.deployment.foreign_gpu_processes.value,
+        adopt="".join(f" --adopt {systemd_quote(unit)}" for unit in rd.deployment.replaces),
         unit=rd.unit_name,
         unit_stem=rd.unit_stem,
         exec_start=" ".join(systemd_quote(a) for a in [python, *vllm_arguments(rd)]),
@@ -413,6 +416,7 @@ def swap_plan(rd: ResolvedDeployment, stack: str) -> dict[str, object]:
         # The staged unit's digest: a changed unit changes this step, so `pulumi up` re-activates.
         "unit_sha256": hashlib.sha256(render_unit(rd, stack).text.encode()).hexdigest(),
         "replaces": list(rd.deployment.replaces),
+        "foreign_gpu_processes": rd.deployment.foreign_gpu_processes.value,
         "report_every": 15,
         "journal_lines": 40,
     }

@@ -135,9 +135,38 @@ def unit_of(pid: int, proc: str = "/proc") -> str | None:
     return None
 
 
+# A unit in these states holds (or is about to hold) its GPUs: a 36-minute load is `activating`.
+RUNNING_STATES = frozenset({"active", "activating", "reloading"})
+MANAGED_MARK = "# Managed by vllm-fleet"
+
+
 def unit_is_active(unit: str) -> bool:
-    result = subprocess.run(["systemctl", "is-active", "--quiet", unit], check=False)
-    return result.returncode == 0
+    """Running in systemd's sense: serving, or still starting (loading a model)."""
+    result = subprocess.run(
+        ["systemctl", "show", unit, "--property=ActiveState", "--value"], capture_output=True, text=True, check=False
+    )
+    return result.stdout.strip() in RUNNING_STATES
+
+
+def unit_is_managed(unit: str) -> bool:
+    """Whether vllm-fleet wrote the unit's file (its first line says so)."""
+    result = subprocess.run(
+        ["systemctl", "show", unit, "--property=FragmentPath", "--value"], capture_output=True, text=True, check=False
+    )
+    path = result.stdout.strip()
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.readline().startswith(MANAGED_MARK)
+    except OSError:
+        return False
+
+
+def command_line(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read().replace(b"\0", b" ").decode(errors="replace").strip()[:200]
+    except OSError:
+        return "?"
 
 
 def alive(pid: int) -> bool:
@@ -194,7 +223,18 @@ def guard(
     poll: float = 0.5,
     settle: float = 5.0,
     exclude: frozenset[int] = frozenset(),
+    adopted: frozenset[str] = frozenset(),
+    foreign: str = "stop",
+    is_managed: Callable[[str], bool] = lambda unit: False,
+    describe: Callable[[int], str] = command_line,
 ) -> GuardResult:
+    """Wait until `gpus` are released, stopping what holds them, within `timeout` seconds.
+
+    Each holder is judged by its systemd unit (its cgroup): this deployment's unit, a unit the stack
+    adopts (`adopted`) and leftovers of a stopped vllm-fleet unit are stopped; a process of another unit
+    that is running or loading is a conflict, never stopped; anything else (no unit, a login session, a
+    unit vllm-fleet does not manage) is foreign: stopped when `foreign` is "stop", otherwise the guard
+    fails at once with its PID, command line and unit."""
     start = time.monotonic()
     deadline = start + timeout
     wanted = set(gpus)
@@ -216,17 +256,36 @@ def guard(
         # CUDA_VISIBLE_DEVICES does, for everything vLLM starts.
         conflicts = []
         strays = []
+        foreigners = []
         for app in read_apps(run):
             if app.pid in exclude:
                 continue  # this guard and the unit start that runs it
             visible = gpus_of(app.pid)
+            if visible is not None and not visible & wanted:
+                continue  # a process on other GPUs
             unit = unit_lookup(app.pid)
-            if unit and unit != own_unit and unit.startswith("vllm-") and is_active(unit):
-                if visible is not None and visible & wanted:
-                    conflicts.append(f"PID {app.pid} ({app.name}, {app.used_mib} MiB) of running unit {unit}")
-                continue  # another deployment's process on its own GPUs
-            if visible is None or visible & wanted:
+            if unit == own_unit or (unit is not None and unit in adopted):
                 strays.append(app)
+            elif unit is not None and is_active(unit) and (unit.startswith("vllm-") or is_managed(unit)):
+                conflicts.append(f"PID {app.pid} ({app.name}, {app.used_mib} MiB) of running unit {unit}")
+            elif unit is not None and is_managed(unit):
+                strays.append(app)  # a leftover of a stopped vllm-fleet unit
+            elif foreign == "stop":
+                strays.append(app)
+            else:
+                foreigners.append(
+                    f"PID {app.pid} ({describe(app.pid)}, {app.used_mib} MiB) of {unit or 'no systemd unit'}"
+                )
+        if foreigners:
+            return GuardResult(
+                False,
+                "GPUs "
+                + ",".join(map(str, gpus))
+                + " are held by processes vllm-fleet does not manage: "
+                + "; ".join(foreigners)
+                + ". Stop them, add their unit to deployments[].replaces, or set "
+                "deployments[].foreignGpuProcesses: stop to let vllm-fleet stop them.",
+            )
         if conflicts:
             return GuardResult(
                 False,
@@ -270,6 +329,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threshold-mib", type=int, default=1000)
     parser.add_argument("--timeout", type=float, default=120)
     parser.add_argument("--unit", default="")
+    parser.add_argument("--adopt", action="append", default=[], help="a unit the stack replaces (repeatable)")
+    parser.add_argument(
+        "--foreign", choices=["stop", "refuse"], default="refuse", help="what to do with holders of no managed unit"
+    )
     args = parser.parse_args(argv)
     if args.gpus == "none":
         print("no GPUs assigned; nothing to release")
@@ -283,6 +346,9 @@ def main(argv: list[str] | None = None) -> int:
             args.unit,
             log=lambda m: print(m, flush=True),
             exclude=ancestors(os.getpid()),
+            adopted=frozenset(args.adopt),
+            foreign=args.foreign,
+            is_managed=unit_is_managed,
         )
     except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as error:
         print(f"gpu-release-guard: {error}", file=sys.stderr)

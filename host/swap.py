@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 STATE_ROOT = Path("/var/lib/vllm-fleet")
 UNIT_DIR = Path("/etc/systemd/system")
@@ -62,6 +63,7 @@ class Plan:
     ready_timeout: int
     unit_sha256: str
     replaces: tuple[str, ...] = ()
+    foreign_gpu_processes: str = "refuse"
     report_every: int = 15
     journal_lines: int = 40
 
@@ -300,6 +302,45 @@ class Transaction:
         if result.returncode != 0:
             raise SwapRefused(f"the model files in {self.plan.model_dir} do not match their verified manifest")
 
+    def survey(self) -> dict[str, Any]:
+        result = subprocess.run(
+            [self.plan.python, f"{self.plan.tools_dir}/survey"], capture_output=True, text=True, check=False
+        )
+        if result.returncode != 0:
+            raise SwapRefused(f"the survey of this host failed: {result.stderr.strip()[-300:]}")
+        found: dict[str, Any] = json.loads(result.stdout)
+        return found
+
+    def check_holders(self, leaving: Sequence[str]) -> None:
+        """Refuse, before anything stops, when the port or the GPUs are held by what the swap will not stop."""
+        found = self.survey()
+        owners = {u["name"]: u.get("owner") for u in found.get("units", [])}
+
+        def ours(unit: str | None) -> bool:
+            return unit is not None and (unit in leaving or owners.get(unit) == self.plan.owner)
+
+        problems = []
+        for listener in found.get("listeners", []):
+            if listener["port"] == self.plan.port and not ours(listener.get("unit")):
+                problems.append(
+                    f"port {self.plan.port} is held by PID {listener['pid']} ({listener.get('cmd', '')}) of "
+                    f"{listener.get('unit') or 'no systemd unit'}; add its unit to deployments[].replaces or stop it"
+                )
+        for holder in found.get("gpuHolders", []):
+            shared = set(holder.get("gpus", [])) & set(self.plan.gpus)
+            unit = holder.get("unit")
+            if not shared or ours(unit):
+                continue
+            if unit is None and self.plan.foreign_gpu_processes == "stop":
+                continue  # the GPU-release guard stops it after the old units stopped
+            problems.append(
+                f"GPU {','.join(map(str, sorted(shared)))} is held by PID {holder['pid']} ({holder.get('cmd', '')}) of "
+                f"{unit or 'no systemd unit'}; stop it, adopt its unit (deployments[].replaces) or set "
+                "deployments[].foreignGpuProcesses: stop"
+            )
+        if problems:
+            raise SwapRefused("; ".join(problems))
+
     # -- the swap -------------------------------------------------------------------------------------
 
     def active_record(self) -> dict[str, str]:
@@ -328,10 +369,13 @@ class Transaction:
             if not staged_unit.is_file():
                 raise SwapRefused(f"nothing staged at {staged_unit}; run pulumi up again")
             self.check_model()
+            old_unit = self.active_record().get("UNIT", "")
+            # Every unit that may hold this deployment's GPUs or port now, and must stop for the new one.
+            leaving = [u for u in dict.fromkeys([old_unit, plan.unit_name, *plan.replaces]) if u]
+            self.check_holders(leaving)
         except SwapRefused as refusal:
             return Result("refused", f"refused: {refusal}", plan.digest)
 
-        old_unit = self.active_record().get("UNIT", "")
         if (
             old_unit == plan.unit_name
             and _same(staged_unit, unit_path)
@@ -346,8 +390,6 @@ class Transaction:
                 plan.digest,
             )
 
-        # Every unit that may hold this deployment's GPUs or port now, and must stop for the new one.
-        leaving = [u for u in dict.fromkeys([old_unit, plan.unit_name, *plan.replaces]) if u]
         backups_dir = self.state_dir / "previous"
         shutil.rmtree(backups_dir, ignore_errors=True)
         backups_dir.mkdir(parents=True, mode=0o700)

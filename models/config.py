@@ -129,6 +129,11 @@ class StackTier(StrEnum):
     DEVELOPMENT = "development"
 
 
+class ForeignGpuProcesses(StrEnum):
+    REFUSE = "refuse"
+    STOP = "stop"
+
+
 class Interconnect(StrEnum):
     PCIE = "pcie"
     NVLINK = "nvlink"
@@ -263,6 +268,9 @@ class Deployment(LocalBaseModel):
     # Hand-made units already on the host that this deployment takes over: stopped and disabled inside
     # the swap (their files backed up, restored on rollback). Units neither managed nor named are never touched.
     replaces: tuple[SystemdServiceName, ...] = ()
+    # GPU holders of no managed or adopted unit (a hand-started engine, a notebook): the GPU-release guard
+    # stops them only when this says so; otherwise `pulumi preview` and the start fail naming them.
+    foreign_gpu_processes: ForeignGpuProcesses = ForeignGpuProcesses.REFUSE
     environment: Environment = Field(default_factory=dict)
     overrides: ServingOverrides = ServingOverrides()
     # How long a start may take before it counts as failed; derived from model size when unset.

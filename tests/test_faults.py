@@ -50,13 +50,14 @@ class Faults:
         overrides: dict[str, Any] | None = None,
     ) -> auto.Stack:
         text = sandbox_env.e2e_stack_file(model, gpus=gpus, port=port, extra_models=extra_models)
-        if storage or overrides:
-            doc = yaml.safe_load(text)
-            if storage:
-                doc["config"]["vllm-fleet:storage"][0].update(storage)
-            if overrides:
-                doc["config"]["vllm-fleet:deployments"][0]["overrides"] = overrides
-            text = yaml.safe_dump(doc, sort_keys=False)
+        doc = yaml.safe_load(text)
+        if storage:
+            doc["config"]["vllm-fleet:storage"][0].update(storage)
+        if overrides:
+            doc["config"]["vllm-fleet:deployments"][0]["overrides"] = overrides
+        # These tests leave hand-started engines holding a GPU on purpose; the guard may stop them.
+        doc["config"]["vllm-fleet:deployments"][0]["foreignGpuProcesses"] = "stop"
+        text = yaml.safe_dump(doc, sort_keys=False)
         (self.work / f"Pulumi.{stack}.yaml").write_text(text)
         return engine.stack(self.work, self.backend, stack, secrets={"vllm-fleet:hfToken": sandbox_env.MIRROR_TOKEN})
 

@@ -26,6 +26,6 @@ systemctl daemon-reload
 "$TOOLS_DIR/clean-shm" || true
 owner="$STACK.$DEPLOYMENT"
 rm -f "$state_root/claims/$owner.json"
-rm -rf -- "$STATE_DIR/active" "$STATE_DIR/previous"
+rm -rf -- "$STATE_DIR/active" "$STATE_DIR/previous" "$STATE_DIR/swap-plan.json" "$STATE_DIR/swap-result.json"
 rmdir /etc/vllm-fleet 2>/dev/null || true
 log "removed"

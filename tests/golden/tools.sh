@@ -176,9 +176,38 @@ def unit_of(pid: int, proc: str = "/proc") -> str | None:
     return None
 
 
+# A unit in these states holds (or is about to hold) its GPUs: a 36-minute load is `activating`.
+RUNNING_STATES = frozenset({"active", "activating", "reloading"})
+MANAGED_MARK = "# Managed by vllm-fleet"
+
+
 def unit_is_active(unit: str) -> bool:
-    result = subprocess.run(["systemctl", "is-active", "--quiet", unit], check=False)
-    return result.returncode == 0
+    """Running in systemd's sense: serving, or still starting (loading a model)."""
+    result = subprocess.run(
+        ["systemctl", "show", unit, "--property=ActiveState", "--value"], capture_output=True, text=True, check=False
+    )
+    return result.stdout.strip() in RUNNING_STATES
+
+
+def unit_is_managed(unit: str) -> bool:
+    """Whether vllm-fleet wrote the unit's file (its first line says so)."""
+    result = subprocess.run(
+        ["systemctl", "show", unit, "--property=FragmentPath", "--value"], capture_output=True, text=True, check=False
+    )
+    path = result.stdout.strip()
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.readline().startswith(MANAGED_MARK)
+    except OSError:
+        return False
+
+
+def command_line(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read().replace(b"\0", b" ").decode(errors="replace").strip()[:200]
+    except OSError:
+        return "?"
 
 
 def alive(pid: int) -> bool:
@@ -235,7 +264,18 @@ def guard(
     poll: float = 0.5,
     settle: float = 5.0,
     exclude: frozenset[int] = frozenset(),
+    adopted: frozenset[str] = frozenset(),
+    foreign: str = "stop",
+    is_managed: Callable[[str], bool] = lambda unit: False,
+    describe: Callable[[int], str] = command_line,
 ) -> GuardResult:
+    """Wait until `gpus` are released, stopping what holds them, within `timeout` seconds.
+
+    Each holder is judged by its systemd unit (its cgroup): this deployment's unit, a unit the stack
+    adopts (`adopted`) and leftovers of a stopped vllm-fleet unit are stopped; a process of another unit
+    that is running or loading is a conflict, never stopped; anything else (no unit, a login session, a
+    unit vllm-fleet does not manage) is foreign: stopped when `foreign` is "stop", otherwise the guard
+    fails at once with its PID, command line and unit."""
     start = time.monotonic()
     deadline = start + timeout
     wanted = set(gpus)
@@ -257,17 +297,36 @@ def guard(
         # CUDA_VISIBLE_DEVICES does, for everything vLLM starts.
         conflicts = []
         strays = []
+        foreigners = []
         for app in read_apps(run):
             if app.pid in exclude:
                 continue  # this guard and the unit start that runs it
             visible = gpus_of(app.pid)
+            if visible is not None and not visible & wanted:
+                continue  # a process on other GPUs
             unit = unit_lookup(app.pid)
-            if unit and unit != own_unit and unit.startswith("vllm-") and is_active(unit):
-                if visible is not None and visible & wanted:
-                    conflicts.append(f"PID {app.pid} ({app.name}, {app.used_mib} MiB) of running unit {unit}")
-                continue  # another deployment's process on its own GPUs
-            if visible is None or visible & wanted:
+            if unit == own_unit or (unit is not None and unit in adopted):
                 strays.append(app)
+            elif unit is not None and is_active(unit) and (unit.startswith("vllm-") or is_managed(unit)):
+                conflicts.append(f"PID {app.pid} ({app.name}, {app.used_mib} MiB) of running unit {unit}")
+            elif unit is not None and is_managed(unit):
+                strays.append(app)  # a leftover of a stopped vllm-fleet unit
+            elif foreign == "stop":
+                strays.append(app)
+            else:
+                foreigners.append(
+                    f"PID {app.pid} ({describe(app.pid)}, {app.used_mib} MiB) of {unit or 'no systemd unit'}"
+                )
+        if foreigners:
+            return GuardResult(
+                False,
+                "GPUs "
+                + ",".join(map(str, gpus))
+                + " are held by processes vllm-fleet does not manage: "
+                + "; ".join(foreigners)
+                + ". Stop them, add their unit to deployments[].replaces, or set "
+                "deployments[].foreignGpuProcesses: stop to let vllm-fleet stop them.",
+            )
         if conflicts:
             return GuardResult(
                 False,
@@ -311,6 +370,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threshold-mib", type=int, default=1000)
     parser.add_argument("--timeout", type=float, default=120)
     parser.add_argument("--unit", default="")
+    parser.add_argument("--adopt", action="append", default=[], help="a unit the stack replaces (repeatable)")
+    parser.add_argument(
+        "--foreign", choices=["stop", "refuse"], default="refuse", help="what to do with holders of no managed unit"
+    )
     args = parser.parse_args(argv)
     if args.gpus == "none":
         print("no GPUs assigned; nothing to release")
@@ -324,6 +387,9 @@ def main(argv: list[str] | None = None) -> int:
             args.unit,
             log=lambda m: print(m, flush=True),
             exclude=ancestors(os.getpid()),
+            adopted=frozenset(args.adopt),
+            foreign=args.foreign,
+            is_managed=unit_is_managed,
         )
     except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as error:
         print(f"gpu-release-guard: {error}", file=sys.stderr)
@@ -767,6 +833,169 @@ VLLM_FLEET_EOF
 chmod 0755 /usr/local/lib/vllm-fleet/model-sync.vllm-fleet-tmp
 mv -f /usr/local/lib/vllm-fleet/model-sync.vllm-fleet-tmp /usr/local/lib/vllm-fleet/model-sync
 install -d -m 0755 /usr/local/lib/vllm-fleet
+cat > /usr/local/lib/vllm-fleet/survey.vllm-fleet-tmp <<'VLLM_FLEET_EOF'
+#!/usr/bin/env python3
+"""vllm-fleet survey: what already runs on a host, read-only, as one JSON document on stdout.
+
+The controller runs it over SSH while it evaluates the program (`pulumi preview` too), before the tools
+are installed, by piping this file into the host's python; the swap transaction runs it again right
+before it stops anything. It reports:
+  units       every vllm-*.service: active state, enabled, whether vllm-fleet manages it (its first line)
+  listeners   TCP listening ports with the PID and systemd unit that holds them (`ss -ltnpH`)
+  gpuHolders  processes nvidia-smi lists per GPU (`--query-compute-apps=pid,gpu_uuid,...` mapped to indices
+              with `--query-gpu=index,uuid`), with their unit and command line
+A process's unit is the last *.service of its cgroup path; a login session's scope or no cgroup means
+it belongs to no unit. Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from typing import Any
+
+MANAGED_MARK = "# Managed by vllm-fleet"
+MANAGED_BY = re.compile(r"^# Managed by vllm-fleet: stack (\S+?), deployment (\S+?)\. ")
+
+
+def run(*args: str) -> str:
+    try:
+        result = subprocess.run(args, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return result.stdout if result.returncode == 0 else ""
+
+
+def unit_of_pid(pid: int, proc: str = "/proc") -> str | None:
+    try:
+        with open(f"{proc}/{pid}/cgroup", encoding="utf-8") as handle:
+            for line in handle:
+                for part in reversed(line.rstrip("\n").split(":", 2)[-1].split("/")):
+                    if part.endswith(".service"):
+                        return part
+    except OSError:
+        return None
+    return None
+
+
+def command_line(pid: int, proc: str = "/proc") -> str:
+    try:
+        with open(f"{proc}/{pid}/cmdline", "rb") as handle:
+            return handle.read().replace(b"\0", b" ").decode(errors="replace").strip()[:300]
+    except OSError:
+        return ""
+
+
+_SS_LINE = re.compile(r"^\S+\s+\d+\s+\d+\s+(\S+):(\d+)\s+\S+\s*(.*)$")
+_SS_PID = re.compile(r"pid=(\d+)")
+
+
+def parse_ss(text: str) -> list[dict[str, Any]]:
+    """`ss -ltnpH` lines: one entry per (address, port, pid)."""
+    found = []
+    for line in text.splitlines():
+        match = _SS_LINE.match(line.strip())
+        if not match:
+            continue
+        address, port, users = match.group(1), int(match.group(2)), match.group(3)
+        pids = sorted({int(p) for p in _SS_PID.findall(users)}) or [0]
+        for pid in pids:
+            found.append({"address": address.strip("[]"), "port": port, "pid": pid})
+    return found
+
+
+def parse_gpu_uuids(text: str) -> dict[str, int]:
+    """`nvidia-smi --query-gpu=index,uuid --format=csv,noheader,nounits` as uuid -> index."""
+    out = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) >= 2 and cells[0].isdigit():
+            out[cells[1]] = int(cells[0])
+    return out
+
+
+def parse_compute_apps(text: str, uuids: dict[str, int]) -> list[dict[str, Any]]:
+    """`--query-compute-apps=pid,gpu_uuid,used_memory,process_name` rows merged per PID."""
+    holders: dict[int, dict[str, Any]] = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split(",", 3)]
+        if len(cells) < 4 or not cells[0].isdigit():
+            continue
+        pid = int(cells[0])
+        entry = holders.setdefault(pid, {"pid": pid, "gpus": [], "usedMib": 0, "name": cells[3]})
+        if cells[1] in uuids and uuids[cells[1]] not in entry["gpus"]:
+            entry["gpus"].append(uuids[cells[1]])
+        used = cells[2].removesuffix("MiB").strip()
+        entry["usedMib"] += int(float(used)) if used and not used.startswith("[") else 0
+    return [dict(h, gpus=sorted(h["gpus"])) for h in holders.values()]
+
+
+def units() -> list[dict[str, Any]]:
+    listing = run("systemctl", "list-units", "--all", "--plain", "--no-legend", "--type=service", "vllm-*")
+    files = run("systemctl", "list-unit-files", "--plain", "--no-legend", "--type=service", "vllm-*")
+    names = {line.split()[0] for line in (listing + files).splitlines() if line.split()}
+    out = []
+    for name in sorted(n for n in names if n.endswith(".service")):
+        props = dict(
+            line.split("=", 1)
+            for line in run("systemctl", "show", name, "--property=ActiveState,UnitFileState,FragmentPath").splitlines()
+            if "=" in line
+        )
+        fragment = props.get("FragmentPath", "")
+        first_line = ""
+        if fragment:
+            try:
+                with open(fragment, encoding="utf-8", errors="replace") as handle:
+                    first_line = handle.readline()
+            except OSError:
+                pass
+        owner = MANAGED_BY.match(first_line)
+        out.append(
+            {
+                "name": name,
+                "activeState": props.get("ActiveState", "inactive"),
+                "enabled": props.get("UnitFileState") == "enabled",
+                "managed": first_line.startswith(MANAGED_MARK),
+                # stack.deployment of a vllm-fleet unit, from its first line
+                "owner": f"{owner.group(1)}.{owner.group(2)}" if owner else None,
+                "fragment": fragment,
+            }
+        )
+    return out
+
+
+def survey() -> dict[str, Any]:
+    listeners = parse_ss(run("ss", "-ltnpH"))
+    for entry in listeners:
+        entry["unit"] = unit_of_pid(entry["pid"]) if entry["pid"] else None
+        entry["cmd"] = command_line(entry["pid"]) if entry["pid"] else ""
+    uuids = parse_gpu_uuids(run("nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader,nounits"))
+    holders = parse_compute_apps(
+        run(
+            "nvidia-smi", "--query-compute-apps=pid,gpu_uuid,used_memory,process_name", "--format=csv,noheader,nounits"
+        ),
+        uuids,
+    )
+    for holder in holders:
+        holder["unit"] = unit_of_pid(holder["pid"])
+        holder["cmd"] = command_line(holder["pid"])
+    return {"units": units(), "listeners": listeners, "gpuHolders": holders}
+
+
+def main() -> int:
+    json.dump(survey(), sys.stdout, sort_keys=True)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+VLLM_FLEET_EOF
+chmod 0755 /usr/local/lib/vllm-fleet/survey.vllm-fleet-tmp
+mv -f /usr/local/lib/vllm-fleet/survey.vllm-fleet-tmp /usr/local/lib/vllm-fleet/survey
+install -d -m 0755 /usr/local/lib/vllm-fleet
 cat > /usr/local/lib/vllm-fleet/swap.vllm-fleet-tmp <<'VLLM_FLEET_EOF'
 #!/usr/bin/env python3
 """vllm-fleet swap: make a deployment serve its staged unit, as a transaction that the host finishes.
@@ -806,6 +1035,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 STATE_ROOT = Path("/var/lib/vllm-fleet")
 UNIT_DIR = Path("/etc/systemd/system")
@@ -832,6 +1062,7 @@ class Plan:
     ready_timeout: int
     unit_sha256: str
     replaces: tuple[str, ...] = ()
+    foreign_gpu_processes: str = "refuse"
     report_every: int = 15
     journal_lines: int = 40
 
@@ -1070,6 +1301,45 @@ class Transaction:
         if result.returncode != 0:
             raise SwapRefused(f"the model files in {self.plan.model_dir} do not match their verified manifest")
 
+    def survey(self) -> dict[str, Any]:
+        result = subprocess.run(
+            [self.plan.python, f"{self.plan.tools_dir}/survey"], capture_output=True, text=True, check=False
+        )
+        if result.returncode != 0:
+            raise SwapRefused(f"the survey of this host failed: {result.stderr.strip()[-300:]}")
+        found: dict[str, Any] = json.loads(result.stdout)
+        return found
+
+    def check_holders(self, leaving: Sequence[str]) -> None:
+        """Refuse, before anything stops, when the port or the GPUs are held by what the swap will not stop."""
+        found = self.survey()
+        owners = {u["name"]: u.get("owner") for u in found.get("units", [])}
+
+        def ours(unit: str | None) -> bool:
+            return unit is not None and (unit in leaving or owners.get(unit) == self.plan.owner)
+
+        problems = []
+        for listener in found.get("listeners", []):
+            if listener["port"] == self.plan.port and not ours(listener.get("unit")):
+                problems.append(
+                    f"port {self.plan.port} is held by PID {listener['pid']} ({listener.get('cmd', '')}) of "
+                    f"{listener.get('unit') or 'no systemd unit'}; add its unit to deployments[].replaces or stop it"
+                )
+        for holder in found.get("gpuHolders", []):
+            shared = set(holder.get("gpus", [])) & set(self.plan.gpus)
+            unit = holder.get("unit")
+            if not shared or ours(unit):
+                continue
+            if unit is None and self.plan.foreign_gpu_processes == "stop":
+                continue  # the GPU-release guard stops it after the old units stopped
+            problems.append(
+                f"GPU {','.join(map(str, sorted(shared)))} is held by PID {holder['pid']} ({holder.get('cmd', '')}) of "
+                f"{unit or 'no systemd unit'}; stop it, adopt its unit (deployments[].replaces) or set "
+                "deployments[].foreignGpuProcesses: stop"
+            )
+        if problems:
+            raise SwapRefused("; ".join(problems))
+
     # -- the swap -------------------------------------------------------------------------------------
 
     def active_record(self) -> dict[str, str]:
@@ -1098,10 +1368,13 @@ class Transaction:
             if not staged_unit.is_file():
                 raise SwapRefused(f"nothing staged at {staged_unit}; run pulumi up again")
             self.check_model()
+            old_unit = self.active_record().get("UNIT", "")
+            # Every unit that may hold this deployment's GPUs or port now, and must stop for the new one.
+            leaving = [u for u in dict.fromkeys([old_unit, plan.unit_name, *plan.replaces]) if u]
+            self.check_holders(leaving)
         except SwapRefused as refusal:
             return Result("refused", f"refused: {refusal}", plan.digest)
 
-        old_unit = self.active_record().get("UNIT", "")
         if (
             old_unit == plan.unit_name
             and _same(staged_unit, unit_path)
@@ -1116,8 +1389,6 @@ class Transaction:
                 plan.digest,
             )
 
-        # Every unit that may hold this deployment's GPUs or port now, and must stop for the new one.
-        leaving = [u for u in dict.fromkeys([old_unit, plan.unit_name, *plan.replaces]) if u]
         backups_dir = self.state_dir / "previous"
         shutil.rmtree(backups_dir, ignore_errors=True)
         backups_dir.mkdir(parents=True, mode=0o700)
@@ -1655,4 +1926,4 @@ if __name__ == "__main__":
 VLLM_FLEET_EOF
 chmod 0755 /usr/local/lib/vllm-fleet/wait-ready.vllm-fleet-tmp
 mv -f /usr/local/lib/vllm-fleet/wait-ready.vllm-fleet-tmp /usr/local/lib/vllm-fleet/wait-ready
-echo "installed 6 vllm-fleet tools in /usr/local/lib/vllm-fleet"
+echo "installed 7 vllm-fleet tools in /usr/local/lib/vllm-fleet"

@@ -229,3 +229,64 @@ def test_never_stops_itself_or_its_parents() -> None:
         exclude=me,
     )
     assert not result.released
+
+
+def judge(unit: str | None, *, running: bool = False, managed: bool = False, **options: object) -> guard.GuardResult:
+    """One recorded holder (PID 425 on GPU 0) in `unit`, with the guard's other inputs fixed."""
+    smi = ReplayedSmi()
+
+    def stop(pids: list[int], grace: float, log: object) -> list[int]:
+        smi.released = True
+        return []
+
+    return guard.guard(
+        [0],
+        1000,
+        0.5,
+        "vllm-new.service",
+        run=smi,
+        unit_lookup=lambda pid: unit,
+        gpus_of=lambda pid: {0},
+        is_active=lambda u: running,
+        is_managed=lambda u: managed,
+        describe=lambda pid: "python3 hold.py",
+        stop=stop,
+        log=lambda m: None,
+        poll=0.01,
+        settle=0.0,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def test_foreign_holder_is_refused_by_default_with_pid_command_and_unit() -> None:
+    result = judge("session-3.scope", foreign="refuse")
+    assert not result.released
+    assert "PID 425 (python3 hold.py, 21090 MiB) of session-3.scope" in result.message
+    assert "deployments[].foreignGpuProcesses: stop" in result.message
+    assert "PID 425 (python3 hold.py, 21090 MiB) of no systemd unit" in judge(None, foreign="refuse").message
+
+
+def test_foreign_holder_is_stopped_when_the_stack_says_so() -> None:
+    assert judge(None, foreign="stop").released
+
+
+def test_adopted_and_leftover_managed_units_are_stopped_even_when_refusing_foreigners() -> None:
+    assert judge("vllm-glm5.service", foreign="refuse", adopted=frozenset({"vllm-glm5.service"})).released
+    assert judge("vllm-old.service", foreign="refuse", managed=True).released  # stopped, not running
+
+
+def test_a_loading_unit_counts_as_running_and_is_never_stopped() -> None:
+    # is_active is true for `activating`: a unit 36 minutes into its load is a conflict, not a stray.
+    result = judge("vllm-other.service", running=True, foreign="stop")
+    assert not result.released and "of running unit vllm-other.service" in result.message
+
+
+def test_unit_state_reads_activating_as_running(monkeypatch: pytest.MonkeyPatch) -> None:
+    answers = {"activating": True, "active": True, "reloading": True, "inactive": False, "failed": False}
+    for state, running in answers.items():
+        monkeypatch.setattr(
+            subprocess,
+            "run",
+            lambda *a, _s=state, **k: subprocess.CompletedProcess(a, 0, stdout=f"{_s}\n", stderr=""),
+        )
+        assert guard.unit_is_active("vllm-x.service") is running, state

@@ -88,6 +88,7 @@ class World:
         (self.tools / "model-sync").write_text(
             f"import sys\nprint('model-sync: checked')\nsys.exit({0 if model_ok else 1})\n"
         )
+        self.found: dict[str, object] = {"units": [], "listeners": [], "gpuHolders": []}
         self.systemd = RecordingSystemd(self.unit_dir)
         self.lines: list[str] = []
 
@@ -122,6 +123,8 @@ class World:
         self.systemd.units[unit] = FakeUnit(state="active" if running else "inactive", enabled=enabled)
 
     def run(self, plan: swap.Plan) -> swap.Result:
+        # What host/survey.py would report on this host, as the transaction reads it.
+        (self.tools / "survey").write_text(f"import json\nprint(json.dumps({self.found!r}))\n")
         transaction = swap.Transaction(
             plan,
             self.systemd,
@@ -256,3 +259,22 @@ def test_parse_timespan(text: str, seconds: float | None) -> None:
 def test_parse_timespan_refuses_garbage() -> None:
     with pytest.raises(ValueError):
         swap.parse_timespan("soon")
+
+
+def test_port_or_gpus_held_by_what_the_swap_will_not_stop_refuse_before_the_stop(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    world.hand_made("vllm-old.service")
+    world.found = {
+        "units": [],
+        "listeners": [{"port": 8000, "pid": 77, "unit": "vllm-legacy.service", "cmd": "python3 -m vllm"}],
+        "gpuHolders": [{"pid": 78, "gpus": [0], "unit": None, "cmd": "VLLM::stray"}],
+    }
+    result = world.run(world.plan(replaces=("vllm-old.service",)))
+    assert result.status == "refused"
+    assert "port 8000 is held by PID 77 (python3 -m vllm) of vllm-legacy.service" in result.message
+    assert "GPU 0 is held by PID 78 (VLLM::stray) of no systemd unit" in result.message
+    assert world.systemd.units["vllm-old.service"].state == "active"
+    # Adopting the unit and letting the guard stop strays clears both.
+    plan = world.plan(replaces=("vllm-old.service", "vllm-legacy.service"))
+    allowed = swap.Plan(**{**plan.__dict__, "foreign_gpu_processes": "stop"})
+    assert world.run(allowed).status == "succeeded"

@@ -34,7 +34,7 @@ EnvironmentFile=-/etc/vllm-fleet/vllm-tiny-chat-a.env
 # mtimes against the manifest, no bytes read); wait for this deployment'"'"'s GPUs to be released,
 # stopping stray holders; remove stale shared-memory segments that break the next launch.
 ExecStartPre=/opt/vllm-env/bin/python3 /usr/local/lib/vllm-fleet/model-sync check --dir /shared/tiny-chat-a
-ExecStartPre=/opt/vllm-env/bin/python3 /usr/local/lib/vllm-fleet/gpu-release-guard --gpus 0 --threshold-mib 1000 --timeout 120 --unit vllm-tiny-chat-a.service
+ExecStartPre=/opt/vllm-env/bin/python3 /usr/local/lib/vllm-fleet/gpu-release-guard --gpus 0 --threshold-mib 1000 --timeout 120 --unit vllm-tiny-chat-a.service --foreign refuse
 ExecStartPre=/usr/local/lib/vllm-fleet/clean-shm
 ExecStart=/opt/vllm-env/bin/python3 -m vllm.entrypoints.openai.api_server --model /shared/tiny-chat-a --served-model-name tiny-chat-a --tensor-parallel-size 1 --max-model-len 512 --gpu-memory-utilization 0.9 --host 127.0.0.1 --port 8000 --enforce-eager --dtype float32
 # The unit counts as started only once the server answers /health, lists the model and completes.

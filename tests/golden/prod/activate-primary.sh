@@ -3,9 +3,10 @@
 readonly STATE_DIR=/var/lib/vllm-fleet/deployments/prod.primary
 readonly PYTHON=/root/ml-env/bin/python3
 readonly TOOLS_DIR=/usr/local/lib/vllm-fleet
-readonly UNIT_SHA256=5398804588428997fb7cada62a86d43abe6e76b5ee57d506b9716c5aef32dc41
+readonly UNIT_SHA256=23316c7f7428fd60c2de19af6a3162f07c61d19b3b9b84b49fe7b78daa9ebe01
 readonly PLAN='{
  "deployment": "primary",
+ "foreign_gpu_processes": "refuse",
  "gpus": [
   0,
   1,
@@ -28,7 +29,7 @@ readonly PLAN='{
  "state_dir": "/var/lib/vllm-fleet/deployments/prod.primary",
  "tools_dir": "/usr/local/lib/vllm-fleet",
  "unit_name": "vllm-kimi-k25-int4.service",
- "unit_sha256": "5398804588428997fb7cada62a86d43abe6e76b5ee57d506b9716c5aef32dc41",
+ "unit_sha256": "23316c7f7428fd60c2de19af6a3162f07c61d19b3b9b84b49fe7b78daa9ebe01",
  "unit_stem": "vllm-kimi-k25-int4"
 }'
 # vllm-fleet activate: make a deployment serve its staged unit (a swap, when the model changed).

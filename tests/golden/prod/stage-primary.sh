@@ -41,7 +41,7 @@ EnvironmentFile=-/etc/vllm-fleet/vllm-kimi-k25-int4.env
 # mtimes against the manifest, no bytes read); wait for this deployment'"'"'s GPUs to be released,
 # stopping stray holders; remove stale shared-memory segments that break the next launch.
 ExecStartPre=/root/ml-env/bin/python3 /usr/local/lib/vllm-fleet/model-sync check --dir /shared/kimi-k2.5-int4
-ExecStartPre=/root/ml-env/bin/python3 /usr/local/lib/vllm-fleet/gpu-release-guard --gpus 0,1,2,3,4,5,6,7 --threshold-mib 1000 --timeout 120 --unit vllm-kimi-k25-int4.service
+ExecStartPre=/root/ml-env/bin/python3 /usr/local/lib/vllm-fleet/gpu-release-guard --gpus 0,1,2,3,4,5,6,7 --threshold-mib 1000 --timeout 120 --unit vllm-kimi-k25-int4.service --foreign refuse
 ExecStartPre=/usr/local/lib/vllm-fleet/clean-shm
 ExecStart=/root/ml-env/bin/python3 -m vllm.entrypoints.openai.api_server --model /shared/kimi-k2.5-int4 --served-model-name kimi-k2.5-int4 --tensor-parallel-size 8 --tool-call-parser kimi_k2 --reasoning-parser kimi_k2 --trust-remote-code --max-model-len 131072 --gpu-memory-utilization 0.95 --host 0.0.0.0 --port 8000 --disable-log-requests --enable-auto-tool-choice
 # The unit counts as started only once the server answers /health, lists the model and completes.

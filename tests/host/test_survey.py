@@ -1,0 +1,100 @@
+"""The host survey's parsers on recorded output, and what the preview concludes from a survey."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from components import host_survey
+from host import survey
+from models.loader import parse_stack_config
+from tests.conftest import FIXTURES
+
+SS = """LISTEN 0      4096         0.0.0.0:8000      0.0.0.0:*    users:(("python3",pid=812,fd=21))
+LISTEN 0      128          127.0.0.1:22        0.0.0.0:*    users:(("sshd",pid=90,fd=3),("sshd",pid=91,fd=3))
+LISTEN 0      4096            [::1]:8001         [::]:*
+"""
+
+
+def test_parse_ss_lists_each_listener_with_its_pids() -> None:
+    assert survey.parse_ss(SS) == [
+        {"address": "0.0.0.0", "port": 8000, "pid": 812},
+        {"address": "127.0.0.1", "port": 22, "pid": 90},
+        {"address": "127.0.0.1", "port": 22, "pid": 91},
+        {"address": "::1", "port": 8001, "pid": 0},
+    ]
+
+
+def test_compute_apps_are_attributed_to_gpu_indices_by_uuid() -> None:
+    uuids = survey.parse_gpu_uuids((FIXTURES / "query-gpu-index-uuid.csv").read_text())
+    assert uuids == {"GPU-2d89e51f-5e96-045d-c482-d5b2e616b566": 0}
+    holders = survey.parse_compute_apps((FIXTURES / "compute-apps-uuid-busy.csv").read_text(), uuids)
+    assert [(h["pid"], h["gpus"], h["usedMib"]) for h in holders] == [
+        (427, [0], 10758),
+        (428, [0], 2566),
+        (469, [0], 3590),
+    ]
+
+
+BROWNFIELD: dict[str, Any] = {
+    "units": [
+        {"name": "vllm-legacy.service", "activeState": "active", "enabled": True, "managed": False, "owner": None},
+        {"name": "vllm-glm5.service", "activeState": "inactive", "enabled": True, "managed": False, "owner": None},
+    ],
+    "listeners": [
+        {"address": "0.0.0.0", "port": 8000, "pid": 700, "unit": "vllm-legacy.service", "cmd": "python3 -m vllm"}
+    ],
+    "gpuHolders": [
+        {"pid": 700, "gpus": [0], "usedMib": 3000, "unit": "vllm-legacy.service", "cmd": "python3 -m vllm"},
+        {"pid": 901, "gpus": [0], "usedMib": 1200, "unit": None, "cmd": "VLLM::stray"},
+    ],
+}
+
+
+def judged(dev_raw: dict[str, Any], **deployment: Any) -> tuple[list[str], list[str]]:
+    dev_raw["deployments"][0].update(deployment)
+    config = parse_stack_config(dev_raw)
+    return host_survey.assess("dev", config.hosts[0], config.resolved_deployments(), copy.deepcopy(BROWNFIELD))
+
+
+def test_unnamed_units_and_strays_on_the_deployments_port_and_gpus_are_refused(dev_raw: dict[str, Any]) -> None:
+    errors, notes = judged(dev_raw)
+    assert any(
+        "port 8000 is held by PID 700 (python3 -m vllm) of vllm-legacy.service, which this stack does not manage; "
+        "add vllm-legacy.service to vllm-fleet:deployments[chat].replaces" in e
+        for e in errors
+    ), errors
+    assert any("GPU 0 is held by PID 901 (VLLM::stray) of no systemd unit" in e for e in errors), errors
+    assert any("set vllm-fleet:deployments[chat].foreignGpuProcesses: stop" in e for e in errors), errors
+    assert notes == []
+
+
+def test_named_units_are_adopted_and_allowed_strays_noted(dev_raw: dict[str, Any]) -> None:
+    errors, notes = judged(dev_raw, replaces=["vllm-legacy.service", "vllm-glm5.service"], foreignGpuProcesses="stop")
+    assert errors == []
+    assert any("adopts vllm-legacy.service (active, enabled)" in n for n in notes), notes
+    assert any("adopts vllm-glm5.service (inactive, enabled)" in n for n in notes), notes
+    assert any("PID 901 (VLLM::stray) of no systemd unit; the GPU-release guard will stop it" in n for n in notes)
+
+
+def test_another_deployments_unit_on_the_gpus_is_a_conflict(dev_raw: dict[str, Any]) -> None:
+    BROWNFIELD_OTHER = copy.deepcopy(BROWNFIELD)
+    BROWNFIELD_OTHER["units"][0].update(managed=True, owner="prod.primary")
+    config = parse_stack_config(dev_raw)
+    errors, _ = host_survey.assess("dev", config.hosts[0], config.resolved_deployments(), BROWNFIELD_OTHER)
+    assert any("a unit of deployment prod.primary" in e for e in errors), errors
+
+
+@pytest.mark.parametrize("unit", ["vllm-tiny-chat-a.service"])
+def test_the_deployments_own_units_are_not_conflicts(dev_raw: dict[str, Any], unit: str) -> None:
+    found = {
+        "units": [
+            {"name": "vllm-old.service", "activeState": "active", "enabled": True, "managed": True, "owner": "dev.chat"}
+        ],
+        "listeners": [{"port": 8000, "pid": 5, "unit": "vllm-old.service"}, {"port": 8000, "pid": 6, "unit": unit}],
+        "gpuHolders": [{"pid": 5, "gpus": [0], "unit": "vllm-old.service"}],
+    }
+    config = parse_stack_config(dev_raw)
+    assert host_survey.assess("dev", config.hosts[0], config.resolved_deployments(), found) == ([], [])
