@@ -31,6 +31,8 @@ class ComputeApp:
     pid: int
     name: str
     used_mib: int
+    # GPU indices it holds, from nvidia-smi's gpu_uuid; None when nvidia-smi did not say.
+    gpus: frozenset[int] | None = None
 
 
 def _number(field: str) -> int:
@@ -58,7 +60,8 @@ def parse_csv(text: str, fields: list[str]) -> list[dict[str, str]]:
 
 # The exact queries recorded in shared/fixtures/nvidia-smi (mem-busy.csv, compute-apps-*.csv).
 MEMORY_QUERY = ["--query-gpu=index,memory.used", "--format=csv,noheader,nounits"]
-APPS_QUERY = ["--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader,nounits"]
+APPS_QUERY = ["--query-compute-apps=pid,gpu_uuid,used_memory,process_name", "--format=csv,noheader,nounits"]
+GPU_UUID_QUERY = ["--query-gpu=index,uuid", "--format=csv,noheader,nounits"]
 
 
 def parse_gpu_memory(text: str) -> list[GpuMemory]:
@@ -66,9 +69,56 @@ def parse_gpu_memory(text: str) -> list[GpuMemory]:
     return [GpuMemory(int(r["index"]), _number(r["memory.used"])) for r in rows]
 
 
-def parse_compute_apps(text: str) -> list[ComputeApp]:
-    rows = parse_csv(text, ["pid", "process_name", "used_memory"])
-    return [ComputeApp(int(r["pid"]), r["process_name"], _number(r["used_memory"])) for r in rows]
+def parse_compute_apps(text: str, uuids: dict[str, int] | None = None) -> list[ComputeApp]:
+    """`--query-compute-apps=pid,gpu_uuid,used_memory,process_name` (one row per process and GPU), merged
+    per process with its GPUs as indices; the older `pid,process_name,used_memory` form is read too."""
+    merged: dict[int, ComputeApp] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        cells = [cell.strip() for cell in line.split(",", 3)]
+        if cells[0] == "pid":
+            continue
+        if len(cells) == 4:  # pid, gpu_uuid, used_memory, process_name
+            pid, uuid, used, name = int(cells[0]), cells[1], _number(cells[2]), cells[3]
+            gpu = (uuids or {}).get(uuid)
+            gpus = frozenset({gpu}) if gpu is not None else None
+        elif len(cells) == 3:  # pid, process_name, used_memory
+            pid, name, used, gpus = int(cells[0]), cells[1], _number(cells[2]), None
+        else:
+            raise ValueError(f"nvidia-smi printed {len(cells)} columns: {line!r}")
+        known = merged.get(pid)
+        if known is None:
+            merged[pid] = ComputeApp(pid, name, used, gpus)
+        else:
+            both = None if known.gpus is None or gpus is None else known.gpus | gpus
+            merged[pid] = ComputeApp(pid, name, known.used_mib + used, both)
+    return list(merged.values())
+
+
+def parse_gpu_uuids(text: str) -> dict[str, int]:
+    rows = parse_csv(text, ["index", "uuid"])
+    return {r["uuid"]: int(r["index"]) for r in rows}
+
+
+def device_holders(proc: str = "/proc") -> dict[int, frozenset[int]]:
+    """Processes with a /dev/nvidiaN open, and the N's: a child forked after CUDA initialisation holds its
+    parent's memory without nvidia-smi listing it (fixtures/nvidia-smi/dead-parent-trace.txt)."""
+    found: dict[int, frozenset[int]] = {}
+    for entry in os.listdir(proc):
+        if not entry.isdigit():
+            continue
+        minors = set()
+        try:
+            for fd in os.listdir(f"{proc}/{entry}/fd"):
+                target = os.readlink(f"{proc}/{entry}/fd/{fd}")
+                if target.startswith("/dev/nvidia") and target[len("/dev/nvidia") :].isdigit():
+                    minors.add(int(target[len("/dev/nvidia") :]))
+        except OSError:
+            continue
+        if minors:
+            found[int(entry)] = frozenset(minors)
+    return found
 
 
 Runner = Callable[[list[str]], str]
@@ -86,8 +136,27 @@ def read_memory(run: Runner) -> list[GpuMemory]:
     return parse_gpu_memory(run(MEMORY_QUERY))
 
 
-def read_apps(run: Runner) -> list[ComputeApp]:
-    return parse_compute_apps(run(APPS_QUERY))
+def read_apps(
+    run: Runner,
+    devices: Callable[[], dict[int, frozenset[int]]] = lambda: {},
+    is_alive: Callable[[int], bool] = lambda pid: alive(pid),
+) -> list[ComputeApp]:
+    """What holds GPU memory: nvidia-smi's list by GPU UUID, without PIDs that are gone (it keeps naming a
+    killed parent while a child holds its memory), plus live holders of /dev/nvidiaN it does not list."""
+    apps = [a for a in parse_compute_apps(run(APPS_QUERY), parse_gpu_uuids(run(GPU_UUID_QUERY))) if is_alive(a.pid)]
+    listed = {a.pid for a in apps}
+    for pid, minors in devices().items():
+        if pid not in listed:
+            apps.append(ComputeApp(pid, _comm(pid), 0, minors))
+    return apps
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm", encoding="utf-8") as handle:
+            return handle.read().strip()
+    except OSError:
+        return "?"
 
 
 def _parent(pid: int, proc: str) -> int:
@@ -227,6 +296,8 @@ def guard(
     foreign: str = "stop",
     is_managed: Callable[[str], bool] = lambda unit: False,
     describe: Callable[[int], str] = command_line,
+    devices: Callable[[], dict[int, frozenset[int]]] = lambda: {},
+    is_alive: Callable[[int], bool] = lambda pid: alive(pid),
 ) -> GuardResult:
     """Wait until `gpus` are released, stopping what holds them, within `timeout` seconds.
 
@@ -257,10 +328,10 @@ def guard(
         conflicts = []
         strays = []
         foreigners = []
-        for app in read_apps(run):
+        for app in read_apps(run, devices, is_alive):
             if app.pid in exclude:
                 continue  # this guard and the unit start that runs it
-            visible = gpus_of(app.pid)
+            visible = app.gpus if app.gpus is not None else gpus_of(app.pid)
             if visible is not None and not visible & wanted:
                 continue  # a process on other GPUs
             unit = unit_lookup(app.pid)
@@ -349,6 +420,7 @@ def main(argv: list[str] | None = None) -> int:
             adopted=frozenset(args.adopt),
             foreign=args.foreign,
             is_managed=unit_is_managed,
+            devices=device_holders,
         )
     except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as error:
         print(f"gpu-release-guard: {error}", file=sys.stderr)

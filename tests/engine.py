@@ -6,9 +6,11 @@ an encryption salt, never touch the checkout) and a local state backend of its o
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
@@ -93,3 +95,19 @@ def missing_engine() -> str | None:
     if not re.search(rf"^command\s+resource\s+{re.escape(COMMAND_PROVIDER_VERSION)}\b", plugins, re.M):
         return f"the pulumi-command provider {COMMAND_PROVIDER_VERSION} is not registered (`pulumi plugin ls`)"
     return None
+
+
+def kill_orphans_of(project: Path) -> None:
+    """The engine starts its plugins in process groups of their own: stop the ones of this project that
+    outlived the killed `pulumi up` (by their working directory or command line), as a user would."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cwd = os.readlink(entry / "cwd")
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if cwd == str(project) or str(project) in cmdline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(entry.name), signal.SIGKILL)

@@ -3,7 +3,6 @@ is left with. The tests run in file order on one stack ("faults"), after test_e2
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -220,22 +219,6 @@ def test_disk_space_is_checked_before_any_byte(faults: Faults) -> None:
     assert on_host("systemctl is-active vllm-e2e-tiny-b.service").strip() == "active"
 
 
-def kill_orphans_of(project: Path) -> None:
-    """The engine starts its plugins in process groups of their own: stop the ones of this project that
-    outlived the killed `pulumi up` (by their working directory or command line), as a user would."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cwd = os.readlink(entry / "cwd")
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if cwd == str(project) or str(project) in cmdline:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(entry.name), signal.SIGKILL)
-
-
 def test_controller_killed_mid_download(faults: Faults) -> None:
     """`pulumi up` is killed (the whole process group, as a lost laptop would) in the middle of a
     download; the next `pulumi up` (after `pulumi cancel` and clearing the pending create the engine
@@ -265,7 +248,7 @@ def test_controller_killed_mid_download(faults: Faults) -> None:
     finally:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
-        kill_orphans_of(faults.work)
+        engine.kill_orphans_of(faults.work)
         sandbox_env.mirror("/_mirror/config", "POST", {"rate_limit_bytes_per_s": 0})
     # What the README tells a user to do after a killed `pulumi up`: drop the dead run's lock, clear
     # the create it left pending, and run `up` again.

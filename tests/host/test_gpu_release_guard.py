@@ -54,6 +54,9 @@ def test_full_query_has_nine_columns() -> None:
         guard.parse_csv(fixture("query-gpu.csv"), fields[:3])
 
 
+UUID = "GPU-2d89e51f-5e96-045d-c482-d5b2e616b566"  # the recorded H200 (query-gpu-index-uuid.csv)
+
+
 class ReplayedSmi:
     """Answers the guard's two queries from the recorded busy output until the holder is stopped,
     then from the recorded trace's released reading (release-trace.txt: 21099 MiB, then 0)."""
@@ -62,14 +65,23 @@ class ReplayedSmi:
         trace = [line.split() for line in fixture("release-trace.txt").splitlines()]
         self.busy_mib, self.idle_mib = int(trace[0][1]), int(trace[-1][1])
         self.released = False
+        self.holder_index = 0
         self.calls: list[list[str]] = []
 
     def __call__(self, args: list[str]) -> str:
         self.calls.append(args)
         if args == guard.MEMORY_QUERY:
             return f"0, {self.idle_mib if self.released else self.busy_mib}\n"
+        if args == guard.GPU_UUID_QUERY:
+            # The recorded H200 as GPU `holder_index`; GPU 0 another card when that is not 0.
+            other = "" if self.holder_index == 0 else "0, GPU-another-card\n"
+            return f"{other}{self.holder_index}, {UUID}\n"
         assert args == guard.APPS_QUERY
-        return "" if self.released else fixture("compute-apps-busy.csv")
+        if self.released:
+            return ""
+        # The recorded holder (compute-apps-busy.csv) in the UUID query's column order.
+        ((pid, name, used),) = [line.split(", ") for line in fixture("compute-apps-busy.csv").splitlines()]
+        return f"{pid}, {UUID}, {used}, {name}\n"
 
 
 def test_stops_a_stray_holder_then_reports_release() -> None:
@@ -93,6 +105,7 @@ def test_stops_a_stray_holder_then_reports_release() -> None:
         stop=stop,
         log=lambda m: None,
         poll=0.01,
+        is_alive=lambda pid: True,
         settle=0.0,
     )
     assert result.released, result.message
@@ -114,6 +127,7 @@ def test_refuses_to_kill_another_running_deployment() -> None:
         stop=lambda *a: pytest.fail("must not stop another deployment"),
         log=lambda m: None,
         poll=0.01,
+        is_alive=lambda pid: True,
     )
     assert not result.released
     assert "PID 425 (python3, 21090 MiB) of running unit vllm-other.service" in result.message
@@ -121,6 +135,7 @@ def test_refuses_to_kill_another_running_deployment() -> None:
 
 def test_ignores_holders_on_other_gpus_and_times_out_with_pids() -> None:
     smi = ReplayedSmi()
+    smi.holder_index = 3  # nvidia-smi's gpu_uuid puts the holder on GPU 3, not the GPU 0 we wait for
     result = guard.guard(
         [0],
         1000,
@@ -133,6 +148,7 @@ def test_ignores_holders_on_other_gpus_and_times_out_with_pids() -> None:
         stop=lambda *a: pytest.fail("process is on another GPU"),
         log=lambda m: None,
         poll=0.01,
+        is_alive=lambda pid: True,
     )
     assert not result.released
     assert "GPU 0 still holds 21099 MiB (threshold 1000 MiB)" in result.message
@@ -152,6 +168,7 @@ def test_reports_pids_it_could_not_stop() -> None:
         stop=lambda pids, g, log: pids,
         log=lambda m: None,
         poll=0.01,
+        is_alive=lambda pid: True,
         settle=0.0,
     )
     assert not result.released
@@ -225,6 +242,7 @@ def test_never_stops_itself_or_its_parents() -> None:
         stop=lambda *a: pytest.fail("must not stop its own process"),
         log=lambda m: None,
         poll=0.01,
+        is_alive=lambda pid: True,
         settle=0.0,
         exclude=me,
     )
@@ -253,6 +271,7 @@ def judge(unit: str | None, *, running: bool = False, managed: bool = False, **o
         stop=stop,
         log=lambda m: None,
         poll=0.01,
+        is_alive=lambda pid: True,
         settle=0.0,
         **options,  # type: ignore[arg-type]
     )
@@ -290,3 +309,39 @@ def test_unit_state_reads_activating_as_running(monkeypatch: pytest.MonkeyPatch)
             lambda *a, _s=state, **k: subprocess.CompletedProcess(a, 0, stdout=f"{_s}\n", stderr=""),
         )
         assert guard.unit_is_active("vllm-x.service") is running, state
+
+
+def test_holders_are_attributed_by_gpu_uuid_and_merged_per_process() -> None:
+    uuids = guard.parse_gpu_uuids(fixture("query-gpu-index-uuid.csv").replace(", 00000000:00:06.0, 16934", ""))
+    assert uuids == {UUID: 0}
+    apps = guard.parse_compute_apps(fixture("compute-apps-uuid-busy.csv"), uuids)
+    assert apps == [
+        guard.ComputeApp(427, "python3", 10758, frozenset({0})),
+        guard.ComputeApp(428, "python3", 2566, frozenset({0})),
+        guard.ComputeApp(469, "/opt/torch/.venv/bin/python3", 3590, frozenset({0})),
+    ]
+    two_gpus = f"9, {UUID}, 100, vllm\n9, GPU-other, 50, vllm\n"
+    assert guard.parse_compute_apps(two_gpus, {UUID: 0, "GPU-other": 1}) == [
+        guard.ComputeApp(9, "vllm", 150, frozenset({0, 1}))
+    ]
+
+
+def test_a_dead_listed_pid_is_dropped_and_the_live_device_holder_found() -> None:
+    """dead-parent-trace.txt: nvidia-smi keeps naming killed PID 675; child 697 holds /dev/nvidia0."""
+
+    def smi(args: list[str]) -> str:
+        if args == guard.GPU_UUID_QUERY:
+            return f"0, {UUID}\n"
+        return f"675, {UUID}, 10758, python3\n"
+
+    apps = guard.read_apps(smi, devices=lambda: {697: frozenset({0})}, is_alive=lambda pid: pid != 675)
+    assert [(a.pid, a.gpus) for a in apps] == [(697, frozenset({0}))]
+
+
+def test_device_holders_reads_open_nvidia_devices(tmp_path: Path) -> None:
+    for pid, targets in {"697": ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm"], "700": ["/dev/null"]}.items():
+        fds = tmp_path / pid / "fd"
+        fds.mkdir(parents=True)
+        for number, target in enumerate(targets):
+            (fds / str(number)).symlink_to(target)
+    assert guard.device_holders(str(tmp_path)) == {697: frozenset({0})}

@@ -1,0 +1,273 @@
+"""The first `pulumi up` on a server that already serves by hand, end to end on the sandbox.
+
+Before the stack exists, the sandbox runs a hand-written unit serving a model on the deployment's port
+(vllm-legacy.service, GPU 1), has a second hand-made unit enabled (vllm-glm5.service) and a stray
+process holding GPU 1 that no unit started. A client sends a one-token completion every 100 ms through
+every phase; the tests assert its failures per phase: preview names all three, `up` adopts what the
+stack names and stops the stray it allows, a swap whose arguments the host's vLLM rejects fails before
+the stop (zero failed requests), and a controller killed after the stop leaves the host to finish the
+swap on its own."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pulumi import automation as auto
+
+from tests import engine, sandbox_env
+from tests.conftest import ROOT
+from tests.sandbox_env import on_host
+
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
+
+STACK = "brown"
+PORT = 8001
+ENDPOINT = f"http://127.0.0.1:{PORT + 10000}/v1"
+SERVED = "brown"
+PYTHON = "/opt/vllm-env/bin/python3"
+LEGACY = "vllm-legacy.service"
+SPARE = "vllm-glm5.service"
+LEGACY_UNIT = f"""[Unit]
+Description=Kimi by hand (written before vllm-fleet)
+[Service]
+Environment=CUDA_VISIBLE_DEVICES=1 VLLM_CPU_KVCACHE_SPACE=1 VLLM_NO_USAGE_STATS=1 HF_HUB_OFFLINE=1 TMPDIR=/tmp/legacy
+ExecStartPre=/bin/mkdir -p /tmp/legacy
+ExecStart={PYTHON} -m vllm.entrypoints.openai.api_server --model /shared/legacy-a --served-model-name {SERVED} --host 127.0.0.1 --port {PORT} --enforce-eager --dtype float32 --max-model-len 256
+[Install]
+WantedBy=multi-user.target
+"""
+SPARE_UNIT = """[Unit]
+Description=GLM-5 by hand, not running
+[Service]
+ExecStart=/bin/sleep infinity
+[Install]
+WantedBy=multi-user.target
+"""
+# 1.2 GB of resident memory in a process titled like a vLLM engine: the stand-in nvidia-smi counts it on GPU 1.
+STRAY = (
+    "CUDA_VISIBLE_DEVICES=1 setsid nohup bash -c "
+    "'exec -a VLLM::stray /usr/bin/python3 -c \"b = bytearray(1200 << 20); import time; time.sleep(3600)\"' "
+    "> /dev/null 2>&1 < /dev/null & echo $!"
+)
+
+
+@dataclass
+class Answer:
+    started: float
+    ended: float
+    ok: bool
+    model_root: str = ""
+
+
+@dataclass
+class Client:
+    """A user of the endpoint: a one-token completion every 100 ms, each answer recorded."""
+
+    answers: list[Answer] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        body = json.dumps({"model": SERVED, "prompt": "hello", "max_tokens": 1}).encode()
+        while not self.stop.is_set():
+            started = time.monotonic()
+            ok = False
+            try:
+                request = urllib.request.Request(
+                    f"{ENDPOINT}/completions", data=body, headers={"Content-Type": "application/json"}
+                )
+                with urllib.request.urlopen(request, timeout=5) as response:
+                    ok = response.status == 200 and bool(json.load(response).get("choices"))
+            except (OSError, ValueError):
+                ok = False
+            self.answers.append(Answer(started, time.monotonic(), ok))
+            time.sleep(max(0.0, 0.1 - (time.monotonic() - started)))
+
+    def between(self, start: float, end: float) -> dict[str, float]:
+        window = [a for a in self.answers if start <= a.started < end]
+        times = [start] + [a.ended for a in window if a.ok] + [end]
+        return {
+            "requests": len(window),
+            "failed": sum(not a.ok for a in window),
+            "longest_gap_s": round(max(b - a for a, b in itertools.pairwise(times)), 2),
+        }
+
+
+class Brownfield:
+    def __init__(self, tmp: Path) -> None:
+        self.work = engine.project_copy(tmp / "project")
+        self.backend = tmp / "state"
+        self.output: list[str] = []
+        self.client = Client()
+        self.phases: dict[str, dict[str, float]] = {}
+        self.stray_pid = 0
+
+    def configure(self, model: str = "brown-a", **deployment: Any) -> auto.Stack:
+        extra = {
+            "brown-a": {"preset": "tiny-chat-a", "dir": "brown-a", "revision": "main", "keep": True},
+            "brown-b": {"preset": "tiny-chat-b", "dir": "brown-b", "revision": "main", "keep": True},
+        }
+        doc = yaml.safe_load(sandbox_env.e2e_stack_file(model, gpus=[1], port=PORT, extra_models=extra))
+        doc["config"]["vllm-fleet:deployments"][0].update(servedModelName=SERVED, **deployment)
+        (self.work / f"Pulumi.{STACK}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+        return engine.stack(self.work, self.backend, STACK, secrets={"vllm-fleet:hfToken": sandbox_env.MIRROR_TOKEN})
+
+    def adopting(self, model: str = "brown-a", **extra: Any) -> auto.Stack:
+        return self.configure(model, replaces=[LEGACY, SPARE], foreignGpuProcesses="stop", **extra)
+
+    def record(self, phase: str, start: float) -> dict[str, float]:
+        self.phases[phase] = self.client.between(start, time.monotonic())
+        results = ROOT / ".run" / "brownfield-phases.json"
+        results.parent.mkdir(parents=True, exist_ok=True)
+        results.write_text(json.dumps(self.phases, indent=1, sort_keys=True))
+        return self.phases[phase]
+
+
+def serving_root() -> str:
+    """The model directory the endpoint serves (vLLM reports it as the model's root)."""
+    with urllib.request.urlopen(f"{ENDPOINT}/models", timeout=5) as response:
+        return str(json.load(response)["data"][0]["root"])
+
+
+def wait_serving(root: str, timeout: float) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        try:
+            if serving_root() == root:
+                return time.monotonic() - started
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"{root} not served within {timeout:g} s")
+
+
+def clean_host() -> None:
+    on_host(
+        f"systemctl disable --now {LEGACY} {SPARE} 2>/dev/null; rm -f /etc/systemd/system/{LEGACY} "
+        f"/etc/systemd/system/{SPARE}; systemctl daemon-reload; pkill -f '^VLLM::stray' || true; "
+        "rm -rf /shared/legacy-a /tmp/legacy",
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def brown(sandbox: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Brownfield]:
+    state = Brownfield(tmp_path_factory.mktemp("brownfield"))
+    clean_host()
+    on_host(
+        f"HF_ENDPOINT={sandbox_env.MIRROR_URL} HF_HUB_DISABLE_TELEMETRY=1 HF_HUB_DISABLE_PROGRESS_BARS=1 "
+        "/opt/vllm-env/bin/hf download acme/tiny-chat-a --revision main --local-dir /shared/legacy-a > /dev/null",
+        timeout=300,
+    )
+    on_host(f"cat > /etc/systemd/system/{LEGACY} <<'EOF'\n{LEGACY_UNIT}EOF")
+    on_host(f"cat > /etc/systemd/system/{SPARE} <<'EOF'\n{SPARE_UNIT}EOF")
+    on_host(f"systemctl daemon-reload && systemctl enable --quiet {SPARE} && systemctl enable --now --quiet {LEGACY}")
+    state.stray_pid = int(on_host(STRAY).strip())
+    wait_serving("/shared/legacy-a", 240)
+    thread = threading.Thread(target=state.client.run, daemon=True)
+    thread.start()
+    yield state
+    state.client.stop.set()
+    thread.join(timeout=10)
+    try:
+        state.configure().destroy(on_output=state.output.append)
+    finally:
+        state.configure().workspace.remove_stack(STACK)
+        clean_host()
+
+
+def test_preview_refuses_what_it_would_have_to_stop_unasked(brown: Brownfield) -> None:
+    with pytest.raises(auto.CommandError) as refused:
+        brown.configure().preview()
+    message = str(refused.value)
+    assert f"port {PORT} is held by PID" in message and f"of {LEGACY}, which this stack does not manage" in message
+    assert f"add {LEGACY} to vllm-fleet:deployments[chat].replaces" in message
+    assert f"GPU 1 is held by PID {brown.stray_pid} (VLLM::stray" in message
+    assert "foreignGpuProcesses: stop" in message
+    assert on_host(f"systemctl is-active {LEGACY}").strip() == "active"
+
+
+def test_preview_names_the_units_it_adopts_and_the_stray_it_stops(brown: Brownfield) -> None:
+    preview = brown.adopting().preview(diff=True)
+    shown = preview.stdout + preview.stderr
+    assert f"adopts {LEGACY} (active, enabled)" in shown
+    assert f"adopts {SPARE} (inactive, enabled)" in shown
+    assert f"PID {brown.stray_pid} (VLLM::stray" in shown and "the GPU-release guard will stop it" in shown
+
+
+def test_up_adopts_the_hand_made_units_and_serves(brown: Brownfield) -> None:
+    start = time.monotonic()
+    result = brown.adopting().up(on_output=brown.output.append)
+    assert result.summary.result == "succeeded"
+    stats = brown.record("adopt", start)
+    assert on_host(f"systemctl is-active {LEGACY} || true").strip() == "inactive"
+    assert on_host(f"systemctl is-enabled {LEGACY} {SPARE} || true").split() == ["disabled", "disabled"]
+    assert on_host(f"test -e /proc/{brown.stray_pid} || echo gone").strip() == "gone"
+    backups = on_host("ls /var/lib/vllm-fleet/deployments/brown.chat/previous").split()
+    assert LEGACY in backups and SPARE in backups
+    assert serving_root() == "/shared/brown-a"
+    assert stats["requests"] > 0
+
+
+def test_swap_the_hosts_vllm_rejects_fails_before_the_stop(brown: Brownfield) -> None:
+    start = time.monotonic()
+    stack = brown.adopting(overrides={"extraArgs": ["--disable-log-requests"]})
+    with pytest.raises(auto.CommandError) as rejected:
+        stack.up(on_output=brown.output.append)
+    message = str(rejected.value)
+    assert "on this host rejects the launch of vllm-brown-a.service" in message
+    assert "--disable-log-requests (from vllm-fleet:deployments[chat].overrides.extraArgs)" in message
+    stats = brown.record("rejected", start)
+    assert stats["failed"] == 0, stats
+    assert on_host("systemctl is-active vllm-brown-a.service").strip() == "active"
+    assert serving_root() == "/shared/brown-a"
+
+
+def test_controller_killed_after_the_stop_and_the_host_finishes(brown: Brownfield) -> None:
+    stack = brown.adopting("brown-b")
+    env = engine.engine_env(brown.backend)
+    start = time.monotonic()
+    process = subprocess.Popen(
+        ["pulumi", "up", "--yes", "--skip-preview", "--stack", STACK],
+        cwd=brown.work,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        # The moment the old model stops, the controller dies with its whole process group.
+        while on_host("systemctl is-active vllm-brown-a.service || true").strip() == "active":
+            assert time.monotonic() < deadline, "the swap never stopped the old model"
+            assert process.poll() is None, "pulumi up ended before the swap"
+            time.sleep(0.2)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        engine.kill_orphans_of(brown.work)
+    killed = time.monotonic()
+    recovered = wait_serving("/shared/brown-b", 300)
+    stats = brown.record("killed-controller", start)
+    brown.phases["killed-controller"]["kill_to_serving_s"] = round(recovered, 2)
+    brown.record("killed-controller-noted", killed)  # the client's view from the kill on
+    assert on_host("systemctl is-active vllm-brown-b.service").strip() == "active"
+    # The next `up` (after the README's recovery steps) finds the swap done and changes nothing there.
+    stack.cancel()
+    result = stack.up(on_output=brown.output.append)
+    assert result.summary.result == "succeeded"
+    assert "already serves" in "\n".join(brown.output[-200:])
+    stack.preview(expect_no_changes=True)
+    assert stats["requests"] > 0
