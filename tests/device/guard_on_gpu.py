@@ -35,6 +35,15 @@ time.sleep(3600)
 """
 
 
+def guard_module_alive(pid: int) -> bool:
+    """Alive as the guard counts it: the process exists and is not a zombie (which holds no memory)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
 def smi(*args: str) -> str:
     return subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, check=True).stdout
 
@@ -75,15 +84,14 @@ def main() -> int:
     code, output, seconds = guard("stop")
     report["stop"] = {"exit": code, "output": output, "seconds": round(seconds, 2)}
     report["used_after_guard_mib"] = used_mib()
-    report["child_gone"] = not Path(f"/proc/{child}").exists()
+    report["child_gone"] = not guard_module_alive(child)
     report["release_seconds_from_guard_start"] = round(time.monotonic() - killed_at, 2)
     ok_stop = code == 0 and report["child_gone"] and int(report["used_after_guard_mib"]) < 1000  # type: ignore[call-overload]
     report["passed"] = bool(ok_refuse and ok_stop)
     with open(sys.argv[1], "w", encoding="utf-8") as handle:
         json.dump(report, handle, indent=1)
     print(json.dumps(report, indent=1))
-    with_child_left = Path(f"/proc/{child}").exists()
-    if with_child_left:
+    if guard_module_alive(child):
         os.kill(child, signal.SIGKILL)
     return 0 if report["passed"] else 1
 

@@ -274,7 +274,7 @@ def unit_is_managed(unit: str) -> bool:
 def command_line(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            return handle.read().replace(b"\0", b" ").decode(errors="replace").strip()[:200]
+            return " ".join(handle.read().replace(b"\0", b" ").decode(errors="replace").split())[:200]
     except OSError:
         return "?"
 
@@ -955,7 +955,7 @@ def unit_of_pid(pid: int, proc: str = "/proc") -> str | None:
 def command_line(pid: int, proc: str = "/proc") -> str:
     try:
         with open(f"{proc}/{pid}/cmdline", "rb") as handle:
-            return handle.read().replace(b"\0", b" ").decode(errors="replace").strip()[:300]
+            return " ".join(handle.read().replace(b"\0", b" ").decode(errors="replace").split())[:300]
     except OSError:
         return ""
 
