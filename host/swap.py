@@ -514,7 +514,7 @@ class Transaction:
             outcome = f"ROLLBACK FAILED: {', '.join(failed)} did not become ready either; the host serves nothing on port {plan.port}"
         elif restarted:
             status = "rolled-back"
-            outcome = f"rolled back: {', '.join(restarted)} serve(s) again"
+            outcome = f"rolled back: {', '.join(restarted)} {'serves' if len(restarted) == 1 else 'serve'} again"
         else:
             status = "rolled-back"
             outcome = "nothing was serving before, so nothing was restarted"

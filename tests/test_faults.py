@@ -139,18 +139,38 @@ def test_corrupted_file_is_caught_and_only_it_is_fetched_again(faults: Faults) -
     assert served_models() == ["e2e-tiny-a"]
 
 
-def test_swap_that_cannot_start_rolls_back(faults: Faults) -> None:
+def test_launch_the_hosts_vllm_rejects_fails_before_the_stop(faults: Faults) -> None:
+    """A flag the sandbox's vLLM does not know is refused by vllm-args-check in the unit step, while the
+    old model keeps serving: it is never stopped."""
+    since = on_host("systemctl show -p ActiveEnterTimestampMonotonic --value vllm-e2e-tiny-a.service").strip()
     stack = faults.configure(
         "e2e-tiny-b", overrides={"extraArgs": ["--enforce-eager", "--dtype", "float32", "--no-such-flag"]}
     )
+    with pytest.raises(auto.CommandError) as caught:
+        faults.up(stack)
+    message = str(caught.value)
+    assert "on this host rejects the launch of vllm-e2e-tiny-b.service" in message, message[-3000:]
+    assert "--no-such-flag (from vllm-fleet:deployments[chat].overrides.extraArgs)" in message
+    assert "unrecognized arguments: --no-such-flag" in message
+    assert served_models() == ["e2e-tiny-a"]
+    assert on_host("systemctl show -p ActiveEnterTimestampMonotonic --value vllm-e2e-tiny-a.service").strip() == since
+    # Both steps of the swap are still pending.
+    preview = stack.preview()
+    assert preview.change_summary.get(auto.OpType.UPDATE) == 2, preview.change_summary
+
+
+def test_swap_that_cannot_start_rolls_back(faults: Faults) -> None:
+    """A launch vLLM parses but cannot start (a context longer than the model's) fails after the stop:
+    the host puts the old unit back and the step fails with the new unit's journal tail."""
+    stack = faults.configure("e2e-tiny-b", overrides={"maxModelLen": 1_000_000})
     started = time.monotonic()
     with pytest.raises(auto.CommandError) as caught:
         faults.up(stack)
     elapsed = time.monotonic() - started
     message = str(caught.value)
     assert elapsed < 300, elapsed  # startTimeoutSeconds of the dev stack, plus the rollback
-    assert "rolled back: vllm-e2e-tiny-a.service serves e2e-tiny-a again" in message
-    assert "unrecognized arguments: --no-such-flag" in message, message[-4000:]  # the new unit's journal tail
+    assert "rolled back: vllm-e2e-tiny-a.service serves again" in message, message[-4000:]
+    assert "max_model_len" in message, message[-4000:]  # the new unit's journal tail
     assert served_models() == ["e2e-tiny-a"]
     assert on_host("systemctl is-enabled vllm-e2e-tiny-b.service 2>&1 || true").strip() != "enabled"
     # The failed change is still pending: the serving step (the staged unit and download succeeded).

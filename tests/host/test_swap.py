@@ -176,7 +176,7 @@ def test_failed_start_puts_every_old_unit_back_with_its_own_timeout(tmp_path: Pa
     plan = world.plan(replaces=("vllm-kimi-k25-int4.service",))
     result = world.run(plan)
     assert result.status == "rolled-back"
-    assert "rolled back: vllm-kimi-k25-int4.service serve(s) again" in result.message
+    assert "rolled back: vllm-kimi-k25-int4.service serves again" in result.message
     assert "vllm-new.service: last words" in result.message
     kimi = world.systemd.units["vllm-kimi-k25-int4.service"]
     assert (kimi.state, kimi.enabled) == ("active", True)
