@@ -28,7 +28,7 @@ test: setup
 
 # Render the production stack without contacting its host (no SSH probe, commands never run in preview).
 preview-prod: setup
-	@$(ENV) VLLM_FLEET_OFFLINE=1 pulumi preview --stack prod --diff
+	@scripts/preview-prod.sh
 
 bench: setup
 	@$(ENV) $$VENV/python -m bench.run $(ARGS)

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# `make preview-prod`: what `pulumi preview --diff` of the production stack would show, on any clone,
+# without contacting its host and without touching the repository: the program runs from a copy in a
+# temporary folder, with a throwaway local backend and a throwaway passphrase (the offline preview
+# encrypts nothing of value), so no salt is written into Pulumi.prod.yaml and no real state is needed.
+set -euo pipefail
+# shellcheck source=scripts/env.sh
+source "$(dirname "$0")/env.sh"
+cd "$VLLM_FLEET_ROOT"
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+cp -r Pulumi.yaml Pulumi.prod.yaml __main__.py components models host "$work/"
+ln -s "$VLLM_FLEET_ROOT/.venv" "$work/.venv"
+mkdir -p "$work/state"
+export PULUMI_BACKEND_URL="file://$work/state" PULUMI_CONFIG_PASSPHRASE=offline-preview-only VLLM_FLEET_OFFLINE=1
+cd "$work"
+pulumi stack init prod --non-interactive >/dev/null
+pulumi preview --stack prod --diff --non-interactive
