@@ -14,6 +14,7 @@ from components.model_download import ModelDownload, ModelDownloadArgs
 from components.remote import HostUnreachable, probe_ssh
 from components.storage import SharedStorage, SharedStorageArgs
 from components.vllm_service import VllmService, VllmServiceArgs
+from models.config import StackTier
 from models.loader import CONTROLLER_KEYS, KNOWN_KEYS, SECRET_KEYS, STRUCTURED_KEYS, ConfigError, parse_stack_config
 
 config = pulumi.Config("vllm-fleet")
@@ -38,6 +39,23 @@ except ConfigError as error:
     raise pulumi.RunError(f"invalid stack config (Pulumi.{pulumi.get_stack()}.yaml):\n{error}") from None
 
 SURVEY_CACHE = Path(".cache") / "survey"
+# A production stack's secrets must not be encrypted with the dev sandbox's passphrase, which
+# scripts/env.sh sets by default and this repository publishes.
+DEV_PASSPHRASE = "vllm-fleet-dev-sandbox"
+stack_file = Path(f"Pulumi.{pulumi.get_stack()}.yaml")
+uses_passphrase = stack_file.is_file() and "encryptionsalt:" in stack_file.read_text()
+if (
+    stack.tier is StackTier.PRODUCTION
+    and uses_passphrase
+    and os.environ.get("PULUMI_CONFIG_PASSPHRASE") == DEV_PASSPHRASE
+):
+    raise pulumi.RunError(
+        f"vllm-fleet:tier is production, but {stack_file} is encrypted with the dev sandbox's passphrase "
+        "(the default of scripts/env.sh, published in this repository): export PULUMI_CONFIG_PASSPHRASE with a "
+        "passphrase of your own before `pulumi stack init`, or use a cloud secrets provider "
+        "(`pulumi stack change-secrets-provider`)"
+    )
+
 # VLLM_FLEET_OFFLINE=1 renders without touching any host: previews of stacks this machine must not reach.
 offline = os.environ.get("VLLM_FLEET_OFFLINE") == "1"
 key_file = config.get("sshPrivateKeyFile")

@@ -199,6 +199,7 @@ def render_unit(rd: ResolvedDeployment, stack: str) -> RenderedUnit:
         unit_stem=rd.unit_stem,
         exec_start=" ".join(systemd_quote(a) for a in [python, *vllm_arguments(rd)]),
         port=rd.deployment.port,
+        readiness_host=rd.deployment.readiness_address,
         model_path=rd.model_path,
         start_timeout=start_timeout,
         start_timeout_total=start_timeout_total,

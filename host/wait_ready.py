@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     args = parser.parse_args(argv)
     ok = wait(
-        f"http://{args.host}:{args.port}",
+        f"http://{f'[{args.host}]' if ':' in args.host else args.host}:{args.port}",
         args.served_name,
         args.timeout,
         args.report,

@@ -37,6 +37,11 @@ from models.types import (
 )
 
 GIB_PER_GB = 1e9 / 2**30
+# Storage may not be one of these (deleting an unwanted model deletes its directory) nor lie under the trees.
+SYSTEM_DIRECTORIES = frozenset({"/home", "/opt", "/root", "/srv", "/mnt", "/media", "/var", "/var/lib", "/tmp"})
+SYSTEM_TREES = frozenset(
+    {"/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc", "/run", "/sbin", "/sys", "/usr"}
+)
 
 # Flags the project renders itself from typed fields; passing them again in extraArgs would make two
 # sources of truth for one setting, so they are refused with a pointer to the field.
@@ -191,6 +196,16 @@ class Storage(LocalBaseModel):
     free_margin_gb: Annotated[float, Field(ge=0)] = 50.0
     owner: UnixUser = "root"
 
+    @field_validator("path")
+    @classmethod
+    def _not_a_system_directory(cls, value: str) -> str:
+        top = "/" + value.strip("/").split("/", 1)[0]
+        if value == "/" or value in SYSTEM_DIRECTORIES or top in SYSTEM_TREES:
+            raise ValueError(
+                f"{value!r} is a system directory; models need a directory of their own such as /shared or /data/models"
+            )
+        return value
+
     @property
     def effective_hf_home(self) -> str:
         return self.hf_home or f"{self.path}/huggingface"
@@ -260,7 +275,8 @@ class Deployment(LocalBaseModel):
     model: Name
     gpus: tuple[Annotated[int, Field(ge=0, le=63)], ...]
     port: Annotated[int, Field(ge=1024, le=65535)] = 8000
-    bind_address: Annotated[str, Field(pattern=r"^(0\.0\.0\.0|127\.0\.0\.1|::|::1)$")] = "0.0.0.0"
+    # Any IPv4 or IPv6 address of the host; 0.0.0.0 / :: listen on all of them.
+    bind_address: str = "0.0.0.0"
     served_model_name: ServedName | None = None
     # Where clients reach the API when it is not http://<host address>:<port>/v1 (NAT, a forwarder).
     public_url: Annotated[str, Field(pattern=r"^https?://[A-Za-z0-9.:\[\]-]+(/[A-Za-z0-9._/-]*)?$")] | None = None
@@ -278,6 +294,19 @@ class Deployment(LocalBaseModel):
     # How long the GPU-release guard waits for memory to drop before it stops stray holders.
     gpu_release_timeout_seconds: Annotated[int, Field(ge=5, le=3600)] = 120
     gpu_release_threshold_mib: Annotated[int, Field(ge=1, le=100_000)] = 1000
+
+    @field_validator("bind_address")
+    @classmethod
+    def _bind_address_is_an_ip(cls, value: str) -> str:
+        try:
+            return str(ipaddress.ip_address(value))
+        except ValueError:
+            raise ValueError(f"{value!r} is not an IPv4 or IPv6 address (0.0.0.0 listens on all)") from None
+
+    @property
+    def readiness_address(self) -> str:
+        """Where the host itself reaches the server: loopback of the family for a wildcard bind."""
+        return {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(self.bind_address, self.bind_address)
 
     @field_validator("gpus")
     @classmethod
@@ -368,6 +397,14 @@ class StackConfig(LocalBaseModel):
             else:
                 storage_by_host[store.host] = store
         if self.tier is StackTier.PRODUCTION:
+            for i, host in enumerate(self.hosts):
+                if host.host_key is None:
+                    errors.append(
+                        f"vllm-fleet:hosts[{i}].hostKey: a production stack pins each host's SSH host key, so a "
+                        f"step never runs on a machine that answers in {host.name!r}'s place; paste the "
+                        f"`ssh-ed25519 AAAA...` line of `ssh-keyscan -t ed25519 -p {host.port} {host.address}`, "
+                        "checked against the server's /etc/ssh/ssh_host_ed25519_key.pub"
+                    )
             for name, model in self.models.items():
                 if not PINNED_REVISION.match(model.revision):
                     errors.append(
@@ -473,6 +510,21 @@ class StackConfig(LocalBaseModel):
     def _disk_errors(self, hosts: dict[str, Host], storage_by_host: dict[str, Storage]) -> list[str]:
         errors: list[str] = []
         for i, store in enumerate(self.storage):
+            dirs: dict[str, str] = {}
+            for name in self.wanted_models_on(store.name):
+                directory = f"{store.path}/{self.models[name].dir}"
+                if directory in dirs:
+                    errors.append(
+                        f"vllm-fleet:models.{name}.dir: {directory} is also the directory of {dirs[directory]} on "
+                        f"storage {store.name!r}; give each model a dir of its own"
+                    )
+                dirs.setdefault(directory, name)
+                hf_home = store.effective_hf_home
+                if hf_home == directory or hf_home.startswith(directory + "/") or directory.startswith(hf_home + "/"):
+                    errors.append(
+                        f"vllm-fleet:models.{name}.dir: {directory} overlaps the Hugging Face home {hf_home} "
+                        f"(storage[{i}].hfHome); give the model another dir"
+                    )
             wanted = self.wanted_models_on(store.name)
             total = sum(self.models[m].size_gb for m in wanted)
             usable = store.capacity_gb - store.free_margin_gb

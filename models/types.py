@@ -80,7 +80,10 @@ UNIX_USER_PATTERN = r"^[a-z_][a-z0-9_-]{0,31}$"
 UnixUser = Annotated[str, StringConstraints(pattern=UNIX_USER_PATTERN)]
 UNIT_NAME_PATTERN = r"^vllm-[a-z0-9](?:[a-z0-9-]{0,60}[a-z0-9])?$"
 UnitStem = Annotated[str, StringConstraints(pattern=UNIT_NAME_PATTERN)]
-SSH_HOST_KEY_PATTERN = r"^(ssh-ed25519|ecdsa-sha2-nistp256|ssh-rsa) [A-Za-z0-9+/=]{16,2048}$"
+# `type key [comment]`, as ssh-keyscan and the server's *.pub files print it.
+SSH_HOST_KEY_PATTERN = (
+    r"^(ssh-ed25519|ecdsa-sha2-nistp256|ssh-rsa) [A-Za-z0-9+/=]{16,2048}( [\x21-\x7e][\x20-\x7e]{0,200})?$"
+)
 VersionString = Annotated[str, StringConstraints(pattern=r"^[0-9][A-Za-z0-9.+-]{0,63}$")]
 
 # A service unit's full name, as systemctl prints it (vllm-glm5.service).

@@ -254,3 +254,45 @@ def test_flag_removed_by_the_hosts_pinned_vllm_is_refused(prod_raw: dict[str, An
     assert "--no-enable-log-requests" in message
     del prod_raw["hosts"][0]["runtime"]["vllmVersion"]
     parse_stack_config(prod_raw)  # unpinned: the host's own vLLM judges it in the unit step
+
+
+def test_production_pins_each_hosts_ssh_key(prod_raw: dict[str, Any], dev_raw: dict[str, Any]) -> None:
+    assert prod_raw["hosts"][0]["hostKey"].endswith(" placeholder-not-the-servers-key")  # a comment is accepted
+    del prod_raw["hosts"][0]["hostKey"]
+    message = error_of(prod_raw)
+    assert "vllm-fleet:hosts[0].hostKey: a production stack pins each host's SSH host key" in message
+    assert "ssh-keyscan -t ed25519 -p 22 10.40.0.11" in message
+    parse_stack_config(dev_raw)  # the sandbox is development: trusted on first sight
+
+
+@pytest.mark.parametrize("path", ["/", "/etc", "/etc/models", "/usr/local/models", "/proc/x", "/home", "/var"])
+def test_storage_may_not_be_a_system_directory(prod_raw: dict[str, Any], path: str) -> None:
+    prod_raw["storage"][0]["path"] = path
+    prod_raw["storage"][0].pop("hfHome", None)
+    assert "vllm-fleet:storage[0].path" in error_of(prod_raw)
+
+
+def test_storage_under_a_data_directory_passes(prod_raw: dict[str, Any]) -> None:
+    prod_raw["storage"][0].update(path="/var/lib/models", hfHome="/var/lib/models/huggingface")
+    parse_stack_config(prod_raw)
+
+
+def test_model_directories_are_unique_and_apart_from_hf_home(prod_raw: dict[str, Any]) -> None:
+    prod_raw["models"]["minimax-m2.5"]["dir"] = "kimi-k2.5-int4"
+    assert "/shared/kimi-k2.5-int4 is also the directory of" in error_of(prod_raw)
+    prod_raw["models"]["minimax-m2.5"]["dir"] = "huggingface"
+    assert "overlaps the Hugging Face home /shared/huggingface" in error_of(prod_raw)
+
+
+@pytest.mark.parametrize(
+    ("bind", "probe"), [("0.0.0.0", "127.0.0.1"), ("::", "::1"), ("10.40.0.11", "10.40.0.11"), ("fd00::11", "fd00::11")]
+)
+def test_readiness_probes_the_bind_address(prod_raw: dict[str, Any], bind: str, probe: str) -> None:
+    prod_raw["deployments"][0]["bindAddress"] = bind
+    (rd,) = parse_stack_config(prod_raw).resolved_deployments()
+    assert rd.deployment.readiness_address == probe
+
+
+def test_bind_address_must_be_an_ip(prod_raw: dict[str, Any]) -> None:
+    prod_raw["deployments"][0]["bindAddress"] = "gpu-01.internal"
+    assert "vllm-fleet:deployments[0].bindAddress" in error_of(prod_raw)

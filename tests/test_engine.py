@@ -14,6 +14,9 @@ from tests.conftest import ROOT
 
 pytestmark = pytest.mark.usefixtures("pulumi_engine")
 
+# An operator's own passphrase: production stacks refuse the dev sandbox's.
+PROD_ENV = {"VLLM_FLEET_OFFLINE": "1", "PULUMI_CONFIG_PASSPHRASE": "an-operators-own-passphrase"}
+
 
 def test_engine_versions_and_registered_provider(tmp_path: Path) -> None:
     env = engine.engine_env(tmp_path / "state")
@@ -59,7 +62,7 @@ def test_real_engine_previews_the_dev_stack(tmp_path: Path) -> None:
 
 def test_real_engine_previews_prod_without_contacting_it(tmp_path: Path) -> None:
     work = engine.project_copy(tmp_path / "project", {"Pulumi.prod.yaml": (ROOT / "Pulumi.prod.yaml").read_text()})
-    prod = engine.stack(work, tmp_path / "state", "prod", env={"VLLM_FLEET_OFFLINE": "1"})
+    prod = engine.stack(work, tmp_path / "state", "prod", env=PROD_ENV)
     result = prod.preview(diff=True)
     shown = " ".join(result.stdout.split())
     for flag in (
@@ -79,6 +82,15 @@ def test_real_engine_previews_prod_without_contacting_it(tmp_path: Path) -> None
         ("CUDA_DEVICE_MAX_CONNECTIONS", "1"),
     ):
         assert re.search(rf'{variable}\s*: "{value}"', shown), variable
+
+
+def test_production_refuses_the_dev_passphrase(tmp_path: Path) -> None:
+    work = engine.project_copy(tmp_path / "project", {"Pulumi.prod.yaml": (ROOT / "Pulumi.prod.yaml").read_text()})
+    prod = engine.stack(work, tmp_path / "state", "prod", env={"VLLM_FLEET_OFFLINE": "1"})  # the dev passphrase
+    with pytest.raises(auto.CommandError) as caught:
+        prod.preview()
+    assert "is encrypted with the dev sandbox's passphrase" in str(caught.value)
+    assert "export PULUMI_CONFIG_PASSPHRASE with a passphrase of your own" in str(caught.value)
 
 
 def test_broken_stack_file_fails_before_any_resource(tmp_path: Path) -> None:

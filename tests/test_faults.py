@@ -313,7 +313,10 @@ def test_second_stack_on_the_same_gpus_is_refused_on_the_host(faults: Faults) ->
     intruder = faults.configure("e2e-tiny-c", extra_models=extra, stack="intruder", gpus=[1], port=8002)
     with pytest.raises(auto.CommandError) as caught:
         faults.up(intruder)
-    assert "GPU 1 is claimed by deployment faults.chat on this host" in str(caught.value)
+    # The survey finds the other deployment's engine on GPU 1 while the program runs: refused before any step.
+    message = str(caught.value)
+    assert "GPU 1 is held by PID" in message and "a unit of deployment faults.chat" in message, message[-2000:]
+    assert "nothing was changed" in message
     assert served_models() == ["e2e-tiny-a"]
     assert on_host("systemctl is-active vllm-e2e-tiny-a.service").strip() == "active"
     intruder.destroy()

@@ -1585,7 +1585,7 @@ class Transaction:
             outcome = f"ROLLBACK FAILED: {', '.join(failed)} did not become ready either; the host serves nothing on port {plan.port}"
         elif restarted:
             status = "rolled-back"
-            outcome = f"rolled back: {', '.join(restarted)} serve(s) again"
+            outcome = f"rolled back: {', '.join(restarted)} {'serves' if len(restarted) == 1 else 'serve'} again"
         else:
             status = "rolled-back"
             outcome = "nothing was serving before, so nothing was restarted"
@@ -1984,7 +1984,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     args = parser.parse_args(argv)
     ok = wait(
-        f"http://{args.host}:{args.port}",
+        f"http://{f'[{args.host}]' if ':' in args.host else args.host}:{args.port}",
         args.served_name,
         args.timeout,
         args.report,

@@ -3,7 +3,7 @@
 readonly STATE_DIR=/var/lib/vllm-fleet/deployments/dev.chat
 readonly PYTHON=/opt/vllm-env/bin/python3
 readonly TOOLS_DIR=/usr/local/lib/vllm-fleet
-readonly UNIT_SHA256=b2df37ea329660d329930a431674fec3a5f007bc734ac96570176ba2045f5885
+readonly UNIT_SHA256=e8eec130b5b274f9430a34f2900527dcdc2d1c2b501dcc98741326db42fd0dba
 readonly PLAN='{
  "deployment": "chat",
  "foreign_gpu_processes": "refuse",
@@ -22,7 +22,7 @@ readonly PLAN='{
  "state_dir": "/var/lib/vllm-fleet/deployments/dev.chat",
  "tools_dir": "/usr/local/lib/vllm-fleet",
  "unit_name": "vllm-tiny-chat-a.service",
- "unit_sha256": "b2df37ea329660d329930a431674fec3a5f007bc734ac96570176ba2045f5885",
+ "unit_sha256": "e8eec130b5b274f9430a34f2900527dcdc2d1c2b501dcc98741326db42fd0dba",
  "unit_stem": "vllm-tiny-chat-a"
 }'
 # vllm-fleet activate: make a deployment serve its staged unit (a swap, when the model changed).

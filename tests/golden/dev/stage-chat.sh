@@ -38,7 +38,7 @@ ExecStartPre=/opt/vllm-env/bin/python3 /usr/local/lib/vllm-fleet/gpu-release-gua
 ExecStartPre=/usr/local/lib/vllm-fleet/clean-shm
 ExecStart=/opt/vllm-env/bin/python3 -m vllm.entrypoints.openai.api_server --model /shared/tiny-chat-a --served-model-name tiny-chat-a --tensor-parallel-size 1 --max-model-len 512 --gpu-memory-utilization 0.9 --host 127.0.0.1 --port 8000 --enforce-eager --dtype float32
 # The unit counts as started only once the server answers /health, lists the model and completes.
-ExecStartPost=/opt/vllm-env/bin/python3 /usr/local/lib/vllm-fleet/wait-ready --port 8000 --served-name tiny-chat-a --timeout 300 --unit vllm-tiny-chat-a.service
+ExecStartPost=/opt/vllm-env/bin/python3 /usr/local/lib/vllm-fleet/wait-ready --host 127.0.0.1 --port 8000 --served-name tiny-chat-a --timeout 300 --unit vllm-tiny-chat-a.service
 ExecStopPost=/usr/local/lib/vllm-fleet/clean-shm
 TimeoutStartSec=480
 TimeoutStopSec=120

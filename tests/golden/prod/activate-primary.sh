@@ -3,7 +3,7 @@
 readonly STATE_DIR=/var/lib/vllm-fleet/deployments/prod.primary
 readonly PYTHON=/root/ml-env/bin/python3
 readonly TOOLS_DIR=/usr/local/lib/vllm-fleet
-readonly UNIT_SHA256=23316c7f7428fd60c2de19af6a3162f07c61d19b3b9b84b49fe7b78daa9ebe01
+readonly UNIT_SHA256=2d1608dfe2ea56212bfb0d1f6e9e064ae0a993cf30155ca3ca3d22162936b3d8
 readonly PLAN='{
  "deployment": "primary",
  "foreign_gpu_processes": "refuse",
@@ -29,7 +29,7 @@ readonly PLAN='{
  "state_dir": "/var/lib/vllm-fleet/deployments/prod.primary",
  "tools_dir": "/usr/local/lib/vllm-fleet",
  "unit_name": "vllm-kimi-k25-int4.service",
- "unit_sha256": "23316c7f7428fd60c2de19af6a3162f07c61d19b3b9b84b49fe7b78daa9ebe01",
+ "unit_sha256": "2d1608dfe2ea56212bfb0d1f6e9e064ae0a993cf30155ca3ca3d22162936b3d8",
  "unit_stem": "vllm-kimi-k25-int4"
 }'
 # vllm-fleet activate: make a deployment serve its staged unit (a swap, when the model changed).

@@ -45,7 +45,7 @@ ExecStartPre=/root/ml-env/bin/python3 /usr/local/lib/vllm-fleet/gpu-release-guar
 ExecStartPre=/usr/local/lib/vllm-fleet/clean-shm
 ExecStart=/root/ml-env/bin/python3 -m vllm.entrypoints.openai.api_server --model /shared/kimi-k2.5-int4 --served-model-name kimi-k2.5-int4 --tensor-parallel-size 8 --tool-call-parser kimi_k2 --reasoning-parser kimi_k2 --trust-remote-code --max-model-len 131072 --gpu-memory-utilization 0.95 --host 0.0.0.0 --port 8000 --disable-log-requests --enable-auto-tool-choice
 # The unit counts as started only once the server answers /health, lists the model and completes.
-ExecStartPost=/root/ml-env/bin/python3 /usr/local/lib/vllm-fleet/wait-ready --port 8000 --served-name kimi-k2.5-int4 --timeout 3882 --unit vllm-kimi-k25-int4.service
+ExecStartPost=/root/ml-env/bin/python3 /usr/local/lib/vllm-fleet/wait-ready --host 127.0.0.1 --port 8000 --served-name kimi-k2.5-int4 --timeout 3882 --unit vllm-kimi-k25-int4.service
 ExecStopPost=/usr/local/lib/vllm-fleet/clean-shm
 TimeoutStartSec=4062
 TimeoutStopSec=120
