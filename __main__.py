@@ -109,7 +109,17 @@ if not offline:
         )
 
 hosts = {h.name: GpuHost(h.name, GpuHostArgs(host=h, private_key=private_key)) for h in stack.hosts}
-storages = {s.name: SharedStorage(s.name, SharedStorageArgs(storage=s, host=hosts[s.host])) for s in stack.storage}
+storages = {
+    s.name: SharedStorage(
+        s.name,
+        SharedStorageArgs(
+            storage=s,
+            host=hosts[s.host],
+            kept_dirs=stack.kept_dirs_on(s.name),
+        ),
+    )
+    for s in stack.storage
+}
 downloads: dict[tuple[str, str], ModelDownload] = {}
 for store in stack.storage:
     for model_name in stack.wanted_models_on(store.name):

@@ -324,8 +324,8 @@ def storage_params(storage: Storage) -> dict[str, ParamValue]:
     }
 
 
-def storage_script(storage: Storage) -> str:
-    return render_script("storage.sh", storage_params(storage))
+def storage_script(storage: Storage, kept_dirs: Sequence[str]) -> str:
+    return render_script("storage.sh", {**storage_params(storage), "KEEP_DIRS": sorted(kept_dirs)})
 
 
 def storage_delete_script(storage: Storage) -> str:
@@ -347,18 +347,17 @@ def download_params(
         "PYTHON": host.runtime.python,
         "TOOLS_DIR": TOOLS_DIR,
         "MARGIN_GB": storage.free_margin_gb,
-        "KEEP": model.keep,
     }
 
 
 def download_script(model_name: str, model: ModelSpec, storage: Storage, host: Host, endpoint: str | None) -> str:
     params = download_params(model_name, model, storage, host, endpoint)
-    return render_script("download.sh", {k: v for k, v in params.items() if k not in ("KEEP", "STORAGE_PATH")})
+    return render_script("download.sh", {k: v for k, v in params.items() if k != "STORAGE_PATH"})
 
 
 def download_delete_script(model_name: str, model: ModelSpec, storage: Storage, host: Host) -> str:
     params = download_params(model_name, model, storage, host, None)
-    return render_script("download-delete.sh", {k: params[k] for k in ("MODEL", "MODEL_DIR", "STORAGE_PATH", "KEEP")})
+    return render_script("download-delete.sh", {k: params[k] for k in ("MODEL", "MODEL_DIR", "STORAGE_PATH")})
 
 
 def args_check_spec(rd: ResolvedDeployment) -> str:

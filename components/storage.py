@@ -17,6 +17,8 @@ from models.config import Storage
 class SharedStorageArgs:
     storage: Storage
     host: GpuHost
+    # Directories of the models the stack keeps on this storage (keep: true), read by model removals.
+    kept_dirs: tuple[str, ...] = ()
 
 
 def parse_usage(stdout: str) -> dict[str, int]:
@@ -38,7 +40,7 @@ class SharedStorage(pulumi.ComponentResource):
         self.layout = remote_step(
             f"{name}-layout",
             args.host.target,
-            create=render.storage_script(args.storage),
+            create=render.storage_script(args.storage, args.kept_dirs),
             delete=render.storage_delete_script(args.storage),
             parent=self,
             depends_on=[args.host.tools],

@@ -598,7 +598,7 @@ def read_result(plan: Plan) -> Result | None:
     return Result(**data)
 
 
-def start(plan_file: str, host: SystemdHost | None = None) -> int:
+def start(plan_file: str, host: SystemdHost | None = None, poll: float = 1.0) -> int:
     plan = Plan.load(plan_file)
     host = host or SystemdHost()
 
@@ -609,7 +609,7 @@ def start(plan_file: str, host: SystemdHost | None = None) -> int:
         out(
             f"[{plan.deployment}] a swap transaction is already running on this host ({plan.transaction_unit}): attaching"
         )
-        follow(plan, host, out, host.journal_cursor())
+        follow(plan, host, out, host.journal_cursor(), poll)
         previous = read_result(plan)
         if previous is not None and previous.plan_digest == plan.digest:
             return report(previous)
@@ -628,7 +628,7 @@ def start(plan_file: str, host: SystemdHost | None = None) -> int:
         "--plan",
         plan_file,
     )
-    follow(plan, host, out, cursor)
+    follow(plan, host, out, cursor, poll)
     result = read_result(plan)
     if result is None:
         print(

@@ -553,6 +553,10 @@ class StackConfig(LocalBaseModel):
         kept = {name for name, m in self.models.items() if m.keep}
         return sorted((served | kept) & set(self.models))
 
+    def kept_dirs_on(self, storage: str) -> tuple[str, ...]:
+        """Directories of the models kept on this storage (keep: true), which model removals leave."""
+        return tuple(sorted(self.models[m].dir for m in self.wanted_models_on(storage) if self.models[m].keep))
+
     def resolved_deployments(self) -> list[ResolvedDeployment]:
         hosts = {h.name: h for h in self.hosts}
         out = []

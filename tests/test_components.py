@@ -145,6 +145,7 @@ def test_swap_to_a_model_not_on_disk_adds_its_download() -> None:
     assert changed(before, after) == {
         "chat-serving": "update",
         "chat-unit": "update",
+        "shared-layout": "update",  # the kept list loses tiny-chat-a, so its removal deletes the files
         "shared-tiny-chat-a": "delete",  # no longer served nor kept: removed after the swap succeeds
         "shared-tiny-chat-a-files": "delete",
         "shared-tiny-chat-b": "create",

@@ -33,7 +33,7 @@ def rendered_scripts(name: str) -> dict[str, str]:
     for host in config.hosts:
         scripts[f"preflight-{host.name}.sh"] = render.preflight_script(host)
     for store in config.storage:
-        scripts[f"storage-{store.name}.sh"] = render.storage_script(store)
+        scripts[f"storage-{store.name}.sh"] = render.storage_script(store, config.kept_dirs_on(store.name))
         scripts[f"storage-delete-{store.name}.sh"] = render.storage_delete_script(store)
         host = next(h for h in config.hosts if h.name == store.host)
         for model in config.wanted_models_on(store.name):

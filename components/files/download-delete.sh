@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # vllm-fleet model removal: runs when a model is no longer wanted (after the swap that replaced it
-# succeeded) or on destroy. Models marked keep: true stay on disk.
+# succeeded) or on destroy. Whether it stays is decided by the program that runs now, not the one
+# that downloaded it: the storage step wrote the current list of kept model directories (keep: true)
+# to $STORAGE_PATH/.vllm-fleet-keep before any removal runs.
 set -euo pipefail
 
-if [ "$KEEP" = 1 ]; then
+keep_list="$STORAGE_PATH/.vllm-fleet-keep"
+if [ -f "$keep_list" ] && grep -qxF -- "${MODEL_DIR##*/}" "$keep_list"; then
   echo "model $MODEL: kept on disk at $MODEL_DIR (keep: true)"
   exit 0
 fi

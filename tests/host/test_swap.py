@@ -278,3 +278,40 @@ def test_port_or_gpus_held_by_what_the_swap_will_not_stop_refuse_before_the_stop
     plan = world.plan(replaces=("vllm-old.service", "vllm-legacy.service"))
     allowed = swap.Plan(**{**plan.__dict__, "foreign_gpu_processes": "stop"})
     assert world.run(allowed).status == "succeeded"
+
+
+class TransactionStillRunning(RecordingSystemd):
+    """A swap transaction unit that is running for two looks, then gone (collected when it ended)."""
+
+    looks: int = 0
+
+    def show(self, unit: str, *props: str) -> dict[str, str]:
+        if unit.startswith("vllm-fleet-swap-"):
+            self.looks += 1
+            return {"ActiveState": "active" if self.looks <= 2 else "inactive"}
+        return super().show(unit, *props)
+
+
+def test_a_second_up_attaches_to_the_running_transaction(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    world = World(tmp_path)
+    plan = world.plan()
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps({**plan.__dict__, "gpus": list(plan.gpus), "replaces": list(plan.replaces)}))
+    host = TransactionStillRunning(world.unit_dir)
+    # The running transaction finishes and writes its result for this very plan.
+    swap.result_path(plan).write_text(json.dumps({"status": "succeeded", "message": "ok", "plan_digest": plan.digest}))
+    assert swap.start(str(plan_file), host, poll=0) == 0
+    assert not [c for c in host.calls if c[0] == "systemd-run"], "a second transaction was started"
+    assert "already running on this host (vllm-fleet-swap-dev.chat.service): attaching" in capsys.readouterr().out
+
+
+def test_start_runs_the_transaction_in_a_transient_unit(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    plan = world.plan()
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps({**plan.__dict__, "gpus": list(plan.gpus), "replaces": list(plan.replaces)}))
+    host = world.systemd  # nothing running: the unit is started, then found gone with no result
+    assert swap.start(str(plan_file), host, poll=0) == 1
+    (run,) = [c for c in host.calls if c[0] == "systemd-run"]
+    assert run[1:3] == ("--unit=vllm-fleet-swap-dev.chat.service", "--collect")
+    assert run[-5:] == (sys.executable, f"{world.tools}/swap", "run", "--plan", str(plan_file))
