@@ -20,6 +20,7 @@ import contextlib
 import importlib
 import io
 import json
+import os
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -128,6 +129,11 @@ def main(argv: list[str] | None = None) -> int:
     options = cli.parse_args(argv)
     with open(options.spec, encoding="utf-8") as handle:
         spec = json.load(handle)
+    # Parsing computes nothing: keep the OpenMP runtime that importing vLLM loads from probing the
+    # machine's topology by pinning itself to each CPU in turn (Intel OpenMP's default), which on a host
+    # whose CPUs a serving engine keeps busy was seen to hang the import in sched_setaffinity.
+    os.environ.setdefault("KMP_AFFINITY", "disabled")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     try:
         version, make_parser, validate = host_vllm()
     except ImportError as error:

@@ -1669,7 +1669,7 @@ def read_result(plan: Plan) -> Result | None:
     return Result(**data)
 
 
-def start(plan_file: str, host: SystemdHost | None = None) -> int:
+def start(plan_file: str, host: SystemdHost | None = None, poll: float = 1.0) -> int:
     plan = Plan.load(plan_file)
     host = host or SystemdHost()
 
@@ -1680,7 +1680,7 @@ def start(plan_file: str, host: SystemdHost | None = None) -> int:
         out(
             f"[{plan.deployment}] a swap transaction is already running on this host ({plan.transaction_unit}): attaching"
         )
-        follow(plan, host, out, host.journal_cursor())
+        follow(plan, host, out, host.journal_cursor(), poll)
         previous = read_result(plan)
         if previous is not None and previous.plan_digest == plan.digest:
             return report(previous)
@@ -1699,7 +1699,7 @@ def start(plan_file: str, host: SystemdHost | None = None) -> int:
         "--plan",
         plan_file,
     )
-    follow(plan, host, out, cursor)
+    follow(plan, host, out, cursor, poll)
     result = read_result(plan)
     if result is None:
         print(
@@ -1756,6 +1756,7 @@ import contextlib
 import importlib
 import io
 import json
+import os
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -1864,6 +1865,11 @@ def main(argv: list[str] | None = None) -> int:
     options = cli.parse_args(argv)
     with open(options.spec, encoding="utf-8") as handle:
         spec = json.load(handle)
+    # Parsing computes nothing: keep the OpenMP runtime that importing vLLM loads from probing the
+    # machine's topology by pinning itself to each CPU in turn (Intel OpenMP's default), which on a host
+    # whose CPUs a serving engine keeps busy was seen to hang the import in sched_setaffinity.
+    os.environ.setdefault("KMP_AFFINITY", "disabled")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     try:
         version, make_parser, validate = host_vllm()
     except ImportError as error:

@@ -84,7 +84,12 @@ if ! out=$(systemd-analyze verify "$check_dir/$UNIT_NAME" 2>&1); then
   exit 1
 fi
 rm -rf "$check_dir"
-"$PYTHON" "$TOOLS_DIR/vllm-args-check" --spec "$staged/$UNIT_STEM.args.json.tmp"
+# Bounded well inside this step's own limit, so a stuck import says what it is.
+timeout 200 "$PYTHON" "$TOOLS_DIR/vllm-args-check" --spec "$staged/$UNIT_STEM.args.json.tmp" || {
+  rc=$?
+  [ "$rc" -ne 124 ] || echo "vllm-args-check: the host's vLLM did not load its argument parser within 200 s; the launch of $UNIT_NAME was not checked and nothing was stopped" >&2
+  exit "$rc"
+}
 mv -f "$staged/$UNIT_STEM.env.tmp" "$staged/$UNIT_STEM.env"
 mv -f "$staged/$UNIT_STEM.args.json.tmp" "$staged/$UNIT_STEM.args.json"
 mv -f "$staged/$UNIT_NAME.tmp" "$staged/$UNIT_NAME"
