@@ -10,6 +10,7 @@ swap on its own."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -184,11 +185,22 @@ def brown(sandbox: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[B
     yield state
     state.client.stop.set()
     thread.join(timeout=10)
+    # Leave the sandbox as it was found for the tests after these, whatever happened above.
+    stack = state.configure()
     try:
-        state.configure().destroy(on_output=state.output.append)
+        with contextlib.suppress(auto.CommandError):
+            stack.cancel()  # a lock left by a killed run
+        stack.destroy(on_output=state.output.append, continue_on_error=True)
     finally:
-        state.configure().workspace.remove_stack(STACK)
         clean_host()
+        on_host(
+            "for u in $(systemctl list-units --all --no-legend --plain 'vllm-brown-*' | awk '{print $1}'); do "
+            "systemctl disable --now $u; rm -f /etc/systemd/system/$u; done; systemctl daemon-reload; "
+            "rm -rf /var/lib/vllm-fleet/deployments/brown.chat /var/lib/vllm-fleet/claims/brown.chat.json "
+            "/shared/brown-a /shared/brown-b",
+            check=False,
+        )
+        stack.workspace.remove_stack(STACK, force=True)
 
 
 def test_preview_refuses_what_it_would_have_to_stop_unasked(brown: Brownfield) -> None:
