@@ -640,7 +640,9 @@ def start(plan_file: str, host: SystemdHost | None = None, poll: float = 1.0) ->
 
 
 def report(result: Result) -> int:
+    """Say the result from its file: the journal's last lines may reach journald after the unit is gone."""
     if result.ok:
+        print(f"swap result: {result.status}: {result.message.splitlines()[0]}", flush=True)
         return 0
     print(result.message, file=sys.stderr, flush=True)
     return 1

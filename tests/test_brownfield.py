@@ -278,11 +278,17 @@ def test_controller_killed_after_the_stop_and_the_host_finishes(brown: Brownfiel
     stats = brown.record("killed-controller", start)
     brown.phases["killed-controller"]["kill_to_serving_s"] = round(recovered, 2)
     brown.record("after-kill", killed)  # the client's view from the kill on
+    # The API answers a moment before the unit's ExecStartPost (wait-ready) marks it active.
+    on_host("for i in $(seq 1 120); do systemctl is-active --quiet vllm-brown-b.service && break; sleep 0.5; done")
     assert on_host("systemctl is-active vllm-brown-b.service").strip() == "active"
+    started_at = on_host("systemctl show -p ActiveEnterTimestampMonotonic --value vllm-brown-b.service").strip()
     # The next `up` (after the README's recovery steps) finds the swap done and changes nothing there.
     stack.cancel()
-    result = stack.up(on_output=brown.output.append)
-    assert result.summary.result == "succeeded"
-    assert "already serves" in "\n".join(brown.output[-200:])
+    recovery: list[str] = []
+    result = stack.up(on_output=recovery.append)
+    assert result.summary.result == "succeeded", "".join(recovery)[-3000:]
+    assert "already serves brown with this configuration" in "".join(recovery), "".join(recovery)[-3000:]
+    now = on_host("systemctl show -p ActiveEnterTimestampMonotonic --value vllm-brown-b.service").strip()
+    assert now == started_at, "the recovery up restarted the model"
     stack.preview(expect_no_changes=True)
     assert stats["requests"] > 0
