@@ -67,10 +67,14 @@ if key_file is not None:
             f"vllm-fleet:sshPrivateKeyFile: {key_file} does not exist on this machine; for the dev sandbox run "
             "`sandbox/host.sh up` (it generates the key), otherwise fix the path"
         )
-    private_key: pulumi.Input[str] = pulumi.Output.secret(key_path.read_text())
+    # The key's text also serves the host survey, which runs before any resource exists.
+    key_text = key_path.read_text()
+    private_key: pulumi.Input[str] = pulumi.Output.secret(key_text)
 elif secret_key is not None:
+    key_text = runtime_config.get_config("vllm-fleet:sshPrivateKey") or ""
     private_key = secret_key
 elif offline:
+    key_text = ""
     private_key = pulumi.Output.secret("")  # never used: an offline run connects to nothing
 else:
     raise pulumi.RunError(
@@ -78,6 +82,7 @@ else:
         "(or set vllm-fleet:sshPrivateKeyFile to a key file on this machine)"
     )
 hf_token = config.get_secret("hfToken")
+resolved = stack.resolved_deployments()
 
 # Contacting a host while the program runs makes an unreachable one fail fast, in previews too, and
 # lets the preview name what already runs there (hand-made units, stray GPU processes).
@@ -87,14 +92,9 @@ if not offline:
             probe_ssh(host_config)
         except HostUnreachable as error:
             raise pulumi.RunError(str(error)) from None
-    key_text = (
-        Path(key_file).expanduser().read_text()
-        if key_file is not None
-        else runtime_config.get_config("vllm-fleet:sshPrivateKey") or ""
-    )
     conflicts: list[str] = []
     for host_config in stack.hosts:
-        on_host = [rd for rd in stack.resolved_deployments() if rd.host.name == host_config.name]
+        on_host = [rd for rd in resolved if rd.host.name == host_config.name]
         try:
             found = host_survey.survey(pulumi.get_stack(), host_config, on_host, key_text, SURVEY_CACHE)
         except host_survey.SurveyFailed as error:
@@ -134,7 +134,7 @@ for store in stack.storage:
             ),
         )
 services: dict[str, VllmService] = {}
-for rd in stack.resolved_deployments():
+for rd in resolved:
     services[rd.deployment.name] = VllmService(
         rd.deployment.name,
         VllmServiceArgs(

@@ -201,10 +201,11 @@ class SystemdHost:
     def start_timeout(self, unit: str) -> float:
         value = self.show(unit, "TimeoutStartUSec").get("TimeoutStartUSec", "")
         try:
-            parsed = parse_timespan(value)
+            parsed = parse_timespan(value) if value else DEFAULT_START_TIMEOUT
         except ValueError:
             return DEFAULT_START_TIMEOUT
-        return DEFAULT_START_TIMEOUT if parsed is None and not value else (parsed or 24 * 3600.0)
+        # "infinity" (or 0): systemd waits without limit; the rollback waits a day.
+        return parsed or 24 * 3600.0
 
     def journal_cursor(self) -> str:
         out = self.run("journalctl", "-n", "0", "--show-cursor", "-o", "cat", check=False)

@@ -32,7 +32,7 @@ chmod 0755 /usr/local/lib/vllm-fleet/survey.vllm-fleet-tmp
 mv -f /usr/local/lib/vllm-fleet/survey.vllm-fleet-tmp /usr/local/lib/vllm-fleet/survey
 install -d -m 0755 /usr/local/lib/vllm-fleet
 cat > /usr/local/lib/vllm-fleet/swap.vllm-fleet-tmp <<'VLLM_FLEET_EOF'
-<662 lines, 28713 bytes, sha256 4ea8f0d546a58768aec691ce453f129e9a97e6d901912d43a716da7e162f26b5>
+<663 lines, 28772 bytes, sha256 4219438dec3d587cbbd90b198620b5f9501ce06719849e3f5a424ec00f60195c>
 VLLM_FLEET_EOF
 chmod 0755 /usr/local/lib/vllm-fleet/swap.vllm-fleet-tmp
 mv -f /usr/local/lib/vllm-fleet/swap.vllm-fleet-tmp /usr/local/lib/vllm-fleet/swap
