@@ -48,7 +48,7 @@ read -r -a NSPAWN_EXTRA <<<"${VLLM_FLEET_SANDBOX_NSPAWN_ARGS:-}"
 
 SUITE=bookworm
 DEBIAN_MIRROR="${VLLM_FLEET_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-INCLUDE="systemd,systemd-sysv,dbus,libpam-systemd,dbus-user-session,openssh-server,python3,python3-venv,curl,iproute2,ca-certificates,sudo"
+INCLUDE="systemd,systemd-sysv,dbus,libpam-systemd,dbus-user-session,openssh-server,python3,python3-venv,curl,iproute2,ca-certificates,sudo,nginx"
 GPUS_JSON='{
   "_comment": "GPUs the nvidia-smi stand-in pretends to have (vllm-fleet sandbox; there is no real GPU).",
   "count": 2,
@@ -193,6 +193,9 @@ stage_system() {
   for unit in console-getty.service getty@tty1.service systemd-firstboot.service; do
     ln -sfn /dev/null "$root/etc/systemd/system/$unit"
   done
+  # Debian's nginx is here for the front door (vllm-fleet-frontdoor.service runs it with its own config);
+  # the distribution's nginx.service and its default site stay off, as on a server that never used them.
+  rm -f "$root/etc/systemd/system/multi-user.target.wants/nginx.service"
   mkdir -p "$root/etc/vllm-fleet-sandbox"
   printf '%s\n' "$GPUS_JSON" >"$root/etc/vllm-fleet-sandbox/gpus.json"
   printf 'vllm-fleet sandbox, built %s by sandbox/host.sh (%s)\n' "$(date -u +%FT%TZ)" "${BUILT_BASE##*/}" \
