@@ -8,6 +8,8 @@ before it stops anything. It reports:
   listeners   TCP listening ports with the PID and systemd unit that holds them (`ss -ltnpH`)
   gpuHolders  processes nvidia-smi lists per GPU (`--query-compute-apps=pid,gpu_uuid,...` mapped to indices
               with `--query-gpu=index,uuid`), with their unit and command line
+  active      per deployment (stack.deployment), what its last swap left serving: unit, GPUs, engine port
+  memory      MemTotal and MemAvailable of /proc/meminfo, in MiB
 A process's unit is the last *.service of its cgroup path; a login session's scope or no cgroup means
 it belongs to no unit. Standard library only.
 """
@@ -15,12 +17,14 @@ it belongs to no unit. Standard library only.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
 from typing import Any
 
 MANAGED_MARK = "# Managed by vllm-fleet"
+STATE_ROOT = "/var/lib/vllm-fleet"
 MANAGED_BY = re.compile(r"^# Managed by vllm-fleet: stack (\S+?), deployment (\S+?)\. ")
 
 
@@ -130,6 +134,56 @@ def units() -> list[dict[str, Any]]:
     return out
 
 
+def parse_active(text: str) -> dict[str, Any]:
+    """A deployment's `active` record (KEY=VALUE lines written by the swap)."""
+    fields = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    backend = fields.get("BACKEND_PORT", "")
+    return {
+        "unit": fields.get("UNIT", ""),
+        "gpus": [int(g) for g in fields.get("GPUS", "").split(",") if g.strip().isdigit()],
+        "backendPort": int(backend) if backend.isdigit() else None,
+    }
+
+
+def active_records(state_root: str = STATE_ROOT) -> dict[str, Any]:
+    out = {}
+    base = f"{state_root}/deployments"
+    try:
+        owners = sorted(os.listdir(base))
+    except OSError:
+        return {}
+    for owner in owners:
+        try:
+            with open(f"{base}/{owner}/active", encoding="utf-8") as handle:
+                out[owner] = parse_active(handle.read())
+        except OSError:
+            continue
+        try:
+            with open(f"{base}/{owner}/swap-result.json", encoding="utf-8") as handle:
+                timings = json.load(handle).get("timings", {})
+            out[owner]["lastStartSeconds"] = timings.get("start_to_ready")
+        except (OSError, ValueError, AttributeError):
+            out[owner]["lastStartSeconds"] = None
+    return out
+
+
+def parse_meminfo(text: str) -> dict[str, int]:
+    values = {}
+    for line in text.splitlines():
+        name, _, rest = line.partition(":")
+        if name in ("MemTotal", "MemAvailable") and rest.split():
+            values[name] = int(rest.split()[0]) // 1024
+    return {"totalMib": values.get("MemTotal", 0), "availableMib": values.get("MemAvailable", 0)}
+
+
+def memory() -> dict[str, int]:
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as handle:
+            return parse_meminfo(handle.read())
+    except OSError:
+        return {"totalMib": 0, "availableMib": 0}
+
+
 def survey() -> dict[str, Any]:
     listeners = parse_ss(run("ss", "-ltnpH"))
     for entry in listeners:
@@ -145,7 +199,13 @@ def survey() -> dict[str, Any]:
     for holder in holders:
         holder["unit"] = unit_of_pid(holder["pid"])
         holder["cmd"] = command_line(holder["pid"])
-    return {"units": units(), "listeners": listeners, "gpuHolders": holders}
+    return {
+        "units": units(),
+        "listeners": listeners,
+        "gpuHolders": holders,
+        "active": active_records(),
+        "memory": memory(),
+    }
 
 
 def main() -> int:

@@ -8,12 +8,23 @@
 
 Everything that can fail is checked while the old model still serves (claims on GPUs, port and unit
 name, the model files against their manifest, the staged unit; the unit step already had the host's
-vLLM parse the launch). Then, in order: back up the units it replaces (the previous managed unit, a
-hand-made unit of the same name, and the hand-made units the stack names in `replaces`), install the new
-unit, stop and disable the old ones, start the new one and wait until it serves (its ExecStartPre guard
-frees the GPUs, its ExecStartPost waits for readiness). If it does not serve in time, the new unit is
-stopped, every backed-up unit file is put back, the units that ran before are started again and waited
-for with their own start timeout, and the transaction reports the new unit's journal tail.
+vLLM parse the launch). Then it decides where the new engine runs (its placement: GPUs and a loopback
+port behind the front door) and how:
+
+  blue/green   the deployment's GPUs hold the new engine beside the old one (deployments[].gpus lists
+               enough GPUs that nothing else holds): the new unit starts there on the other backend
+               port while the old one serves; once it answers (health, models, a real completion) the
+               front door switches with a graceful reload, requests in flight on the old engine drain,
+               then the old unit stops. If the new one never answers, it is removed and the old one
+               never stopped.
+  stop-start   otherwise: back up the units it replaces (the previous managed unit, a hand-made unit
+               of the same name, and the hand-made units the stack names in `replaces`), install the
+               new unit, stop and disable the old ones, start the new one and wait until it serves
+               (its ExecStartPre guard frees the GPUs, its ExecStartPost waits for readiness), then
+               point the front door at it. If it does not serve in time, the new unit is stopped, every
+               backed-up unit file and the front door's site are put back, the units that ran before
+               are started again and waited for with their own start timeout, and the transaction
+               reports the new unit's journal tail.
 
 It runs in its own systemd unit (`systemd-run`), so a dropped SSH session or a killed controller neither
 interrupts it nor leaves the host serving nothing; the result is written to the deployment's state
@@ -33,6 +44,8 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -41,6 +54,11 @@ from typing import Any
 STATE_ROOT = Path("/var/lib/vllm-fleet")
 UNIT_DIR = Path("/etc/systemd/system")
 ENV_DIR = Path("/etc/vllm-fleet")
+FRONT_DOOR_UNIT = "vllm-fleet-frontdoor.service"
+FRONT_DOOR_DIR = ENV_DIR / "frontdoor"
+NGINX = "/usr/sbin/nginx"
+# The response header through which the front door says which engine answered.
+BACKEND_HEADER = "X-Vllm-Fleet-Backend"
 MANAGED_MARK = "# Managed by vllm-fleet"
 # A unit in these states holds (or is about to hold) its GPUs: a 36-minute load is `activating`.
 RUNNING_STATES = frozenset({"active", "activating", "reloading"})
@@ -66,6 +84,13 @@ class Plan:
     foreign_gpu_processes: str = "refuse"
     report_every: int = 15
     journal_lines: int = 40
+    # GPUs one engine uses (`gpus` is the pool it may use) and the two loopback ports behind the front door.
+    gpus_needed: int = 0
+    backend_ports: tuple[int, ...] = ()
+    bind_address: str = "127.0.0.1"
+    readiness_address: str = "127.0.0.1"
+    swap_mode: str = "auto"
+    drain_seconds: int = 120
 
     @property
     def owner(self) -> str:
@@ -81,9 +106,14 @@ class Plan:
 
     @classmethod
     def load(cls, path: str | Path) -> Plan:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Plan:
+        data = dict(data)
         data["gpus"] = tuple(data.get("gpus", ()))
         data["replaces"] = tuple(data.get("replaces", ()))
+        data["backend_ports"] = tuple(data.get("backend_ports", ()))
         return cls(**data)
 
 
@@ -169,6 +199,157 @@ def is_managed(unit_text: str) -> bool:
     return unit_text.startswith(MANAGED_MARK)
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where an engine runs: its GPUs and its loopback port behind the front door."""
+
+    gpus: tuple[int, ...]
+    port: int
+
+    def env_text(self) -> str:
+        """The unit's placement EnvironmentFile (the unit expands these in ExecStartPre/ExecStart/Post)."""
+        gpus = ",".join(map(str, self.gpus)) or "none"
+        lines = [
+            "# Written by the vllm-fleet swap: where this engine runs.",
+            f"VLLM_FLEET_GPUS={gpus}",
+            f"VLLM_FLEET_BACKEND_PORT={self.port}",
+        ]
+        if self.gpus:
+            lines.append(f"CUDA_VISIBLE_DEVICES={gpus}")
+        return "\n".join(lines) + "\n"
+
+    def describe(self) -> str:
+        gpus = ",".join(map(str, self.gpus))
+        return f"{'GPU ' + gpus if self.gpus else 'no GPU'}, port {self.port}"
+
+
+@dataclass(frozen=True)
+class ActiveRecord:
+    """What the deployment served after its last swap (its state directory's `active` file)."""
+
+    unit: str
+    served: str = ""
+    port: int = 0
+    gpus: tuple[int, ...] = ()
+    backend_port: int | None = None  # None: an engine from before the front door, on the public port itself
+
+    @classmethod
+    def parse(cls, text: str) -> ActiveRecord | None:
+        fields = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+        if not fields.get("UNIT"):
+            return None
+        gpus = tuple(int(g) for g in fields.get("GPUS", "").split(",") if g.strip().isdigit())
+        backend = fields.get("BACKEND_PORT", "")
+        return cls(
+            unit=fields["UNIT"],
+            served=fields.get("SERVED", ""),
+            port=int(fields.get("PORT", "0") or 0),
+            gpus=gpus,
+            backend_port=int(backend) if backend.isdigit() else None,
+        )
+
+    def text(self) -> str:
+        lines = [f"UNIT={self.unit}", f"SERVED={self.served}", f"PORT={self.port}"]
+        lines.append(f"GPUS={','.join(map(str, self.gpus))}")
+        if self.backend_port is not None:
+            lines.append(f"BACKEND_PORT={self.backend_port}")
+        return "\n".join(lines) + "\n"
+
+    @property
+    def placement(self) -> Placement | None:
+        return Placement(self.gpus, self.backend_port) if self.backend_port is not None else None
+
+
+@dataclass(frozen=True)
+class Decision:
+    mode: str  # blue-green | stop-start
+    placement: Placement
+    reason: str
+
+
+def decide(
+    plan: Plan, old: ActiveRecord | None, old_running: bool, busy: frozenset[int], replaces_running: bool
+) -> Decision:
+    """How the swap runs and where the new engine goes, from what runs now.
+
+    `busy` are GPUs held by processes the swap will not stop (another deployment, a foreign process).
+    Blue/green needs a running old engine behind the front door, another unit name for the new one, and
+    enough of the deployment's GPUs that neither the old engine nor anything else holds."""
+    needed = plan.gpus_needed
+    free = [g for g in plan.gpus if g not in busy]
+    first_port = plan.backend_ports[0]
+    if old is None or not old_running:
+        gpus = tuple(free[:needed]) if len(free) >= needed else tuple(plan.gpus[:needed])
+        why = "hand-made units it replaces stop first" if replaces_running else "nothing of this deployment serves"
+        return Decision("stop-start", Placement(gpus, first_port), why)
+    previous = old.placement
+    # Stop-start keeps the old engine's GPUs and port when they still fit.
+    keep = [g for g in old.gpus if g in plan.gpus] + [g for g in free if g not in old.gpus]
+    keep_port = previous.port if previous is not None and previous.port in plan.backend_ports else first_port
+    stop_first = Placement(tuple(keep[:needed]), keep_port)
+    if old.unit == plan.unit_name:
+        return Decision("stop-start", stop_first, f"{plan.unit_name} itself changes, so it restarts in place")
+    if plan.swap_mode != "auto":
+        return Decision("stop-start", stop_first, f"deployments[].swapMode is {plan.swap_mode}")
+    if previous is None:
+        return Decision("stop-start", stop_first, f"{old.unit} listens on the public port {plan.port} itself")
+    if replaces_running:
+        return Decision("stop-start", stop_first, "hand-made units it replaces still run")
+    spare = [g for g in free if g not in old.gpus]
+    if len(spare) < needed:
+        held = sorted(set(plan.gpus) & busy)
+        return Decision(
+            "stop-start",
+            stop_first,
+            f"the new engine needs {needed} GPU(s) beside {old.unit} on GPU {','.join(map(str, old.gpus))}, and "
+            f"{len(spare)} of deployments[].gpus {list(plan.gpus)} are free"
+            + (f" (GPU {','.join(map(str, held))} held by other processes)" if held else ""),
+        )
+    other_port = next(p for p in plan.backend_ports if p != previous.port)
+    placement = Placement(tuple(spare[:needed]), other_port)
+    return Decision(
+        "blue-green",
+        placement,
+        f"GPU {','.join(map(str, placement.gpus)) or '-'} free beside {old.unit}; it serves until the new engine answers",
+    )
+
+
+def nginx_listen(address: str, port: int) -> str:
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
+def front_door_site(plan: Plan, placement: Placement) -> str:
+    """The deployment's server block: its public address and port, passed to the engine that serves now."""
+    return (
+        f"# Managed by vllm-fleet: front door of deployment {plan.owner}, written by its swap.\n"
+        "server {\n"
+        f"    listen {nginx_listen(plan.bind_address, plan.port)};\n"
+        "    location / {\n"
+        f"        proxy_pass http://127.0.0.1:{placement.port};\n"
+        "        proxy_set_header Host $host;\n"
+        '        proxy_set_header Connection "";\n'
+        f"        add_header {BACKEND_HEADER} {plan.unit_name} always;\n"
+        "    }\n"
+        "}\n"
+    )
+
+
+_SS_PEER_PORT = re.compile(r":(\d+)\s*$")
+
+
+def established_to(ss_output: str, port: int) -> int:
+    """Connections in `ss -Htn state established` output whose peer is `port`: requests the front door
+    still carries to an engine (it opens one upstream connection per request, no keepalive)."""
+    count = 0
+    for line in ss_output.splitlines():
+        fields = line.split()
+        if len(fields) >= 4:
+            match = _SS_PEER_PORT.search(fields[3])
+            if match and int(match.group(1)) == port:
+                count += 1
+    return count
+
+
 # ---- the host, as the transaction uses it -------------------------------------------------------------
 
 
@@ -180,6 +361,16 @@ class SystemdHost:
         if check and result.returncode != 0:
             raise RuntimeError(f"{' '.join(args)} exited {result.returncode}: {result.stderr.strip()}")
         return result.stdout
+
+    def attempt(self, *args: str) -> tuple[int, str]:
+        """Exit status and output (stderr after stdout) of a command that may fail."""
+        result = subprocess.run(args, capture_output=True, text=True, check=False)
+        return result.returncode, (result.stdout + result.stderr).strip()
+
+    def backend_behind(self, url: str) -> str:
+        """The engine unit the front door says answered a GET of `url` (its header); "" when none did."""
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return str(response.headers.get(BACKEND_HEADER, ""))
 
     def show(self, unit: str, *props: str) -> dict[str, str]:
         out = self.run("systemctl", "show", unit, *(f"--property={p}" for p in props), check=False)
@@ -251,6 +442,7 @@ class Transaction:
         unit_dir: Path = UNIT_DIR,
         env_dir: Path = ENV_DIR,
         sleep: Callable[[float], None] = time.sleep,
+        front_door_dir: Path = FRONT_DOOR_DIR,
     ) -> None:
         self.plan = plan
         self.host = host or SystemdHost()
@@ -258,6 +450,7 @@ class Transaction:
         self.state_root = state_root
         self.unit_dir = unit_dir
         self.env_dir = env_dir
+        self.front_door_dir = front_door_dir
         self.sleep = sleep
         self.state_dir = Path(plan.state_dir)
         self.timings: dict[str, float] = {}
@@ -278,11 +471,24 @@ class Transaction:
                     claims[owner] = Claims.from_json(path.read_text(encoding="utf-8"))
         return claims
 
-    def claim(self) -> None:
-        wanted = Claims(frozenset(self.plan.gpus), frozenset({self.plan.port}), frozenset({self.plan.unit_name}))
+    def others_gpus(self) -> frozenset[int]:
+        """GPUs other live deployments on this host claim: not for this deployment's engines."""
+        return frozenset(
+            gpu for owner, held in self.live_claims().items() if owner != self.plan.owner for gpu in held.gpus
+        )
+
+    def claim(self, gpus: frozenset[int] = frozenset(), write: bool = True) -> None:
+        """Claim the ports and unit name (and `gpus`, the GPUs the engines use now) for this deployment.
+
+        GPUs are claimed as placed, not as listed: deployments[].gpus is where the deployment may run,
+        and a GPU only it lists but does not use stays free for another stack's deployment."""
+        ports = frozenset({self.plan.port, *self.plan.backend_ports})
+        wanted = Claims(gpus, ports, frozenset({self.plan.unit_name}))
         problems = claim_conflicts(self.plan.owner, wanted, self.live_claims())
         if problems:
             raise SwapRefused(" ".join(problems))
+        if not write:
+            return
         directory = self.state_root / "claims"
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / f"{self.plan.owner}.json"
@@ -312,9 +518,17 @@ class Transaction:
         found: dict[str, Any] = json.loads(result.stdout)
         return found
 
-    def check_holders(self, leaving: Sequence[str]) -> None:
-        """Refuse, before anything stops, when the port or the GPUs are held by what the swap will not stop."""
-        found = self.survey()
+    def busy_gpus(self, found: dict[str, Any], leaving: Sequence[str]) -> frozenset[int]:
+        """GPUs of the pool held by processes the swap does not stop: they cannot take the new engine."""
+        busy: set[int] = set()
+        for holder in found.get("gpuHolders", []):
+            if holder.get("unit") in leaving:
+                continue
+            busy.update(set(holder.get("gpus", [])) & set(self.plan.gpus))
+        return frozenset(busy)
+
+    def check_holders(self, found: dict[str, Any], leaving: Sequence[str], decision: Decision) -> None:
+        """Refuse, before anything stops, when a port or the chosen GPUs are held by what the swap will not stop."""
         owners = {u["name"]: u.get("owner") for u in found.get("units", [])}
 
         def ours(unit: str | None) -> bool:
@@ -322,13 +536,17 @@ class Transaction:
 
         problems = []
         for listener in found.get("listeners", []):
-            if listener["port"] == self.plan.port and not ours(listener.get("unit")):
+            port, unit = listener["port"], listener.get("unit")
+            public = port == self.plan.port and not ours(unit) and unit != FRONT_DOOR_UNIT
+            engine = port == decision.placement.port and not ours(unit)
+            if public or engine:
+                what = "the front door's port" if public else "the new engine's port (deployments[].backendPorts)"
                 problems.append(
-                    f"port {self.plan.port} is held by PID {listener['pid']} ({listener.get('cmd', '')}) of "
-                    f"{listener.get('unit') or 'no systemd unit'}; add its unit to deployments[].replaces or stop it"
+                    f"port {port}, {what}, is held by PID {listener['pid']} ({listener.get('cmd', '')}) of "
+                    f"{unit or 'no systemd unit'}; add its unit to deployments[].replaces or stop it"
                 )
         for holder in found.get("gpuHolders", []):
-            shared = set(holder.get("gpus", [])) & set(self.plan.gpus)
+            shared = set(holder.get("gpus", [])) & set(decision.placement.gpus)
             unit = holder.get("unit")
             if not shared or ours(unit):
                 continue
@@ -344,11 +562,14 @@ class Transaction:
 
     # -- the swap -------------------------------------------------------------------------------------
 
-    def active_record(self) -> dict[str, str]:
+    def active_record(self) -> ActiveRecord | None:
         path = self.state_dir / "active"
-        if not path.is_file():
-            return {}
-        return dict(line.split("=", 1) for line in path.read_text(encoding="utf-8").splitlines() if "=" in line)
+        return ActiveRecord.parse(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+    def write_active(self, record: ActiveRecord) -> None:
+        temporary = self.state_dir / "active.tmp"
+        temporary.write_text(record.text(), encoding="utf-8")
+        temporary.replace(self.state_dir / "active")
 
     def backup(self, unit: str, backups: Path) -> Backup:
         file = self.host.unit_file(unit)
@@ -358,6 +579,13 @@ class Transaction:
             shutil.copy2(file, saved)
         return Backup(unit, file, saved, self.host.running(unit), self.host.enabled(unit))
 
+    @property
+    def site_path(self) -> Path:
+        return self.front_door_dir / "sites" / f"{self.plan.owner}.conf"
+
+    def placement_path(self, unit: str) -> Path:
+        return self.env_dir / f"{unit.removesuffix('.service')}.placement.env"
+
     def run(self) -> Result:
         plan = self.plan
         started = now()
@@ -366,23 +594,37 @@ class Transaction:
         unit_path = self.unit_dir / plan.unit_name
         env_path = self.env_dir / f"{plan.unit_stem}.env"
         try:
-            self.claim()
+            self.claim(write=False)  # ports and unit name first, before anything is read
             if not staged_unit.is_file():
                 raise SwapRefused(f"nothing staged at {staged_unit}; run pulumi up again")
             self.check_model()
-            old_unit = self.active_record().get("UNIT", "")
+            old = self.active_record()
+            old_unit = old.unit if old else ""
             # Every unit that may hold this deployment's GPUs or port now, and must stop for the new one.
             leaving = [u for u in dict.fromkeys([old_unit, plan.unit_name, *plan.replaces]) if u]
-            self.check_holders(leaving)
+            found = self.survey()
+            replaces_running = any(self.host.running(u) for u in plan.replaces)
+            old_running = bool(old_unit) and self.host.running(old_unit)
+            busy = self.busy_gpus(found, leaving) | (self.others_gpus() & frozenset(plan.gpus))
+            decision = decide(plan, old, old_running, busy, replaces_running)
+            self.check_holders(
+                found, [u for u in leaving if decision.mode == "stop-start" or u != plan.unit_name], decision
+            )
+            # While a blue/green swap runs, both engines hold their GPUs.
+            both = decision.placement.gpus + (old.gpus if old is not None and decision.mode == "blue-green" else ())
+            self.claim(frozenset(both))
         except SwapRefused as refusal:
             return Result("refused", f"refused: {refusal}", plan.digest)
 
         if (
-            old_unit == plan.unit_name
+            old is not None
+            and old_unit == plan.unit_name
+            and old.placement is not None
             and _same(staged_unit, unit_path)
             and _same(staged_env, env_path)
             and self.host.running(plan.unit_name)
-            and not [u for u in plan.replaces if self.host.running(u)]
+            and not replaces_running
+            and _text(self.site_path) == front_door_site(plan, old.placement)
         ):
             state = self.host.state(plan.unit_name)
             return Result(
@@ -390,6 +632,11 @@ class Transaction:
                 f"{plan.unit_name} already serves {plan.served_name} with this configuration ({state})",
                 plan.digest,
             )
+        self.log(f"swap mode: {decision.mode}: {decision.reason}; new engine on {decision.placement.describe()}")
+        self.timings["blue_green"] = 1.0 if decision.mode == "blue-green" else 0.0
+        if decision.mode == "blue-green":
+            assert old is not None
+            return self.blue_green(old, decision.placement, staged_unit, staged_env, started)
 
         backups_dir = self.state_dir / "previous"
         shutil.rmtree(backups_dir, ignore_errors=True)
@@ -398,12 +645,17 @@ class Transaction:
         env_backup = backups_dir / env_path.name
         if env_path.is_file():
             shutil.copy2(env_path, env_backup)
+        placement_backup = backups_dir / "placement.env"
+        if self.placement_path(plan.unit_name).is_file():
+            shutil.copy2(self.placement_path(plan.unit_name), placement_backup)
+        site_before = _text(self.site_path)
         if unit_path.is_file() and not is_managed(unit_path.read_text(encoding="utf-8", errors="replace")):
             self.log(f"{plan.unit_name} is a hand-made unit of the same name: it is replaced (backup in {backups_dir})")
 
         self.env_dir.mkdir(parents=True, exist_ok=True)
         _install(staged_unit, unit_path, 0o644)
         _install(staged_env, env_path, 0o600)
+        _write(self.placement_path(plan.unit_name), decision.placement.env_text(), 0o644)
         self.host.run("systemctl", "daemon-reload")
 
         stop_started = now()
@@ -420,34 +672,178 @@ class Transaction:
         self.host.run("systemctl", "reset-failed", plan.unit_name, check=False)
         self.host.run("systemctl", "enable", "--quiet", plan.unit_name)
         self.log(
-            f"starting {plan.unit_name} (serving {plan.served_name} on port {plan.port}; up to {plan.ready_timeout} s)"
+            f"starting {plan.unit_name} (serving {plan.served_name} on {decision.placement.describe()}; "
+            f"up to {plan.ready_timeout} s)"
         )
         cursor = self.host.journal_cursor()
         start = now()
         self.host.run("systemctl", "start", "--no-block", plan.unit_name)
-        if self.wait_active(plan.unit_name, plan.ready_timeout):
+        ready = self.wait_active(plan.unit_name, plan.ready_timeout)
+        if ready:
             self.timings["start_to_ready"] = now() - start
-            self.timings["total"] = now() - started
-            record = f"UNIT={plan.unit_name}\nSERVED={plan.served_name}\nPORT={plan.port}\n"
-            temporary = self.state_dir / "active.tmp"
-            temporary.write_text(record, encoding="utf-8")
-            temporary.replace(self.state_dir / "active")
-            if old_unit and old_unit != plan.unit_name and old_unit not in plan.replaces:
-                # The previous managed unit of this deployment: its files go, a backup stays until the next swap.
-                (self.unit_dir / old_unit).unlink(missing_ok=True)
-                (self.env_dir / f"{old_unit.removesuffix('.service')}.env").unlink(missing_ok=True)
-                self.host.run("systemctl", "daemon-reload")
-                self.host.run("systemctl", "reset-failed", old_unit, check=False)
-            adopted = [u for u in plan.replaces if any(b.unit == u and b.file for b in backups)]
-            if adopted:
-                self.log(f"adopted: {', '.join(adopted)} stopped and disabled (unit files backed up in {backups_dir})")
-            self.log(f"serving {plan.served_name} from {plan.unit_name} on port {plan.port}")
-            self.log(
-                f"timing: stop={self.timings['stop']:.2f}s start_to_ready={self.timings['start_to_ready']:.2f}s "
-                f"total={self.timings['total']:.2f}s"
+            switched = self.switch_front_door(decision.placement)
+            if switched is not None:
+                self.log(f"the front door did not switch to {plan.unit_name}: {switched}")
+        if not ready or switched is not None:
+            return self.roll_back(backups, env_backup, placement_backup, unit_path, env_path, cursor, site_before, old)
+        self.timings["total"] = now() - started
+        self.write_active(
+            ActiveRecord(plan.unit_name, plan.served_name, plan.port, decision.placement.gpus, decision.placement.port)
+        )
+        if old_unit and old_unit != plan.unit_name and old_unit not in plan.replaces:
+            # The previous managed unit of this deployment: its files go, a backup stays until the next swap.
+            self.remove_unit_files(old_unit)
+        adopted = [u for u in plan.replaces if any(b.unit == u and b.file for b in backups)]
+        if adopted:
+            self.log(f"adopted: {', '.join(adopted)} stopped and disabled (unit files backed up in {backups_dir})")
+        return self.succeeded(decision.placement)
+
+    def succeeded(self, placement: Placement) -> Result:
+        plan = self.plan
+        self.claim(frozenset(placement.gpus))
+        self.log(f"serving {plan.served_name} from {plan.unit_name} behind the front door on port {plan.port}")
+        self.log("timing: " + " ".join(f"{k}={v:.2f}s" for k, v in self.timings.items() if k != "blue_green"))
+        return Result("succeeded", f"serving {plan.served_name} from {plan.unit_name}", plan.digest, self.timings)
+
+    def remove_unit_files(self, unit: str) -> None:
+        (self.unit_dir / unit).unlink(missing_ok=True)
+        stem = unit.removesuffix(".service")
+        (self.env_dir / f"{stem}.env").unlink(missing_ok=True)
+        self.placement_path(unit).unlink(missing_ok=True)
+        self.host.run("systemctl", "daemon-reload")
+        self.host.run("systemctl", "reset-failed", unit, check=False)
+
+    def blue_green(
+        self, old: ActiveRecord, placement: Placement, staged_unit: Path, staged_env: Path, started: float
+    ) -> Result:
+        """Start the new engine beside the old one, switch the front door once it answers, drain, stop the old."""
+        plan = self.plan
+        unit_path = self.unit_dir / plan.unit_name
+        if unit_path.is_file() and not is_managed(unit_path.read_text(encoding="utf-8", errors="replace")):
+            return Result(
+                "refused", f"refused: {unit_path} is a hand-made unit; add it to deployments[].replaces", plan.digest
             )
-            return Result("succeeded", f"serving {plan.served_name} from {plan.unit_name}", plan.digest, self.timings)
-        return self.roll_back(backups, env_backup, unit_path, env_path, cursor)
+        self.env_dir.mkdir(parents=True, exist_ok=True)
+        _install(staged_unit, unit_path, 0o644)
+        _install(staged_env, self.env_dir / f"{plan.unit_stem}.env", 0o600)
+        _write(self.placement_path(plan.unit_name), placement.env_text(), 0o644)
+        self.host.run("systemctl", "daemon-reload")
+        self.host.run("systemctl", "reset-failed", plan.unit_name, check=False)
+        self.log(
+            f"starting {plan.unit_name} on {placement.describe()} beside {old.unit}, which keeps serving "
+            f"(up to {plan.ready_timeout} s)"
+        )
+        cursor = self.host.journal_cursor()
+        start = now()
+        self.host.run("systemctl", "start", "--no-block", plan.unit_name)
+        problem = None
+        if not self.wait_active(plan.unit_name, plan.ready_timeout):
+            problem = "it did not become ready"
+        else:
+            self.timings["start_to_ready"] = now() - start
+            switched_at = now()
+            problem = self.switch_front_door(placement)
+            self.timings["switch"] = now() - switched_at
+        if problem is not None:
+            tail, _ = self.host.journal(plan.unit_name, cursor, lines=plan.journal_lines)
+            self.host.run("systemctl", "stop", plan.unit_name, check=False)
+            self.remove_unit_files(plan.unit_name)
+            journal = "\n".join(f"  | {line}" for line in tail)
+            return Result(
+                "rolled-back",
+                f"swap of deployment {plan.deployment} to {plan.unit_name} failed: {problem}; {old.unit} kept "
+                f"serving throughout (blue/green) and still serves.\nlast lines of the {plan.unit_name} journal:\n{journal}",
+                plan.digest,
+                self.timings,
+            )
+        self.host.run("systemctl", "enable", "--quiet", plan.unit_name)
+        self.write_active(ActiveRecord(plan.unit_name, plan.served_name, plan.port, placement.gpus, placement.port))
+        self.drain(old)
+        stop_started = now()
+        self.host.run("systemctl", "stop", old.unit, check=False)
+        self.host.run("systemctl", "disable", "--quiet", old.unit, check=False)
+        self.timings["stop"] = now() - stop_started
+        self.log(f"stopped {old.unit} in {self.timings['stop']:.1f} s")
+        self.remove_unit_files(old.unit)
+        self.timings["total"] = now() - started
+        return self.succeeded(placement)
+
+    def drain(self, old: ActiveRecord) -> None:
+        """Until the front door carries no request to the old engine, or drain_seconds pass."""
+        if old.backend_port is None:
+            return
+        started = now()
+        last_report = 0.0
+        while True:
+            carried = established_to(self.host.run("ss", "-Htn", "state", "established", check=False), old.backend_port)
+            elapsed = now() - started
+            if carried == 0:
+                self.timings["drain"] = elapsed
+                self.log(f"drained {old.unit} in {elapsed:.1f} s")
+                return
+            if elapsed >= self.plan.drain_seconds:
+                self.timings["drain"] = elapsed
+                self.log(
+                    f"{old.unit} still carries {carried} request(s) after {self.plan.drain_seconds} s "
+                    "(deployments[].drainSeconds); stopping it"
+                )
+                return
+            if elapsed - last_report >= self.plan.report_every:
+                self.log(f"draining {old.unit}: {carried} request(s) in flight")
+                last_report = elapsed
+            self.sleep(0.2)
+
+    def switch_front_door(self, placement: Placement | None) -> str | None:
+        """Point the deployment's site at `placement` (None: remove it) with a graceful reload and check
+        through the public port that the new engine answers. None when done; else what failed, the site
+        put back as it was."""
+        plan = self.plan
+        before = _text(self.site_path)
+        wanted = front_door_site(plan, placement) if placement is not None else None
+        if wanted == before and (wanted is None or self.host.running(FRONT_DOOR_UNIT)):
+            return self.verify_front_door(placement)
+        self.site_path.parent.mkdir(parents=True, exist_ok=True)
+        if wanted is None:
+            self.site_path.unlink(missing_ok=True)
+        else:
+            _write(self.site_path, wanted, 0o644)
+        problem = self.reload_front_door()
+        if problem is None:
+            problem = self.verify_front_door(placement)
+        if problem is not None:
+            _restore(self.site_path, before)
+            self.reload_front_door()
+        return problem
+
+    def reload_front_door(self) -> str | None:
+        status, output = self.host.attempt(NGINX, "-t", "-q", "-c", str(self.front_door_dir / "nginx.conf"))
+        if status != 0:
+            return f"nginx -t refused the configuration: {output[-400:]}"
+        action = "reload" if self.host.running(FRONT_DOOR_UNIT) else "start"
+        status, output = self.host.attempt("systemctl", action, FRONT_DOOR_UNIT)
+        if status != 0:
+            return f"systemctl {action} {FRONT_DOOR_UNIT} failed: {output[-400:]}"
+        return None
+
+    def verify_front_door(self, placement: Placement | None, timeout: float = 15.0) -> str | None:
+        """The public port answers /v1/models from the new engine (its header), within `timeout`."""
+        if placement is None:
+            return None
+        host = self.plan.readiness_address
+        url = f"http://{'[' + host + ']' if ':' in host else host}:{self.plan.port}/v1/models"
+        deadline = now() + timeout
+        seen = "no answer"
+        while True:
+            try:
+                backend = self.host.backend_behind(url)
+                if backend == self.plan.unit_name:
+                    return None
+                seen = f"answered by {backend or 'no engine of ours'}"
+            except (urllib.error.URLError, OSError) as error:
+                seen = str(getattr(error, "reason", error))
+            if now() >= deadline:
+                return f"{url} did not answer from {self.plan.unit_name} within {timeout:g} s ({seen})"
+            self.sleep(0.2)
 
     def wait_active(self, unit: str, timeout: float) -> bool:
         """Until `unit` is active (its ExecStartPost saw it serve), failed, restarting, or out of time."""
@@ -474,10 +870,18 @@ class Transaction:
                     f"starting {unit}: {elapsed:.0f}/{timeout:g} s, state {state}; last log: {(lines or ['none'])[-1][:200]}"
                 )
                 last_report = elapsed
-            self.sleep(1)
+            self.sleep(0.5)
 
     def roll_back(
-        self, backups: Sequence[Backup], env_backup: Path, unit_path: Path, env_path: Path, cursor: str
+        self,
+        backups: Sequence[Backup],
+        env_backup: Path,
+        placement_backup: Path,
+        unit_path: Path,
+        env_path: Path,
+        cursor: str,
+        site_before: str | None,
+        old: ActiveRecord | None,
     ) -> Result:
         plan = self.plan
         tail, _ = self.host.journal(plan.unit_name, cursor, lines=plan.journal_lines)
@@ -488,14 +892,24 @@ class Transaction:
             _install(own.saved, unit_path, 0o644)
             if env_backup.is_file():
                 _install(env_backup, env_path, 0o600)
+            if placement_backup.is_file():
+                _install(placement_backup, self.placement_path(plan.unit_name), 0o644)
         else:
             self.host.run("systemctl", "disable", "--quiet", plan.unit_name, check=False)
             unit_path.unlink(missing_ok=True)
             env_path.unlink(missing_ok=True)
+            self.placement_path(plan.unit_name).unlink(missing_ok=True)
         for backup in backups:
             if backup.unit != plan.unit_name and backup.saved is not None and backup.file is not None:
                 _install(backup.saved, backup.file, 0o644)
         self.host.run("systemctl", "daemon-reload")
+        # The front door as it was: pointing at the old engine, or (an engine on the public port itself
+        # before) without this deployment's site, so that engine can bind its port again.
+        if _text(self.site_path) != site_before:
+            _restore(self.site_path, site_before)
+            problem = self.reload_front_door()
+            if problem is not None:
+                self.log(f"rolling back: the front door did not reload: {problem}")
         restarted: list[str] = []
         failed: list[str] = []
         for backup in backups:
@@ -522,6 +936,25 @@ class Transaction:
         journal = "\n".join(f"  | {line}" for line in tail)
         message = f"swap of deployment {plan.deployment} to {plan.unit_name} failed; {outcome}.\nlast lines of the {plan.unit_name} journal:\n{journal}"
         return Result(status, message, plan.digest, self.timings)
+
+
+def _text(path: Path) -> str | None:
+    return path.read_text(encoding="utf-8") if path.is_file() else None
+
+
+def _write(path: Path, text: str, mode: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(path.name + ".vllm-fleet-tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.chmod(temporary, mode)
+    temporary.replace(path)
+
+
+def _restore(path: Path, text: str | None) -> None:
+    if text is None:
+        path.unlink(missing_ok=True)
+    else:
+        _write(path, text, 0o644)
 
 
 def _same(a: Path, b: Path) -> bool:

@@ -4,7 +4,9 @@ a temporary root. The real thing runs end to end on the sandbox (tests/test_brow
 from __future__ import annotations
 
 import json
+import re
 import sys
+import urllib.error
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +30,8 @@ class RecordingSystemd(swap.SystemdHost):
     """systemctl as a table of units; every command is recorded for the assertions."""
 
     unit_dir: Path
+    env_dir: Path = Path("/nonexistent")
+    front_door_dir: Path = Path("/nonexistent")
     units: dict[str, FakeUnit] = field(default_factory=dict)
     calls: list[tuple[str, ...]] = field(default_factory=list)
     waited: dict[str, float] = field(default_factory=dict)
@@ -46,6 +50,25 @@ class RecordingSystemd(swap.SystemdHost):
             elif verb == "disable":
                 fake.enabled = False
         return ""
+
+    def attempt(self, *args: str) -> tuple[int, str]:
+        """nginx -t passes; systemctl start/reload of the front door makes it serve its sites."""
+        self.run(*args)
+        return 0, ""
+
+    def backend_behind(self, url: str) -> str:
+        """Like nginx: the site's proxy_pass port, answered by the active unit placed on that port."""
+        site = self.front_door_dir / "sites" / "dev.chat.conf"
+        if self.units.get(swap.FRONT_DOOR_UNIT, FakeUnit()).state != "active" or not site.is_file():
+            raise urllib.error.URLError("connection refused")
+        match = re.search(r"proxy_pass http://127.0.0.1:(\d+);", site.read_text())
+        assert match is not None
+        for placement in self.env_dir.glob("*.placement.env"):
+            unit = placement.name.removesuffix(".placement.env") + ".service"
+            on_port = f"VLLM_FLEET_BACKEND_PORT={match.group(1)}\n" in placement.read_text()
+            if on_port and self.units.get(unit, FakeUnit()).state == "active":
+                return unit
+        raise urllib.error.URLError("502 Bad Gateway")
 
     def show(self, unit: str, *props: str) -> dict[str, str]:
         fake = self.units.get(unit, FakeUnit())
@@ -83,17 +106,22 @@ class World:
         self.env_dir = tmp / "etc-vllm-fleet"
         self.state_root = tmp / "var-lib"
         self.tools = tmp / "tools"
-        for directory in (self.unit_dir, self.env_dir, self.state_root, self.tools):
+        self.front_door_dir = tmp / "etc-vllm-fleet" / "frontdoor"
+        for directory in (self.unit_dir, self.env_dir, self.state_root, self.tools, self.front_door_dir):
             directory.mkdir(parents=True)
         (self.tools / "model-sync").write_text(
             f"import sys\nprint('model-sync: checked')\nsys.exit({0 if model_ok else 1})\n"
         )
         self.found: dict[str, object] = {"units": [], "listeners": [], "gpuHolders": []}
-        self.systemd = RecordingSystemd(self.unit_dir)
+        self.systemd = RecordingSystemd(self.unit_dir, self.env_dir, self.front_door_dir)
         self.lines: list[str] = []
 
     def plan(
-        self, unit: str = "vllm-new.service", replaces: tuple[str, ...] = (), gpus: tuple[int, ...] = (0,)
+        self,
+        unit: str = "vllm-new.service",
+        replaces: tuple[str, ...] = (),
+        gpus: tuple[int, ...] = (0,),
+        swap_mode: str = "auto",
     ) -> swap.Plan:
         state_dir = self.state_root / "deployments" / "dev.chat"
         (state_dir / "staged").mkdir(parents=True, exist_ok=True)
@@ -116,6 +144,10 @@ class World:
             unit_sha256="0" * 64,
             replaces=replaces,
             report_every=1000,
+            gpus_needed=1,
+            backend_ports=(18000, 28000),
+            swap_mode=swap_mode,
+            drain_seconds=5,
         )
 
     def hand_made(self, unit: str, running: bool = True, enabled: bool = True) -> None:
@@ -133,6 +165,7 @@ class World:
             unit_dir=self.unit_dir,
             env_dir=self.env_dir,
             sleep=lambda _s: None,
+            front_door_dir=self.front_door_dir,
         )
         return transaction.run()
 
@@ -145,8 +178,15 @@ def test_first_deploy_installs_starts_and_claims(tmp_path: Path) -> None:
     assert oct((world.env_dir / "vllm-new.env").stat().st_mode & 0o777) == "0o600"
     assert world.systemd.units["vllm-new.service"].enabled
     claims = json.loads((world.state_root / "claims" / "dev.chat.json").read_text())
-    assert claims == {"gpus": [0], "ports": [8000], "units": ["vllm-new.service"]}
-    assert "UNIT=vllm-new.service" in (Path(world.plan().state_dir) / "active").read_text()
+    assert claims == {"gpus": [0], "ports": [8000, 18000, 28000], "units": ["vllm-new.service"]}
+    active = (Path(world.plan().state_dir) / "active").read_text()
+    assert "UNIT=vllm-new.service" in active and "GPUS=0" in active and "BACKEND_PORT=18000" in active
+    placement = (world.env_dir / "vllm-new.placement.env").read_text()
+    assert "CUDA_VISIBLE_DEVICES=0\n" in placement and "VLLM_FLEET_BACKEND_PORT=18000\n" in placement
+    # The front door passes the deployment's port to the new engine, and was checked through it.
+    site = (world.front_door_dir / "sites" / "dev.chat.conf").read_text()
+    assert "listen 127.0.0.1:8000;" in site and "proxy_pass http://127.0.0.1:18000;" in site
+    assert world.systemd.units[swap.FRONT_DOOR_UNIT].state == "active"
 
 
 def test_adopts_named_hand_made_units_and_leaves_others(tmp_path: Path) -> None:
@@ -236,7 +276,7 @@ def test_claims_are_rewritten_as_a_set_so_a_shrinking_deployment_frees_gpus(tmp_
     assert world.run(world.plan(gpus=(0, 1))).status == "succeeded"
     assert world.run(world.plan(unit="vllm-b.service", gpus=(1,))).status == "succeeded"
     claims = json.loads((world.state_root / "claims" / "dev.chat.json").read_text())
-    assert claims == {"gpus": [1], "ports": [8000], "units": ["vllm-b.service"]}
+    assert claims == {"gpus": [1], "ports": [8000, 18000, 28000], "units": ["vllm-b.service"]}
     assert not (world.unit_dir / "vllm-new.service").exists()  # the previous managed unit is gone
 
 
@@ -271,7 +311,9 @@ def test_port_or_gpus_held_by_what_the_swap_will_not_stop_refuse_before_the_stop
     }
     result = world.run(world.plan(replaces=("vllm-old.service",)))
     assert result.status == "refused"
-    assert "port 8000 is held by PID 77 (python3 -m vllm) of vllm-legacy.service" in result.message
+    assert (
+        "port 8000, the front door's port, is held by PID 77 (python3 -m vllm) of vllm-legacy.service" in result.message
+    )
     assert "GPU 0 is held by PID 78 (VLLM::stray) of no systemd unit" in result.message
     assert world.systemd.units["vllm-old.service"].state == "active"
     # Adopting the unit and letting the guard stop strays clears both.
@@ -315,3 +357,162 @@ def test_start_runs_the_transaction_in_a_transient_unit(tmp_path: Path) -> None:
     (run,) = [c for c in host.calls if c[0] == "systemd-run"]
     assert run[1:3] == ("--unit=vllm-fleet-swap-dev.chat.service", "--collect")
     assert run[-5:] == (sys.executable, f"{world.tools}/swap", "run", "--plan", str(plan_file))
+
+
+# ---- blue/green: the new engine beside the old one, the front door switches --------------------------
+
+
+def deployed(world: World, unit: str = "vllm-a.service", gpus: tuple[int, ...] = (0, 1)) -> None:
+    """A first swap that leaves `unit` serving on GPU 0 behind the front door."""
+    assert world.run(world.plan(unit=unit, gpus=gpus)).status == "succeeded"
+    world.systemd.calls.clear()
+    world.lines.clear()
+
+
+def systemctl_order(world: World) -> list[tuple[str, str]]:
+    return [(c[1], c[-1]) for c in world.systemd.calls if c[0] == "systemctl"]
+
+
+def test_blue_green_starts_the_new_engine_beside_the_old_and_switches_before_the_stop(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    deployed(world)
+    plan = world.plan(unit="vllm-b.service", gpus=(0, 1))
+    result = world.run(plan)
+    assert result.status == "succeeded", result.message
+    assert any("swap mode: blue-green" in line for line in world.lines), world.lines
+    placement = (world.env_dir / "vllm-b.placement.env").read_text()
+    assert "CUDA_VISIBLE_DEVICES=1\n" in placement and "VLLM_FLEET_BACKEND_PORT=28000\n" in placement
+    order = systemctl_order(world)
+    # New engine started and ready, front door reloaded onto it, only then the old one stopped.
+    assert order.index(("start", "vllm-b.service")) < order.index(("reload", swap.FRONT_DOOR_UNIT))
+    assert order.index(("reload", swap.FRONT_DOOR_UNIT)) < order.index(("stop", "vllm-a.service"))
+    assert "proxy_pass http://127.0.0.1:28000;" in (world.front_door_dir / "sites" / "dev.chat.conf").read_text()
+    assert not (world.unit_dir / "vllm-a.service").exists() and not (world.env_dir / "vllm-a.placement.env").exists()
+    assert world.systemd.units["vllm-b.service"].enabled and not world.systemd.units["vllm-a.service"].enabled
+    assert result.timings["blue_green"] == 1.0 and "drain" in result.timings
+    # And back: the old GPU and port are free again.
+    back = world.run(world.plan(unit="vllm-a.service", gpus=(0, 1)))
+    assert back.status == "succeeded" and back.timings["blue_green"] == 1.0
+    assert "CUDA_VISIBLE_DEVICES=0\n" in (world.env_dir / "vllm-a.placement.env").read_text()
+
+
+def test_blue_green_new_engine_that_never_answers_leaves_the_old_one_untouched(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    deployed(world)
+    site_before = (world.front_door_dir / "sites" / "dev.chat.conf").read_text()
+    world.systemd.units["vllm-b.service"] = FakeUnit(outcome="failed")
+    result = world.run(world.plan(unit="vllm-b.service", gpus=(0, 1)))
+    assert result.status == "rolled-back"
+    assert "vllm-a.service kept serving throughout" in result.message and "vllm-b.service: last words" in result.message
+    assert world.systemd.verbs("vllm-a.service") == []  # never stopped, never touched
+    assert world.systemd.units["vllm-a.service"].state == "active"
+    assert (world.front_door_dir / "sites" / "dev.chat.conf").read_text() == site_before
+    assert not (world.unit_dir / "vllm-b.service").exists() and not (world.env_dir / "vllm-b.placement.env").exists()
+    assert "UNIT=vllm-a.service" in (Path(world.plan().state_dir) / "active").read_text()
+
+
+def test_gpus_held_by_others_make_the_swap_stop_first(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    deployed(world)
+    world.found = {
+        "units": [],
+        "listeners": [],
+        "gpuHolders": [{"pid": 91, "gpus": [1], "unit": "gpu-taker.service", "cmd": "VLLM::taker"}],
+    }
+    result = world.run(world.plan(unit="vllm-b.service", gpus=(0, 1)))
+    assert result.status == "succeeded", result.message
+    assert any("swap mode: stop-start" in line and "GPU 1 held by other processes" in line for line in world.lines)
+    order = systemctl_order(world)
+    assert order.index(("stop", "vllm-a.service")) < order.index(("start", "vllm-b.service"))
+    # It takes the old engine's GPU and port.
+    placement = (world.env_dir / "vllm-b.placement.env").read_text()
+    assert "CUDA_VISIBLE_DEVICES=0\n" in placement and "VLLM_FLEET_BACKEND_PORT=18000\n" in placement
+
+
+def test_stop_start_failure_puts_the_old_engine_and_its_site_back(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    deployed(world)
+    site_before = (world.front_door_dir / "sites" / "dev.chat.conf").read_text()
+    world.systemd.units["vllm-b.service"] = FakeUnit(outcome="failed")
+    result = world.run(world.plan(unit="vllm-b.service", gpus=(0, 1), swap_mode="stop-start"))
+    assert result.status == "rolled-back" and "vllm-a.service serves again" in result.message
+    assert (world.front_door_dir / "sites" / "dev.chat.conf").read_text() == site_before
+    assert world.systemd.units["vllm-a.service"].state == "active"
+    assert "VLLM_FLEET_BACKEND_PORT=18000" in (world.env_dir / "vllm-a.placement.env").read_text()
+
+
+def plan_for_decide(gpus: tuple[int, ...] = (0, 1, 2, 3), needed: int = 2, mode: str = "auto") -> swap.Plan:
+    return swap.Plan(
+        stack="prod",
+        deployment="chat",
+        state_dir="/x",
+        unit_name="vllm-new.service",
+        unit_stem="vllm-new",
+        served_name="chat",
+        port=8000,
+        gpus=gpus,
+        model_dir="/shared/m",
+        python="python3",
+        tools_dir="/t",
+        ready_timeout=60,
+        unit_sha256="0" * 64,
+        gpus_needed=needed,
+        backend_ports=(18000, 28000),
+        swap_mode=mode,
+    )
+
+
+@pytest.mark.parametrize(
+    ("old", "running", "busy", "mode", "gpus", "port", "why"),
+    [
+        (None, False, frozenset(), "stop-start", (0, 1), 18000, "nothing of this deployment serves"),
+        (None, False, frozenset({0}), "stop-start", (1, 2), 18000, "nothing"),
+        (swap.ActiveRecord("vllm-old.service", gpus=(0, 1), backend_port=18000), True, frozenset(), "blue-green", (2, 3), 28000, "free beside"),
+        (swap.ActiveRecord("vllm-old.service", gpus=(2, 3), backend_port=28000), True, frozenset(), "blue-green", (0, 1), 18000, "free beside"),
+        (swap.ActiveRecord("vllm-old.service", gpus=(0, 1), backend_port=18000), True, frozenset({3}), "stop-start", (0, 1), 18000, "1 of deployments[].gpus"),
+        (swap.ActiveRecord("vllm-old.service", gpus=(0, 1), backend_port=18000), False, frozenset(), "stop-start", (0, 1), 18000, "nothing"),
+        (swap.ActiveRecord("vllm-old.service", gpus=(0, 1), backend_port=None), True, frozenset(), "stop-start", (0, 1), 18000, "listens on the public port 8000 itself"),
+        (swap.ActiveRecord("vllm-new.service", gpus=(0, 1), backend_port=28000), True, frozenset(), "stop-start", (0, 1), 28000, "itself changes"),
+    ],
+)  # fmt: skip
+def test_decide(
+    old: swap.ActiveRecord | None,
+    running: bool,
+    busy: frozenset[int],
+    mode: str,
+    gpus: tuple[int, ...],
+    port: int,
+    why: str,
+) -> None:
+    decision = swap.decide(plan_for_decide(), old, running, busy, replaces_running=False)
+    assert (decision.mode, decision.placement) == (mode, swap.Placement(gpus, port)), decision
+    assert why in decision.reason
+
+
+def test_decide_honours_swap_mode_and_running_replaced_units() -> None:
+    old = swap.ActiveRecord("vllm-old.service", gpus=(0, 1), backend_port=18000)
+    assert swap.decide(plan_for_decide(mode="stop-start"), old, True, frozenset(), False).mode == "stop-start"
+    assert swap.decide(plan_for_decide(), old, True, frozenset(), replaces_running=True).mode == "stop-start"
+
+
+def test_front_door_site_and_active_record_round_trip() -> None:
+    plan = swap.Plan(**{**plan_for_decide().__dict__, "bind_address": "::"})
+    site = swap.front_door_site(plan, swap.Placement((1,), 28000))
+    assert "listen [::]:8000;" in site and "proxy_pass http://127.0.0.1:28000;" in site
+    assert f"add_header {swap.BACKEND_HEADER} vllm-new.service always;" in site
+    record = swap.ActiveRecord("vllm-a.service", "chat", 8000, (2, 3), 28000)
+    assert swap.ActiveRecord.parse(record.text()) == record
+    # A record from before the front door: the engine listened on the public port itself.
+    old = swap.ActiveRecord.parse("UNIT=vllm-a.service\nSERVED=a\nPORT=8000\n")
+    assert old is not None and old.backend_port is None and old.placement is None
+
+
+def test_established_to_counts_requests_the_front_door_carries_to_an_engine() -> None:
+    ss = (
+        "0      0      127.0.0.1:41234   127.0.0.1:18000\n"
+        "0      0      127.0.0.1:18000   127.0.0.1:41234\n"
+        "0      0      127.0.0.1:41240   127.0.0.1:18000\n"
+        "0      0      [::1]:8000        [::1]:51000\n"
+    )
+    assert swap.established_to(ss, 18000) == 2
+    assert swap.established_to(ss, 28000) == 0
