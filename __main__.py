@@ -8,7 +8,8 @@ from pathlib import Path
 import pulumi
 from pulumi.runtime import config as runtime_config
 
-from components import host_survey
+from components import host_survey, render
+from components.front_door import FrontDoor, FrontDoorArgs
 from components.host import GpuHost, GpuHostArgs
 from components.model_download import ModelDownload, ModelDownloadArgs
 from components.remote import HostUnreachable, probe_ssh
@@ -83,6 +84,10 @@ else:
     )
 hf_token = config.get_secret("hfToken")
 resolved = stack.resolved_deployments()
+for rd in resolved:
+    load_note = render.load_strategy_note(rd)
+    if load_note is not None:
+        pulumi.log.warn(load_note)
 
 # Contacting a host while the program runs makes an unreachable one fail fast, in previews too, and
 # lets the preview name what already runs there (hand-made units, stray GPU processes).
@@ -102,6 +107,8 @@ if not offline:
         errors, notes = host_survey.assess(pulumi.get_stack(), host_config, on_host, found)
         for note in notes:
             pulumi.log.warn(note)
+        for forecast in host_survey.forecasts(pulumi.get_stack(), host_config, on_host, found):
+            pulumi.log.info(forecast)
         conflicts += errors
     if conflicts:
         raise pulumi.RunError(
@@ -109,6 +116,7 @@ if not offline:
         )
 
 hosts = {h.name: GpuHost(h.name, GpuHostArgs(host=h, private_key=private_key)) for h in stack.hosts}
+front_doors = {name: FrontDoor(f"{name}-front-door", FrontDoorArgs(host=host)) for name, host in hosts.items()}
 storages = {
     s.name: SharedStorage(
         s.name,
@@ -142,6 +150,7 @@ for rd in resolved:
             stack=pulumi.get_stack(),
             host=hosts[rd.host.name],
             download=downloads[(rd.storage.name, rd.model_name)],
+            front_door=front_doors[rd.host.name],
             hf_token=hf_token,
         ),
     )

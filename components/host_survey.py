@@ -24,11 +24,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from components.render import HOST_PROGRAMS
-from models.config import ForeignGpuProcesses, Host, ResolvedDeployment
+from components import render
+from components.render import FRONT_DOOR_UNIT, HOST_PROGRAMS
+from host.swap import ActiveRecord, Plan, decide
+from models import downtime
+from models.config import GIB_PER_GB, ForeignGpuProcesses, Host, LoadStrategy, ResolvedDeployment
 
 SURVEY_SOURCE = HOST_PROGRAMS / "survey.py"
 CACHE_SECONDS = 3600
+RUNNING_STATES = frozenset({"active", "activating", "reloading"})
+# vLLM prefetches on its own only when the checkpoint is at most this share of the available RAM.
+PAGE_CACHE_SHARE = 0.9
 
 
 class SurveyFailed(Exception):
@@ -139,13 +145,25 @@ def assess(
             )
 
         for listener in found.get("listeners", []):
-            if listener["port"] != dep.port or _is_ours(listener.get("unit"), rd, owner, units):
+            port, unit = listener["port"], listener.get("unit")
+            if port not in (dep.port, *dep.engine_ports) or _is_ours(unit, rd, owner, units):
                 continue
-            unit = listener.get("unit")
+            if port == dep.port and unit == FRONT_DOOR_UNIT:
+                continue
+            what = "its front door's port" if port == dep.port else f"one of its engine ports ({key}.backendPorts)"
             fix = f"add {unit} to {key}.replaces to take it over, or stop it" if unit else "stop it"
             errors.append(
-                f"{where}: port {dep.port} is held by {_holder(listener)}, which this stack does not manage; {fix}"
+                f"{where}: port {port}, {what}, is held by {_holder(listener)}, which this stack does not manage; {fix}"
             )
+        # GPUs of the deployment's list that others hold: only a problem when too few are left for one engine.
+        held_by_others = {
+            gpu
+            for holder in found.get("gpuHolders", [])
+            if not _is_ours(holder.get("unit"), rd, owner, units)
+            for gpu in holder.get("gpus", [])
+            if gpu in dep.gpus
+        }
+        enough_without = len(set(dep.gpus) - held_by_others) >= rd.gpus_needed
         for holder in found.get("gpuHolders", []):
             shared = sorted(set(holder.get("gpus", [])) & set(dep.gpus))
             if not shared or _is_ours(holder.get("unit"), rd, owner, units):
@@ -153,7 +171,12 @@ def assess(
             unit_name = holder.get("unit")
             unit = units.get(unit_name or "")
             gpus = ",".join(map(str, shared))
-            if unit is not None and unit["managed"]:
+            if enough_without:
+                notes.append(
+                    f"{where}: GPU {gpus} of {key}.gpus is held by {_holder(holder)}; the deployment runs on its "
+                    "other GPUs and a swap cannot start the new model there beside the old one"
+                )
+            elif unit is not None and unit["managed"]:
                 errors.append(
                     f"{where}: GPU {gpus} is held by {_holder(holder)}, a unit of deployment {unit.get('owner')}; "
                     f"give {key}.gpus other GPUs or destroy that deployment first"
@@ -172,4 +195,65 @@ def assess(
                     f"{where}: GPU {gpus} is held by {_holder(holder)}, which belongs to no unit vllm-fleet manages; "
                     f"stop it, or set {key}.foreignGpuProcesses: stop to let the GPU-release guard stop it"
                 )
+        notes.extend(memory_notes(rd, found))
     return errors, notes
+
+
+def forecasts(stack: str, host: Host, deployments: Sequence[ResolvedDeployment], found: dict[str, Any]) -> list[str]:
+    """One line per deployment whose model changes: the swap's mode, why, and the downtime to expect."""
+    lines = []
+    for rd in deployments:
+        forecast = swap_forecast(stack, rd, found)
+        if forecast is not None:
+            lines.append(f"host {host.name!r}, deployment {rd.deployment.name!r}: {forecast}")
+    return lines
+
+
+def memory_notes(rd: ResolvedDeployment, found: dict[str, Any]) -> list[str]:
+    """A checkpoint the host's RAM cannot hold is read from storage on every load, whatever the strategy."""
+    total_gib = found.get("memory", {}).get("totalMib", 0) / 1024
+    size_gib = rd.model.size_gb * GIB_PER_GB
+    if total_gib <= 0 or size_gib <= PAGE_CACHE_SHARE * total_gib:
+        return []
+    return [
+        f"host {rd.host.name!r}, deployment {rd.deployment.name!r}: {rd.model_name} is {size_gib:.0f} GiB, over "
+        f"{PAGE_CACHE_SHARE:.0%} of the host's {total_gib:.0f} GiB RAM: the page cache cannot hold it, so "
+        "safetensorsLoadStrategy prefetch and the pre-warm before a swap cannot speed its load; expect the "
+        "storage's own read rate"
+    ]
+
+
+def swap_forecast(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> str | None:
+    """What the swap will do, decided as the host will decide it, and the downtime to expect."""
+    owner = f"{stack}.{rd.deployment.name}"
+    active = found.get("active", {}).get(owner)
+    if not active or not active.get("unit") or active["unit"] == rd.unit_name:
+        return None
+    units = {u["name"]: u for u in found.get("units", [])}
+
+    def running(unit: str) -> bool:
+        return units.get(unit, {}).get("activeState") in RUNNING_STATES
+
+    old = ActiveRecord(unit=active["unit"], gpus=tuple(active.get("gpus", [])), backend_port=active.get("backendPort"))
+    leaving = {old.unit, rd.unit_name, *rd.deployment.replaces}
+    busy = frozenset(
+        gpu
+        for holder in found.get("gpuHolders", [])
+        if holder.get("unit") not in leaving
+        for gpu in holder.get("gpus", [])
+        if gpu in rd.deployment.gpus
+    )
+    plan = Plan.from_dict(render.swap_plan(rd, stack))
+    decision = decide(plan, old, running(old.unit), busy, any(running(u) for u in rd.deployment.replaces))
+    head = f"the swap from {old.unit} to {rd.unit_name} will run {decision.mode.replace('-', '/', 1) if decision.mode == 'blue-green' else 'stop-then-start'} ({decision.reason})"
+    if decision.mode == "blue-green":
+        return f"{head}; expected downtime 0 s"
+    last = active.get("lastStartSeconds")
+    if isinstance(last, int | float) and last > 0:
+        return f"{head}; expected downtime about {downtime.describe(last)} (the last start of this deployment here took {last:.1f} s)"
+    available_gib = found.get("memory", {}).get("availableMib", 0) / 1024
+    prewarmed = 0 < rd.model.size_gb * GIB_PER_GB <= available_gib - 8
+    estimate = downtime.stop_start_estimate(
+        rd.model.size_gb, render.load_strategy_flag(rd) is LoadStrategy.PREFETCH, prewarmed
+    )
+    return f"{head}; expected downtime about {downtime.describe(estimate.seconds)} ({estimate.basis})"

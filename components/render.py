@@ -19,8 +19,11 @@ from string import Template
 
 from models.config import (
     ATTENTION_BACKEND_FLAG_SINCE,
+    LOAD_STRATEGY_FLAG_SINCE,
     MANAGED_FLAGS,
+    PREFETCH_STRATEGY_SINCE,
     Host,
+    LoadStrategy,
     ModelSpec,
     ResolvedDeployment,
     Storage,
@@ -35,6 +38,13 @@ HOST_PROGRAMS = Path(__file__).resolve().parent.parent / "host"
 TOOLS_DIR = "/usr/local/lib/vllm-fleet"
 STATE_DIR = "/var/lib/vllm-fleet"
 ETC_DIR = "/etc/vllm-fleet"
+# The front door: Debian's nginx run by its own unit with its own configuration, one site per deployment.
+FRONT_DOOR_UNIT = "vllm-fleet-frontdoor.service"
+FRONT_DOOR_DIR = f"{ETC_DIR}/frontdoor"
+# Engines listen on loopback only; the front door is the way in.
+ENGINE_ADDRESS = "127.0.0.1"
+# In ExecStart the engine's port is the placement's, expanded by systemd when the unit starts.
+ENGINE_PORT_VARIABLE = "${VLLM_FLEET_BACKEND_PORT}"
 UNIT_DIR = "/etc/systemd/system"
 # Host tools installed by the Host component; the unit and the steps' scripts call them by name.
 HOST_TOOLS: dict[str, Path] = {
@@ -78,8 +88,11 @@ def deployment_state_dir(stack: str, deployment: str) -> str:
     return f"{STATE_DIR}/deployments/{stack}.{deployment}"
 
 
-def vllm_arguments(rd: ResolvedDeployment) -> list[str]:
-    """The engine's command line, in the order the team's hand-written launch used."""
+def vllm_arguments(rd: ResolvedDeployment, port: int | None = None) -> list[str]:
+    """The engine's command line, in the order the team's hand-written launch used.
+
+    The engine listens on loopback behind the front door; its port is the placement's
+    (ENGINE_PORT_VARIABLE) unless `port` names one, as the launch check does."""
     s = rd.serving
     args = [
         "-m",
@@ -107,7 +120,14 @@ def vllm_arguments(rd: ResolvedDeployment) -> list[str]:
         args += ["--max-model-len", str(s.max_model_len)]
     if rd.host.gpus.count > 0:
         args += ["--gpu-memory-utilization", f"{s.gpu_memory_utilization:g}"]
-    args += ["--host", rd.deployment.bind_address, "--port", str(rd.deployment.port)]
+    strategy = load_strategy_flag(rd)
+    if strategy is not None:
+        args += ["--safetensors-load-strategy", strategy.value]
+    if s.load_format:
+        args += ["--load-format", s.load_format]
+    if s.model_loader_extra_config is not None:
+        args += ["--model-loader-extra-config", json.dumps(s.model_loader_extra_config, sort_keys=True)]
+    args += ["--host", ENGINE_ADDRESS, "--port", ENGINE_PORT_VARIABLE if port is None else str(port)]
     args += list(s.extra_args)
     if s.enable_auto_tool_choice:
         args.append("--enable-auto-tool-choice")
@@ -121,6 +141,33 @@ def attention_backend_as_env(rd: ResolvedDeployment) -> bool:
     host's vLLM refuse it, before anything stops, if it is older."""
     release = vllm_release(rd.host.runtime.vllm_version)
     return release is not None and release < ATTENTION_BACKEND_FLAG_SINCE
+
+
+def load_strategy_flag(rd: ResolvedDeployment) -> LoadStrategy | None:
+    """The --safetensors-load-strategy to pass, or None where the host's pinned vLLM predates it (or its
+    `prefetch` value): the pre-warm step then reads the files into the page cache before the start."""
+    strategy = rd.serving.safetensors_load_strategy
+    release = vllm_release(rd.host.runtime.vllm_version)
+    if strategy is None or release is None:
+        return strategy
+    if release < LOAD_STRATEGY_FLAG_SINCE:
+        return None
+    if strategy is LoadStrategy.PREFETCH and release < PREFETCH_STRATEGY_SINCE:
+        return None
+    return strategy
+
+
+def load_strategy_note(rd: ResolvedDeployment) -> str | None:
+    """What the preview says when the configured load strategy is left out for this host's vLLM."""
+    wanted = rd.serving.safetensors_load_strategy
+    if wanted is None or load_strategy_flag(rd) is not None:
+        return None
+    since = PREFETCH_STRATEGY_SINCE if wanted is LoadStrategy.PREFETCH else LOAD_STRATEGY_FLAG_SINCE
+    return (
+        f"deployment {rd.deployment.name!r}: safetensorsLoadStrategy {wanted.value} needs vLLM "
+        f"{'.'.join(map(str, since))} or later and host {rd.host.name!r} pins {rd.host.runtime.vllm_version} "
+        "(hosts[].runtime.vllmVersion); the flag is left out and the swap pre-warms the page cache instead"
+    )
 
 
 def vllm_argument_origins(rd: ResolvedDeployment) -> dict[str, str]:
@@ -159,9 +206,9 @@ def engine_environment(rd: ResolvedDeployment) -> dict[str, str]:
         "HF_HUB_OFFLINE": "1",
     }
     if rd.deployment.gpus:
-        # Index order as nvidia-smi prints it, so deployments[].gpus and the GPU guard mean the same GPUs.
+        # Index order as nvidia-smi prints it, so deployments[].gpus and the GPU guard mean the same GPUs;
+        # which of them (CUDA_VISIBLE_DEVICES) is the placement's, chosen by the swap.
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in rd.deployment.gpus)
     if rd.serving.attention_backend and attention_backend_as_env(rd):
         env["VLLM_ATTENTION_BACKEND"] = rd.serving.attention_backend
     env.update(rd.serving.extra_env)
@@ -176,7 +223,6 @@ def render_unit(rd: ResolvedDeployment, stack: str) -> RenderedUnit:
     release_timeout = rd.deployment.gpu_release_timeout_seconds
     start_timeout = rd.start_timeout_seconds
     start_timeout_total = start_timeout + release_timeout + 60
-    gpus = ",".join(str(g) for g in rd.deployment.gpus) or "none"
     template = Template((FILES / "vllm.service.tmpl").read_text(encoding="utf-8"))
     text = template.substitute(
         stack=stack,
@@ -190,21 +236,25 @@ def render_unit(rd: ResolvedDeployment, stack: str) -> RenderedUnit:
         env_file=env_file,
         python=python,
         tools_dir=TOOLS_DIR,
-        gpus=gpus,
+        placement_file=placement_file(rd),
         release_threshold=rd.deployment.gpu_release_threshold_mib,
         release_timeout=release_timeout,
         foreign=rd.deployment.foreign_gpu_processes.value,
         adopt="".join(f" --adopt {systemd_quote(unit)}" for unit in rd.deployment.replaces),
         unit=rd.unit_name,
         unit_stem=rd.unit_stem,
-        exec_start=" ".join(systemd_quote(a) for a in [python, *vllm_arguments(rd)]),
-        port=rd.deployment.port,
-        readiness_host=rd.deployment.readiness_address,
+        exec_start=" ".join(
+            a if a == ENGINE_PORT_VARIABLE else systemd_quote(a) for a in [python, *vllm_arguments(rd)]
+        ),
         model_path=rd.model_path,
         start_timeout=start_timeout,
         start_timeout_total=start_timeout_total,
     )
     return RenderedUnit(name=rd.unit_name, text=text, state_dir=state_dir)
+
+
+def placement_file(rd: ResolvedDeployment) -> str:
+    return f"{ETC_DIR}/{rd.unit_stem}.placement.env"
 
 
 def secret_env_file(hf_token: str | None) -> str:
@@ -300,6 +350,26 @@ def tools_script() -> str:
     return script + f'echo "installed {len(HOST_TOOLS)} vllm-fleet tools in {TOOLS_DIR}"\n'
 
 
+def front_door_files() -> dict[str, str]:
+    """The front door's nginx configuration and unit, by the path they are installed at."""
+    conf = f"{FRONT_DOOR_DIR}/nginx.conf"
+    nginx = Template(script_body("frontdoor-nginx.conf")).substitute(sites_dir=f"{FRONT_DOOR_DIR}/sites")
+    unit = Template(script_body(FRONT_DOOR_UNIT)).substitute(conf=conf)
+    return {conf: nginx, f"{UNIT_DIR}/{FRONT_DOOR_UNIT}": unit}
+
+
+def front_door_script() -> str:
+    params: dict[str, ParamValue] = {"FRONT_DOOR_DIR": FRONT_DOOR_DIR, "FRONT_DOOR_UNIT": FRONT_DOOR_UNIT}
+    script = render_script("frontdoor.sh", params)
+    for path, content in front_door_files().items():
+        script += heredoc_file(path, content, "0644")
+    return script + script_body("frontdoor-finish.sh").split("\n", 2)[2]
+
+
+def front_door_delete_script() -> str:
+    return render_script("frontdoor-delete.sh", {"FRONT_DOOR_DIR": FRONT_DOOR_DIR, "FRONT_DOOR_UNIT": FRONT_DOOR_UNIT})
+
+
 def tools_delete_script() -> str:
     return render_script("tools-delete.sh", {"TOOLS_DIR": TOOLS_DIR})
 
@@ -362,7 +432,8 @@ def download_delete_script(model_name: str, model: ModelSpec, storage: Storage, 
 
 def args_check_spec(rd: ResolvedDeployment) -> str:
     """What vllm-args-check reads: the engine's arguments after the module, and where each flag comes from."""
-    args = vllm_arguments(rd)[2:]  # after `-m vllm.entrypoints.openai.api_server`
+    # After `-m vllm.entrypoints.openai.api_server`, with the first engine port for the placement's.
+    args = vllm_arguments(rd, port=rd.deployment.engine_ports[0])[2:]
     return json.dumps({"unit": rd.unit_name, "args": args, "origins": vllm_argument_origins(rd)}, sort_keys=True)
 
 
@@ -409,6 +480,12 @@ def swap_plan(rd: ResolvedDeployment, stack: str) -> dict[str, object]:
         "served_name": rd.served_model_name,
         "port": rd.deployment.port,
         "gpus": list(rd.deployment.gpus),
+        "gpus_needed": rd.gpus_needed,
+        "backend_ports": list(rd.deployment.engine_ports),
+        "bind_address": rd.deployment.bind_address,
+        "readiness_address": rd.deployment.readiness_address,
+        "swap_mode": rd.deployment.swap_mode.value,
+        "drain_seconds": rd.deployment.drain_seconds,
         "model_dir": rd.model_path,
         "python": rd.host.runtime.python,
         "tools_dir": TOOLS_DIR,
@@ -445,5 +522,7 @@ def deactivate_script(rd: ResolvedDeployment, stack: str) -> str:
             "STATE_DIR": deployment_state_dir(stack, rd.deployment.name),
             "UNIT_NAME": rd.unit_name,
             "TOOLS_DIR": TOOLS_DIR,
+            "FRONT_DOOR_DIR": FRONT_DOOR_DIR,
+            "FRONT_DOOR_UNIT": FRONT_DOOR_UNIT,
         },
     )

@@ -9,6 +9,7 @@ from typing import Any
 import pulumi
 
 from components import render
+from components.front_door import FrontDoor
 from components.host import GpuHost
 from components.model_download import ModelDownload
 from components.remote import remote_step
@@ -21,6 +22,7 @@ class VllmServiceArgs:
     stack: str
     host: GpuHost
     download: ModelDownload
+    front_door: FrontDoor
     hf_token: pulumi.Input[str] | None
 
 
@@ -53,7 +55,7 @@ class VllmService(pulumi.ComponentResource):
             delete=render.stage_delete_script(rd, args.stack),
             stdin=env_file,
             parent=self,
-            depends_on=[args.download.files, args.host.tools],
+            depends_on=[args.download.files, args.host.tools, args.front_door.proxy],
             timeout_seconds=300,
             owns_singleton=True,
         )

@@ -8,9 +8,10 @@ Secrets (the SSH key, the Hugging Face token) are never fields here: they travel
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 from enum import StrEnum
-from typing import Annotated, Self
+from typing import Annotated, Any, Self
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
@@ -60,10 +61,14 @@ MANAGED_FLAGS: dict[str, str] = {
     "--trust-remote-code": "serving.trustRemoteCode",
     "--enable-auto-tool-choice": "serving.enableAutoToolChoice",
     "--attention-backend": "serving.attentionBackend",
+    "--safetensors-load-strategy": "serving.safetensorsLoadStrategy",
+    "--load-format": "serving.loadFormat",
+    "--model-loader-extra-config": "serving.modelLoaderExtraConfig",
 }
 # Variables the project owns: GPU selection follows deployments[].gpus, the token comes from a secret.
 MANAGED_ENV: dict[str, str] = {
     "CUDA_VISIBLE_DEVICES": "set deployments[].gpus instead",
+    "VLLM_CACHE_ROOT": "each deployment has its own compile cache under /var/cache/vllm-fleet",
     "HF_TOKEN": "set it with `pulumi config set --secret vllm-fleet:hfToken`",
     "HUGGING_FACE_HUB_TOKEN": "set it with `pulumi config set --secret vllm-fleet:hfToken`",
     "HF_HOME": "set storage[].hfHome instead",
@@ -78,6 +83,12 @@ REMOVED_FLAGS: dict[str, tuple[tuple[int, ...], str]] = {
 }
 # The release that brought `--attention-backend`; before it the backend is the VLLM_ATTENTION_BACKEND variable.
 ATTENTION_BACKEND_FLAG_SINCE = (0, 12)
+# `--safetensors-load-strategy` (lazy|eager) came with vllm#24469 (merged 2025-09-08, so v0.11); its
+# `prefetch` value with vllm#36012 (merged 2026-03-04; v0.17 is the first release we count on). On an
+# older pinned vLLM the flag is left out and the pre-warm step fills the page cache instead; on an
+# unpinned one the host's own vLLM judges the launch at stage time, before anything stops.
+LOAD_STRATEGY_FLAG_SINCE = (0, 11)
+PREFETCH_STRATEGY_SINCE = (0, 17)
 
 
 def canonical_flag(arg: str) -> str:
@@ -125,13 +136,46 @@ def _no_managed_env(env: dict[str, str]) -> dict[str, str]:
     return env
 
 
+def _loader_config(value: dict[str, Any]) -> dict[str, Any]:
+    """A JSON object vLLM's --model-loader-extra-config takes; keys are its option names."""
+    try:
+        text = json.dumps(value, sort_keys=True)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"modelLoaderExtraConfig must be plain JSON: {error}") from None
+    for key in value:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,63}", key):
+            raise ValueError(f"modelLoaderExtraConfig key {key!r} is not an option name (letters, digits, _)")
+    if len(text) > 4096:
+        raise ValueError("modelLoaderExtraConfig is over 4096 characters of JSON")
+    return value
+
+
 ExtraArgs = Annotated[tuple[EngineArg, ...], AfterValidator(_no_managed_flags)]
+LoadFormat = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,40}$")]
+LoaderConfig = Annotated[dict[str, Any], AfterValidator(_loader_config)]
 Environment = Annotated[dict[EnvName, EnvValue], AfterValidator(_no_managed_env)]
 
 
 class StackTier(StrEnum):
     PRODUCTION = "production"
     DEVELOPMENT = "development"
+
+
+class LoadStrategy(StrEnum):
+    """vLLM's --safetensors-load-strategy: lazy mmap (its default), eager whole-file reads, or prefetch
+    into the page cache in a background thread while the workers parse (REFERENCE.md section 3)."""
+
+    LAZY = "lazy"
+    EAGER = "eager"
+    PREFETCH = "prefetch"
+
+
+class SwapMode(StrEnum):
+    """How a swap replaces the serving model: `auto` starts the new one beside the old (blue/green) when
+    the deployment's GPUs allow and stops the old first otherwise; `stop-start` always stops first."""
+
+    AUTO = "auto"
+    STOP_START = "stop-start"
 
 
 class ForeignGpuProcesses(StrEnum):
@@ -224,6 +268,9 @@ class ServingDefaults(LocalBaseModel):
     enable_auto_tool_choice: bool = False
     trust_remote_code: bool = False
     attention_backend: AttentionBackend | None = None
+    safetensors_load_strategy: LoadStrategy | None = None
+    load_format: LoadFormat | None = None
+    model_loader_extra_config: LoaderConfig | None = None
     extra_args: ExtraArgs = ()
     extra_env: Environment = Field(default_factory=dict)
 
@@ -241,6 +288,9 @@ class ServingOverrides(LocalBaseModel):
     enable_auto_tool_choice: bool | None = None
     trust_remote_code: bool | None = None
     attention_backend: AttentionBackend | None = None
+    safetensors_load_strategy: LoadStrategy | None = None
+    load_format: LoadFormat | None = None
+    model_loader_extra_config: LoaderConfig | None = None
     extra_args: ExtraArgs | None = None
     extra_env: Environment | None = None
 
@@ -273,10 +323,22 @@ class Deployment(LocalBaseModel):
     name: Name
     host: Name
     model: Name
+    # The GPUs this deployment may use. It serves on tensorParallel x pipelineParallel of them; when the
+    # list has room for a second model beside the serving one, a swap starts the new model there while
+    # the old one serves (blue/green) and the front door switches over.
     gpus: tuple[Annotated[int, Field(ge=0, le=63)], ...]
+    # The front door's port: a reverse proxy (Debian's nginx) listens here, so clients keep one address
+    # across swaps; the engines listen on loopback at backendPorts behind it.
     port: Annotated[int, Field(ge=1024, le=65535)] = 8000
-    # Any IPv4 or IPv6 address of the host; 0.0.0.0 / :: listen on all of them.
+    # Any IPv4 or IPv6 address of the host for the front door; 0.0.0.0 / :: listen on all of them.
     bind_address: str = "0.0.0.0"
+    # Two loopback ports for the engines, one per side of a blue/green swap; default port+10000, port+20000.
+    backend_ports: tuple[Annotated[int, Field(ge=1024, le=65535)], Annotated[int, Field(ge=1024, le=65535)]] | None = (
+        None
+    )
+    swap_mode: SwapMode = SwapMode.AUTO
+    # How long a blue/green swap lets requests in flight on the old engine finish before it stops it.
+    drain_seconds: Annotated[int, Field(ge=0, le=3600)] = 120
     served_model_name: ServedName | None = None
     # Where clients reach the API when it is not http://<host address>:<port>/v1 (NAT, a forwarder).
     public_url: Annotated[str, Field(pattern=r"^https?://[A-Za-z0-9.:\[\]-]+(/[A-Za-z0-9._/-]*)?$")] | None = None
@@ -305,8 +367,28 @@ class Deployment(LocalBaseModel):
 
     @property
     def readiness_address(self) -> str:
-        """Where the host itself reaches the server: loopback of the family for a wildcard bind."""
+        """Where the host itself reaches the front door: loopback of the family for a wildcard bind."""
         return {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(self.bind_address, self.bind_address)
+
+    @property
+    def engine_ports(self) -> tuple[int, int]:
+        if self.backend_ports is not None:
+            return self.backend_ports
+        return (self.port + 10000, self.port + 20000)
+
+    @model_validator(mode="after")
+    def _backend_ports_fit(self) -> Self:
+        ports = self.engine_ports
+        if any(p > 65535 for p in ports):
+            raise ValueError(
+                f"backendPorts: the default engine ports port+10000 and port+20000 ({ports[0]}, {ports[1]}) pass "
+                "65535; set backendPorts to two free ports"
+            )
+        if ports[0] == ports[1] or self.port in ports:
+            raise ValueError(
+                f"backendPorts {list(ports)} must be two different ports, neither the front door's {self.port}"
+            )
+        return self
 
     @field_validator("gpus")
     @classmethod
@@ -338,6 +420,18 @@ class ResolvedDeployment(LocalBaseModel):
     @property
     def served_model_name(self) -> str:
         return self.deployment.served_model_name or self.model_name
+
+    @property
+    def gpus_needed(self) -> int:
+        """GPUs one engine of this deployment uses (0 on a host without GPUs)."""
+        if self.host.gpus.count == 0:
+            return 0
+        return self.serving.tensor_parallel * self.serving.pipeline_parallel
+
+    @property
+    def blue_green_possible(self) -> bool:
+        """Whether the deployment's GPUs hold two engines at once, so a swap can keep the old one serving."""
+        return self.deployment.swap_mode is SwapMode.AUTO and len(self.deployment.gpus) >= 2 * self.gpus_needed
 
     @property
     def model_path(self) -> str:
@@ -454,19 +548,20 @@ class StackConfig(LocalBaseModel):
                         f"{key}.gpus: GPU {gpu} of host {dep.host!r} is already given to deployment "
                         f"{owner!r}; two deployments cannot share a GPU, pick free indices"
                     )
-            port_owner = claimed_ports.setdefault((dep.host, dep.port), dep.name)
-            if port_owner != dep.name:
-                errors.append(
-                    f"{key}.port: port {dep.port} of host {dep.host!r} is already used by deployment "
-                    f"{port_owner!r}; choose another port"
-                )
+            for port, field in ((dep.port, "port"), *((p, "backendPorts") for p in dep.engine_ports)):
+                port_owner = claimed_ports.setdefault((dep.host, port), dep.name)
+                if port_owner != dep.name:
+                    errors.append(
+                        f"{key}.{field}: port {port} of host {dep.host!r} is already used by deployment "
+                        f"{port_owner!r} (its port or backendPorts); choose another port"
+                    )
             needed = serving.tensor_parallel * serving.pipeline_parallel
-            if host.gpus.count > 0 and needed != len(dep.gpus):
+            if host.gpus.count > 0 and needed > len(dep.gpus):
                 errors.append(
                     f"{key}.gpus: tensorParallel {serving.tensor_parallel} x pipelineParallel "
                     f"{serving.pipeline_parallel} = {needed} GPUs, but the deployment is given "
-                    f"{len(dep.gpus)} ({list(dep.gpus)}); list {needed} GPUs or change "
-                    f"models.{dep.model}.serving / deployments[{i}].overrides"
+                    f"{len(dep.gpus)} ({list(dep.gpus)}); list at least {needed} GPUs (twice as many allow "
+                    f"blue/green swaps) or change models.{dep.model}.serving / deployments[{i}].overrides"
                 )
             if host.gpus.count == 0 and (dep.gpus or needed != 1):
                 errors.append(
@@ -474,12 +569,12 @@ class StackConfig(LocalBaseModel):
                     "takes gpus: [] and tensorParallel 1"
                 )
             if host.gpus.count > 0 and dep.gpus:
-                budget = gpu_budget_gib(host, len(dep.gpus), serving.gpu_memory_utilization)
+                budget = gpu_budget_gib(host, needed, serving.gpu_memory_utilization)
                 limit = budget * (1 - KV_CACHE_HEADROOM)
                 if model.size_gib > limit:
                     errors.append(
                         f"{key}.model: {dep.model} needs about {model.size_gib:.0f} GiB for its weights "
-                        f"(models.{dep.model}.sizeGb {model.size_gb:g}), but {len(dep.gpus)} x "
+                        f"(models.{dep.model}.sizeGb {model.size_gb:g}), but {needed} x "
                         f"{host.gpus.memory_gib:g} GiB x gpuMemoryUtilization {serving.gpu_memory_utilization:g} "
                         f"= {budget:.0f} GiB leaves less than {KV_CACHE_HEADROOM:.0%} for the KV cache "
                         f"(limit {limit:.0f} GiB); give it more GPUs or a smaller quantization"

@@ -78,6 +78,7 @@ def e2e_stack_file(
         **(extra_models or {}),
     }
     deployment = raw["deployments"][0]
+    deployment.pop("servedModelName", None)  # each model serves under its own name here
     deployment.update(
         model=model,
         gpus=gpus if gpus is not None else [1],

@@ -31,7 +31,9 @@ def test_prod_graph(prod: dict[str, Registered]) -> None:
     assert types["shared-kimi-k2.5-int4"] == "vllm-fleet:index:ModelDownload"
     assert types["shared-minimax-m2.5"] == "vllm-fleet:index:ModelDownload"
     assert types["primary"] == "vllm-fleet:index:VllmService"
+    assert types["gpu-01-front-door"] == "vllm-fleet:index:FrontDoor"
     assert sorted(commands(prod)) == [
+        "gpu-01-front-door-proxy",
         "gpu-01-preflight",
         "gpu-01-tools",
         "primary-serving",
@@ -48,6 +50,7 @@ def test_dev_graph() -> None:
     assert sorted(commands(dev)) == [
         "chat-serving",
         "chat-unit",
+        "sandbox-front-door-proxy",
         "sandbox-preflight",
         "sandbox-tools",
         "shared-layout",
@@ -86,7 +89,8 @@ def test_secrets_only_travel_on_stdin(prod: dict[str, Registered]) -> None:
 def test_singletons_are_deleted_before_replacement_and_long_steps_have_timeouts(prod: dict[str, Registered]) -> None:
     steps = commands(prod)
     owners = {name for name, step in steps.items() if step.options["delete_before_replace"]}
-    assert owners == {"primary-unit", "primary-serving"}  # the unit name, the port and the GPUs
+    # The unit name, the port and the GPUs; the front door's unit and configuration.
+    assert owners == {"primary-unit", "primary-serving", "gpu-01-front-door-proxy"}
     config = load_stack_file(ROOT / "Pulumi.prod.yaml")
     (rd,) = config.resolved_deployments()
     # A 36-minute load, then a rollback that waits for the old model again, must fit.
@@ -132,7 +136,9 @@ def test_prod_swap_changes_only_the_deployment(prod: dict[str, Registered]) -> N
     assert (
         "ExecStart=/root/ml-env/bin/python3 -m vllm.entrypoints.openai.api_server --model /shared/minimax-m2.5" in unit
     )
-    assert "--tool-call-parser minimax_m2" in unit and "CUDA_VISIBLE_DEVICES=0,1,2,3" in unit
+    assert "--tool-call-parser minimax_m2" in unit and "--tensor-parallel-size 4" in unit
+    # Which GPUs is the swap's placement on the host; the plan carries the deployment's list.
+    assert '"gpus": [\n  0,\n  1,\n  2,\n  3\n ]' in swapped["primary-serving"].inputs["create"]
 
 
 def test_swap_to_a_model_not_on_disk_adds_its_download() -> None:
@@ -163,10 +169,11 @@ def test_dependency_order(prod: dict[str, Registered]) -> None:
     deps = {name: step.options["depends_on"] for name, step in commands(prod).items()}
     assert deps["gpu-01-preflight"] == []
     assert deps["gpu-01-tools"] == ["gpu-01-preflight"]
+    assert deps["gpu-01-front-door-proxy"] == ["gpu-01-preflight"]
     assert deps["shared-layout"] == ["gpu-01-tools"]
     assert deps["shared-kimi-k2.5-int4-files"] == ["shared-layout"]
     assert deps["shared-minimax-m2.5-files"] == ["shared-layout"]
-    assert deps["primary-unit"] == ["gpu-01-tools", "shared-kimi-k2.5-int4-files"]
+    assert deps["primary-unit"] == ["gpu-01-front-door-proxy", "gpu-01-tools", "shared-kimi-k2.5-int4-files"]
     assert deps["primary-serving"] == ["primary-unit"]
     parents = {name: step.options["parent"] for name, step in commands(prod).items()}
     assert parents["primary-serving"] == "primary" and parents["shared-kimi-k2.5-int4-files"] == "shared-kimi-k2.5-int4"

@@ -296,3 +296,73 @@ def test_readiness_probes_the_bind_address(prod_raw: dict[str, Any], bind: str, 
 def test_bind_address_must_be_an_ip(prod_raw: dict[str, Any]) -> None:
     prod_raw["deployments"][0]["bindAddress"] = "gpu-01.internal"
     assert "vllm-fleet:deployments[0].bindAddress" in error_of(prod_raw)
+
+
+def test_a_gpu_list_twice_the_engine_allows_blue_green(prod_raw: dict[str, Any]) -> None:
+    (kimi,) = parse_stack_config(prod_raw).resolved_deployments()
+    assert kimi.gpus_needed == 8 and not kimi.blue_green_possible  # TP8 on the 8-GPU server: stop first
+    prod_raw["deployments"][0].update({"model": "minimax-m2.5", "gpus": [0, 1, 2, 3, 4, 5, 6, 7]})
+    (minimax,) = parse_stack_config(prod_raw).resolved_deployments()
+    assert minimax.gpus_needed == 4 and minimax.blue_green_possible
+    prod_raw["deployments"][0]["swapMode"] = "stop-start"
+    (forced,) = parse_stack_config(prod_raw).resolved_deployments()
+    assert not forced.blue_green_possible
+
+
+def test_engine_ports_are_claimed_like_the_front_door_port(prod_raw: dict[str, Any]) -> None:
+    prod_raw["deployments"][0].update({"model": "minimax-m2.5", "gpus": [0, 1, 2, 3]})
+    prod_raw["deployments"].append(
+        {
+            "name": "second",
+            "host": "gpu-01",
+            "model": "minimax-m2.5",
+            "gpus": [4, 5, 6, 7],
+            "port": 18000,  # the first deployment's default engine port (8000 + 10000)
+            "unitName": "vllm-minimax-m25-b",
+        }
+    )
+    message = error_of(prod_raw)
+    assert "port 18000 of host 'gpu-01' is already used by deployment 'primary' (its port or backendPorts)" in message
+    prod_raw["deployments"][1]["port"] = 50000
+    assert "the default engine ports port+10000 and port+20000 (60000, 70000) pass 65535" in error_of(prod_raw)
+    prod_raw["deployments"][1]["backendPorts"] = [50001, 50002]
+    parse_stack_config(prod_raw)
+    prod_raw["deployments"][1]["backendPorts"] = [50000, 50002]
+    assert "neither the front door's 50000" in error_of(prod_raw)
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ({"enable multithread": True}, "is not an option name"),
+        ("num_threads=8", "Input should be a valid dictionary"),
+    ],
+)
+def test_model_loader_extra_config_is_a_json_object_of_option_names(
+    prod_raw: dict[str, Any], value: Any, problem: str
+) -> None:
+    prod_raw["deployments"][0]["overrides"]["modelLoaderExtraConfig"] = value
+    assert problem in error_of(prod_raw)
+
+
+def test_load_fields_render_as_flags_the_hosts_vllm_knows(prod_raw: dict[str, Any], dev_raw: dict[str, Any]) -> None:
+    from components import render
+
+    (kimi,) = parse_stack_config(prod_raw).resolved_deployments()
+    # The preset's prefetch needs vLLM 0.17; the server pins 0.11: left out, and the preview says why.
+    assert kimi.serving.safetensors_load_strategy == "prefetch"
+    assert "--safetensors-load-strategy" not in render.vllm_arguments(kimi)
+    note = render.load_strategy_note(kimi)
+    assert note is not None and "needs vLLM 0.17 or later" in note and "pins 0.11.0" in note
+    prod_raw["deployments"][0]["overrides"].update(
+        {"safetensorsLoadStrategy": "eager", "modelLoaderExtraConfig": {"enable_multithread_load": True}}
+    )
+    (eager,) = parse_stack_config(prod_raw).resolved_deployments()
+    args = render.vllm_arguments(eager)
+    assert args[args.index("--safetensors-load-strategy") + 1] == "eager" and render.load_strategy_note(eager) is None
+    assert args[args.index("--model-loader-extra-config") + 1] == '{"enable_multithread_load": true}'
+    dev_raw["deployments"][0]["overrides"] = {"safetensorsLoadStrategy": "prefetch", "loadFormat": "safetensors"}
+    (tiny,) = parse_stack_config(dev_raw).resolved_deployments()
+    args = render.vllm_arguments(tiny)
+    assert args[args.index("--safetensors-load-strategy") + 1] == "prefetch"
+    assert args[args.index("--load-format") + 1] == "safetensors"

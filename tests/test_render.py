@@ -30,7 +30,12 @@ def stack(name: str) -> StackConfig:
 def rendered_scripts(name: str) -> dict[str, str]:
     """Every script a stack runs on its hosts, by a stable file name."""
     config = stack(name)
-    scripts = {"tools.sh": render.tools_script(), "tools-delete.sh": render.tools_delete_script()}
+    scripts = {
+        "tools.sh": render.tools_script(),
+        "tools-delete.sh": render.tools_delete_script(),
+        "frontdoor.sh": render.front_door_script(),
+        "frontdoor-delete.sh": render.front_door_delete_script(),
+    }
     for host in config.hosts:
         scripts[f"preflight-{host.name}.sh"] = render.preflight_script(host)
     for store in config.storage:
@@ -50,7 +55,10 @@ def rendered_scripts(name: str) -> dict[str, str]:
 
 
 def rendered_units(name: str) -> dict[str, str]:
-    return {rd.unit_name: render.render_unit(rd, name).text for rd in stack(name).resolved_deployments()}
+    """Each deployment's unit, and the front door's (the same for every stack)."""
+    units = {rd.unit_name: render.render_unit(rd, name).text for rd in stack(name).resolved_deployments()}
+    front_door = render.front_door_files()[f"{render.UNIT_DIR}/{render.FRONT_DOOR_UNIT}"]
+    return {**units, render.FRONT_DOOR_UNIT: front_door}
 
 
 def check_golden(path: Path, text: str) -> None:
@@ -64,11 +72,11 @@ def check_golden(path: Path, text: str) -> None:
 @pytest.mark.parametrize("name", STACKS)
 def test_units_match_golden(name: str) -> None:
     for unit, text in rendered_units(name).items():
-        check_golden(GOLDEN / name / unit, text)
+        check_golden((GOLDEN if unit == render.FRONT_DOOR_UNIT else GOLDEN / name) / unit, text)
 
 
 # The host tools do not depend on the stack: one golden file serves every stack.
-STACK_INDEPENDENT = ("tools.sh", "tools-delete.sh")
+STACK_INDEPENDENT = ("tools.sh", "tools-delete.sh", "frontdoor.sh", "frontdoor-delete.sh")
 
 
 def pinned_text(script: str) -> str:
@@ -104,7 +112,7 @@ def test_scripts_match_golden(name: str) -> None:
 
 
 def test_prod_unit_carries_the_reference_launch() -> None:
-    (unit,) = rendered_units("prod").values()
+    (unit,) = [text for name, text in rendered_units("prod").items() if name != render.FRONT_DOOR_UNIT]
     exec_start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
     for flag in (
         "--model /shared/kimi-k2.5-int4",
@@ -114,11 +122,16 @@ def test_prod_unit_carries_the_reference_launch() -> None:
         "--trust-remote-code",
         "--max-model-len 131072",
         "--gpu-memory-utilization 0.95",
-        "--port 8000",
         "--disable-log-requests",
         "--enable-auto-tool-choice",
     ):
         assert f" {flag}" in exec_start, flag
+    # Behind the front door (nginx on the reference's port 8000) the engine listens on loopback, on the
+    # port its placement names; systemd expands the variable from the placement file.
+    assert " --host 127.0.0.1 --port ${VLLM_FLEET_BACKEND_PORT} " in exec_start
+    assert "\nEnvironmentFile=/etc/vllm-fleet/vllm-kimi-k25-int4.placement.env\n" in unit
+    # Kimi's preset asks for prefetch; the server's vLLM 0.11 predates it, so the pre-warm stands in.
+    assert "--safetensors-load-strategy" not in exec_start
     # The server's vLLM (pinned 0.11.0) predates --attention-backend: the backend is its variable.
     assert "--attention-backend" not in exec_start
     assert exec_start.startswith("ExecStart=/root/ml-env/bin/python3 -m vllm.entrypoints.openai.api_server ")
@@ -157,7 +170,7 @@ def _verify_root(tmp_path: Path, units: dict[str, str]) -> Path:
     for name, text in units.items():
         (unit_dir / name).write_text(text)
         for line in text.splitlines():
-            if line.startswith(("ExecStart", "ExecStop")):
+            if line.startswith(("ExecStart", "ExecStop", "ExecReload")):
                 binary = root / line.split("=", 1)[1].split()[0].lstrip("/")
                 binary.parent.mkdir(parents=True, exist_ok=True)
                 binary.write_text("#!/bin/sh\n")
@@ -180,7 +193,7 @@ def test_units_pass_systemd_analyze_verify(name: str, tmp_path: Path) -> None:
 
 
 def test_systemd_analyze_verify_catches_a_broken_unit(tmp_path: Path) -> None:
-    ((unit_name, text),) = rendered_units("prod").items()
+    ((unit_name, text),) = [(n, t) for n, t in rendered_units("prod").items() if n != render.FRONT_DOOR_UNIT]
     broken = text.replace("KillMode=control-group", "KillMode=everything")
     root = _verify_root(tmp_path, {unit_name: broken})
     result = subprocess.run(

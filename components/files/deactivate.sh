@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# vllm-fleet deactivate: stop serving a deployment and leave the host as it was found: the unit is
-# stopped (its whole control group), disabled and removed, systemd reloaded, /dev/shm cleaned, and the
+# vllm-fleet deactivate: stop serving a deployment and leave the host as it was found: its front door
+# site is removed, the unit is stopped (its whole control group), disabled and removed, systemd reloaded, /dev/shm cleaned, and the
 # deployment's claims on GPUs, port and unit name released.
 set -euo pipefail
 
@@ -8,6 +8,14 @@ log() { echo "[$DEPLOYMENT] $*"; }
 state_root=/var/lib/vllm-fleet
 exec 9>"$state_root/host.lock" 2>/dev/null || { log "nothing of vllm-fleet on this host"; exit 0; }
 flock -w 3600 9
+
+# Clients first: the front door stops passing requests to this deployment (its port is closed).
+site="$FRONT_DOOR_DIR/sites/$STACK.$DEPLOYMENT.conf"
+if [ -f "$site" ]; then
+  rm -f "$site"
+  if systemctl is-active --quiet "$FRONT_DOOR_UNIT"; then systemctl reload "$FRONT_DOOR_UNIT" || true; fi
+  log "removed its site from the front door"
+fi
 
 units=("$UNIT_NAME")
 if [ -f "$STATE_DIR/active" ]; then
@@ -19,7 +27,7 @@ for unit in $(printf '%s\n' "${units[@]}" | sort -u); do
     systemctl disable --quiet "$unit" 2>/dev/null || true
     log "stopped and disabled $unit"
   fi
-  rm -f "/etc/systemd/system/$unit" "/etc/vllm-fleet/${unit%.service}.env"
+  rm -f "/etc/systemd/system/$unit" "/etc/vllm-fleet/${unit%.service}.env" "/etc/vllm-fleet/${unit%.service}.placement.env"
   systemctl reset-failed "$unit" 2>/dev/null || true
 done
 systemctl daemon-reload
@@ -27,5 +35,5 @@ systemctl daemon-reload
 owner="$STACK.$DEPLOYMENT"
 rm -f "$state_root/claims/$owner.json"
 rm -rf -- "$STATE_DIR/active" "$STATE_DIR/previous" "$STATE_DIR/swap-plan.json" "$STATE_DIR/swap-result.json"
-rmdir /etc/vllm-fleet 2>/dev/null || true
+rmdir /etc/vllm-fleet 2>/dev/null || true  # only when empty: the front door keeps its files
 log "removed"

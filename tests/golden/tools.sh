@@ -26,13 +26,13 @@ chmod 0755 /usr/local/lib/vllm-fleet/model-sync.vllm-fleet-tmp
 mv -f /usr/local/lib/vllm-fleet/model-sync.vllm-fleet-tmp /usr/local/lib/vllm-fleet/model-sync
 install -d -m 0755 /usr/local/lib/vllm-fleet
 cat > /usr/local/lib/vllm-fleet/survey.vllm-fleet-tmp <<'VLLM_FLEET_EOF'
-<158 lines, 6319 bytes, sha256 7af5368d6c220ab63678b3646f1e3b5c343759d6cb71fa2cfaba3fac8c58c44c>
+<218 lines, 8481 bytes, sha256 54357a5bb8a2d2e5e9e75ca69b9bb1ba82547c303627545a59e56deb31608836>
 VLLM_FLEET_EOF
 chmod 0755 /usr/local/lib/vllm-fleet/survey.vllm-fleet-tmp
 mv -f /usr/local/lib/vllm-fleet/survey.vllm-fleet-tmp /usr/local/lib/vllm-fleet/survey
 install -d -m 0755 /usr/local/lib/vllm-fleet
 cat > /usr/local/lib/vllm-fleet/swap.vllm-fleet-tmp <<'VLLM_FLEET_EOF'
-<663 lines, 28772 bytes, sha256 4219438dec3d587cbbd90b198620b5f9501ce06719849e3f5a424ec00f60195c>
+<1096 lines, 49483 bytes, sha256 b23950bcab23225c2e13eb84430e22dee3dace2f65a5c547da41abe6b70bd9ef>
 VLLM_FLEET_EOF
 chmod 0755 /usr/local/lib/vllm-fleet/swap.vllm-fleet-tmp
 mv -f /usr/local/lib/vllm-fleet/swap.vllm-fleet-tmp /usr/local/lib/vllm-fleet/swap

@@ -60,9 +60,9 @@ def judged(dev_raw: dict[str, Any], **deployment: Any) -> tuple[list[str], list[
 
 
 def test_unnamed_units_and_strays_on_the_deployments_port_and_gpus_are_refused(dev_raw: dict[str, Any]) -> None:
-    errors, notes = judged(dev_raw)
+    errors, notes = judged(dev_raw, gpus=[0])
     assert any(
-        "port 8000 is held by PID 700 (python3 -m vllm) of vllm-legacy.service, which this stack does not manage; "
+        "port 8000, its front door's port, is held by PID 700 (python3 -m vllm) of vllm-legacy.service, which this stack does not manage; "
         "add vllm-legacy.service to vllm-fleet:deployments[chat].replaces" in e
         for e in errors
     ), errors
@@ -72,7 +72,9 @@ def test_unnamed_units_and_strays_on_the_deployments_port_and_gpus_are_refused(d
 
 
 def test_named_units_are_adopted_and_allowed_strays_noted(dev_raw: dict[str, Any]) -> None:
-    errors, notes = judged(dev_raw, replaces=["vllm-legacy.service", "vllm-glm5.service"], foreignGpuProcesses="stop")
+    errors, notes = judged(
+        dev_raw, gpus=[0], replaces=["vllm-legacy.service", "vllm-glm5.service"], foreignGpuProcesses="stop"
+    )
     assert errors == []
     assert any("adopts vllm-legacy.service (active, enabled)" in n for n in notes), notes
     assert any("adopts vllm-glm5.service (inactive, enabled)" in n for n in notes), notes
@@ -82,6 +84,7 @@ def test_named_units_are_adopted_and_allowed_strays_noted(dev_raw: dict[str, Any
 def test_another_deployments_unit_on_the_gpus_is_a_conflict(dev_raw: dict[str, Any]) -> None:
     BROWNFIELD_OTHER = copy.deepcopy(BROWNFIELD)
     BROWNFIELD_OTHER["units"][0].update(managed=True, owner="prod.primary")
+    dev_raw["deployments"][0]["gpus"] = [0]
     config = parse_stack_config(dev_raw)
     errors, _ = host_survey.assess("dev", config.hosts[0], config.resolved_deployments(), BROWNFIELD_OTHER)
     assert any("a unit of deployment prod.primary" in e for e in errors), errors
@@ -98,3 +101,77 @@ def test_the_deployments_own_units_are_not_conflicts(dev_raw: dict[str, Any], un
     }
     config = parse_stack_config(dev_raw)
     assert host_survey.assess("dev", config.hosts[0], config.resolved_deployments(), found) == ([], [])
+
+
+def test_gpus_held_by_others_are_a_note_while_enough_of_the_deployments_gpus_are_free(dev_raw: dict[str, Any]) -> None:
+    found = copy.deepcopy(BROWNFIELD)
+    found["listeners"] = []
+    dev_raw["deployments"][0]["gpus"] = [0, 1]
+    config = parse_stack_config(dev_raw)
+    errors, notes = host_survey.assess("dev", config.hosts[0], config.resolved_deployments(), found)
+    assert errors == []
+    assert any(
+        "GPU 0 of vllm-fleet:deployments[chat].gpus is held by PID 901 (VLLM::stray)" in n
+        and "cannot start the new model there beside the old one" in n
+        for n in notes
+    ), notes
+
+
+def test_the_front_door_on_the_deployments_port_is_its_own(dev_raw: dict[str, Any]) -> None:
+    found = {
+        "units": [],
+        "listeners": [
+            {"port": 8000, "pid": 40, "unit": "vllm-fleet-frontdoor.service", "cmd": "nginx: master process"},
+            {"port": 28000, "pid": 41, "unit": "jupyter.service", "cmd": "jupyter"},
+        ],
+        "gpuHolders": [],
+    }
+    config = parse_stack_config(dev_raw)
+    errors, _ = host_survey.assess("dev", config.hosts[0], config.resolved_deployments(), found)
+    assert errors == [
+        "host 'sandbox', deployment 'chat': port 28000, one of its engine ports "
+        "(vllm-fleet:deployments[chat].backendPorts), is held by PID 41 (jupyter) of jupyter.service, which this "
+        "stack does not manage; add jupyter.service to vllm-fleet:deployments[chat].replaces to take it over, or stop it"
+    ]
+
+
+def serving(unit: str, gpus: list[int], last: float | None = None) -> dict[str, Any]:
+    return {
+        "units": [{"name": unit, "activeState": "active", "enabled": True, "managed": True, "owner": "dev.chat"}],
+        "listeners": [],
+        "gpuHolders": [{"pid": 5, "gpus": gpus, "unit": unit}],
+        "active": {"dev.chat": {"unit": unit, "gpus": gpus, "backendPort": 18000, "lastStartSeconds": last}},
+        "memory": {"totalMib": 24000, "availableMib": 20000},
+    }
+
+
+def test_preview_forecasts_blue_green_when_the_other_gpu_is_free(dev_raw: dict[str, Any]) -> None:
+    dev_raw["deployments"][0]["model"] = "tiny-chat-b"
+    config = parse_stack_config(dev_raw)
+    (line,) = host_survey.forecasts(
+        "dev", config.hosts[0], config.resolved_deployments(), serving("vllm-tiny-chat-a.service", [0])
+    )
+    assert "from vllm-tiny-chat-a.service to vllm-tiny-chat-b.service will run blue/green" in line
+    assert "GPU 1 free beside vllm-tiny-chat-a.service" in line and line.endswith("expected downtime 0 s")
+
+
+def test_preview_forecasts_stop_start_with_the_last_measured_start(dev_raw: dict[str, Any]) -> None:
+    dev_raw["deployments"][0]["model"] = "tiny-chat-b"
+    found = serving("vllm-tiny-chat-a.service", [0], last=24.3)
+    found["gpuHolders"].append({"pid": 9, "gpus": [1], "unit": "gpu-taker.service"})
+    config = parse_stack_config(dev_raw)
+    (line,) = host_survey.forecasts("dev", config.hosts[0], config.resolved_deployments(), found)
+    assert "will run stop-then-start" in line and "GPU 1 held by other processes" in line
+    assert "expected downtime about 24 s (the last start of this deployment here took 24.3 s)" in line
+    # No swap, no forecast.
+    dev_raw["deployments"][0]["model"] = "tiny-chat-a"
+    config = parse_stack_config(dev_raw)
+    assert host_survey.forecasts("dev", config.hosts[0], config.resolved_deployments(), found) == []
+
+
+def test_a_checkpoint_the_ram_cannot_hold_is_named(prod_raw: dict[str, Any]) -> None:
+    config = parse_stack_config(prod_raw)
+    (rd,) = [r for r in config.resolved_deployments() if r.model.size_gb > 500]
+    notes = host_survey.memory_notes(rd, {"memory": {"totalMib": 512 * 1024, "availableMib": 400 * 1024}})
+    assert len(notes) == 1 and "over 90% of the host's 512 GiB RAM" in notes[0], notes
+    assert host_survey.memory_notes(rd, {"memory": {"totalMib": 2048 * 1024, "availableMib": 1900 * 1024}}) == []

@@ -3,26 +3,36 @@
 readonly STATE_DIR=/var/lib/vllm-fleet/deployments/dev.chat
 readonly PYTHON=/opt/vllm-env/bin/python3
 readonly TOOLS_DIR=/usr/local/lib/vllm-fleet
-readonly UNIT_SHA256=e8eec130b5b274f9430a34f2900527dcdc2d1c2b501dcc98741326db42fd0dba
+readonly UNIT_SHA256=3268ee918156a28d9cf7741ccb95ad0bf847ac4b8307198de5ed9ae40577eb09
 readonly PLAN='{
+ "backend_ports": [
+  18000,
+  28000
+ ],
+ "bind_address": "127.0.0.1",
  "deployment": "chat",
+ "drain_seconds": 120,
  "foreign_gpu_processes": "refuse",
  "gpus": [
-  0
+  0,
+  1
  ],
+ "gpus_needed": 1,
  "journal_lines": 40,
  "model_dir": "/shared/tiny-chat-a",
  "port": 8000,
  "python": "/opt/vllm-env/bin/python3",
+ "readiness_address": "127.0.0.1",
  "ready_timeout": 540,
  "replaces": [],
  "report_every": 15,
- "served_name": "tiny-chat-a",
+ "served_name": "chat",
  "stack": "dev",
  "state_dir": "/var/lib/vllm-fleet/deployments/dev.chat",
+ "swap_mode": "auto",
  "tools_dir": "/usr/local/lib/vllm-fleet",
  "unit_name": "vllm-tiny-chat-a.service",
- "unit_sha256": "e8eec130b5b274f9430a34f2900527dcdc2d1c2b501dcc98741326db42fd0dba",
+ "unit_sha256": "3268ee918156a28d9cf7741ccb95ad0bf847ac4b8307198de5ed9ae40577eb09",
  "unit_stem": "vllm-tiny-chat-a"
 }'
 # vllm-fleet activate: make a deployment serve its staged unit (a swap, when the model changed).

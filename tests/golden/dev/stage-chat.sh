@@ -8,7 +8,7 @@ readonly UNIT_STEM=vllm-tiny-chat-a
 readonly UNIT_TEXT='# Managed by vllm-fleet: stack dev, deployment chat. `pulumi up` overwrites this file;
 # change Pulumi.dev.yaml instead.
 [Unit]
-Description=vLLM serving tiny-chat-a (tiny-chat-a) for deployment chat
+Description=vLLM serving tiny-chat-a (chat) for deployment chat
 Documentation=https://docs.vllm.ai/
 After=network-online.target
 Wants=network-online.target
@@ -21,24 +21,30 @@ Type=exec
 User=root
 WorkingDirectory=/var/lib/vllm-fleet/deployments/dev.chat
 Environment=CUDA_DEVICE_ORDER=PCI_BUS_ID
-Environment=CUDA_VISIBLE_DEVICES=0
 Environment=HF_HOME=/shared/huggingface
 Environment=HF_HUB_DISABLE_TELEMETRY=1
 Environment=HF_HUB_OFFLINE=1
 Environment=TRANSFORMERS_CACHE=/shared/huggingface/hub
 Environment=VLLM_CPU_KVCACHE_SPACE=1
 Environment=VLLM_NO_USAGE_STATS=1
+# torch.compile'"'"'s cache on host-local disk, kept across restarts and swaps of this deployment.
+CacheDirectory=vllm-fleet/dev.chat
+Environment=VLLM_CACHE_ROOT=/var/cache/vllm-fleet/dev.chat
+# Where this engine runs, written by the swap on the host: its GPUs (VLLM_FLEET_GPUS and
+# CUDA_VISIBLE_DEVICES) and its loopback port behind the front door (VLLM_FLEET_BACKEND_PORT). A
+# blue/green swap starts the new engine on the GPUs and port the old one does not use.
+EnvironmentFile=/etc/vllm-fleet/vllm-tiny-chat-a.placement.env
 # Secrets (the Hugging Face token) live in a root-only 0600 file, never in this world-readable unit.
 EnvironmentFile=-/etc/vllm-fleet/vllm-tiny-chat-a.env
 # Before the engine starts: refuse model files that changed since they were verified (sizes and
 # mtimes against the manifest, no bytes read); wait for this deployment'"'"'s GPUs to be released,
 # stopping stray holders; remove stale shared-memory segments that break the next launch.
 ExecStartPre=/opt/vllm-env/bin/python3 /usr/local/lib/vllm-fleet/model-sync check --dir /shared/tiny-chat-a
-ExecStartPre=/opt/vllm-env/bin/python3 /usr/local/lib/vllm-fleet/gpu-release-guard --gpus 0 --threshold-mib 1000 --timeout 120 --unit vllm-tiny-chat-a.service --foreign refuse
+ExecStartPre=/opt/vllm-env/bin/python3 /usr/local/lib/vllm-fleet/gpu-release-guard --gpus ${VLLM_FLEET_GPUS} --threshold-mib 1000 --timeout 120 --unit vllm-tiny-chat-a.service --foreign refuse
 ExecStartPre=/usr/local/lib/vllm-fleet/clean-shm
-ExecStart=/opt/vllm-env/bin/python3 -m vllm.entrypoints.openai.api_server --model /shared/tiny-chat-a --served-model-name tiny-chat-a --tensor-parallel-size 1 --max-model-len 512 --gpu-memory-utilization 0.9 --host 127.0.0.1 --port 8000 --enforce-eager --dtype float32
+ExecStart=/opt/vllm-env/bin/python3 -m vllm.entrypoints.openai.api_server --model /shared/tiny-chat-a --served-model-name chat --tensor-parallel-size 1 --max-model-len 512 --gpu-memory-utilization 0.9 --host 127.0.0.1 --port ${VLLM_FLEET_BACKEND_PORT} --enforce-eager --dtype float32
 # The unit counts as started only once the server answers /health, lists the model and completes.
-ExecStartPost=/opt/vllm-env/bin/python3 /usr/local/lib/vllm-fleet/wait-ready --host 127.0.0.1 --port 8000 --served-name tiny-chat-a --timeout 300 --unit vllm-tiny-chat-a.service
+ExecStartPost=/opt/vllm-env/bin/python3 /usr/local/lib/vllm-fleet/wait-ready --host 127.0.0.1 --port ${VLLM_FLEET_BACKEND_PORT} --served-name chat --timeout 300 --unit vllm-tiny-chat-a.service
 ExecStopPost=/usr/local/lib/vllm-fleet/clean-shm
 TimeoutStartSec=480
 TimeoutStopSec=120
@@ -57,7 +63,7 @@ WantedBy=multi-user.target
 '
 readonly PYTHON=/opt/vllm-env/bin/python3
 readonly TOOLS_DIR=/usr/local/lib/vllm-fleet
-readonly ARGS_CHECK_SPEC='{"args": ["--model", "/shared/tiny-chat-a", "--served-model-name", "tiny-chat-a", "--tensor-parallel-size", "1", "--max-model-len", "512", "--gpu-memory-utilization", "0.9", "--host", "127.0.0.1", "--port", "8000", "--enforce-eager", "--dtype", "float32"], "origins": {"--attention-backend": "vllm-fleet:deployments[chat].overrides / vllm-fleet:models.tiny-chat-a.serving.attentionBackend", "--dtype": "vllm-fleet:models.tiny-chat-a.serving.extraArgs", "--enable-auto-tool-choice": "vllm-fleet:deployments[chat].overrides / vllm-fleet:models.tiny-chat-a.serving.enableAutoToolChoice", "--enable-expert-parallel": "vllm-fleet:deployments[chat].overrides / vllm-fleet:models.tiny-chat-a.serving.expertParallel", "--enforce-eager": "vllm-fleet:models.tiny-chat-a.serving.extraArgs", "--gpu-memory-utilization": "vllm-fleet:deployments[chat].overrides / vllm-fleet:models.tiny-chat-a.serving.gpuMemoryUtilization", "--host": "vllm-fleet:deployments[chat].bindAddress", "--max-model-len": "vllm-fleet:deployments[chat].overrides / vllm-fleet:models.tiny-chat-a.serving.maxModelLen", "--model": "vllm-fleet:models.tiny-chat-a (its storage path and dir)", "--pipeline-parallel-size": "vllm-fleet:deployments[chat].overrides / vllm-fleet:models.tiny-chat-a.serving.pipelineParallel", "--port": "vllm-fleet:deployments[chat].port", "--reasoning-parser": "vllm-fleet:deployments[chat].overrides / vllm-fleet:models.tiny-chat-a.serving.reasoningParser", "--served-model-name": "vllm-fleet:deployments[chat].servedModelName", "--tensor-parallel-size": "vllm-fleet:deployments[chat].overrides / vllm-fleet:models.tiny-chat-a.serving.tensorParallel", "--tool-call-parser": "vllm-fleet:deployments[chat].overrides / vllm-fleet:models.tiny-chat-a.serving.toolCallParser", "--trust-remote-code": "vllm-fleet:deployments[chat].overrides / vllm-fleet:models.tiny-chat-a.serving.trustRemoteCode", "float32": "vllm-fleet:models.tiny-chat-a.serving.extraArgs"}, "unit": "vllm-tiny-chat-a.service"}'
+readonly ARGS_CHECK_SPEC='{"args": ["--model", "/shared/tiny-chat-a", "--served-model-name", "chat", "--tensor-parallel-size", "1", "--max-model-len", "512", "--gpu-memory-utilization", "0.9", "--host", "127.0.0.1", "--port", "18000", "--enforce-eager", "--dtype", "float32"], "origins": {"--attention-backend": "vllm-fleet:deployments[chat].overrides / vllm-fleet:models.tiny-chat-a.serving.attentionBackend", "--dtype": "vllm-fleet:models.tiny-chat-a.serving.extraArgs", "--enable-auto-tool-choice": "vllm-fleet:deployments[chat].overrides / vllm-fleet:models.tiny-chat-a.serving.enableAutoToolChoice", "--enable-expert-parallel": "vllm-fleet:deployments[chat].overrides / vllm-fleet:models.tiny-chat-a.serving.expertParallel", "--enforce-eager": "vllm-fleet:models.tiny-chat-a.serving.extraArgs", "--gpu-memory-utilization": "vllm-fleet:deployments[chat].overrides / vllm-fleet:models.tiny-chat-a.serving.gpuMemoryUtilization", "--host": "vllm-fleet:deployments[chat].bindAddress", "--load-format": "vllm-fleet:deployments[chat].overrides / vllm-fleet:models.tiny-chat-a.serving.loadFormat", "--max-model-len": "vllm-fleet:deployments[chat].overrides / vllm-fleet:models.tiny-chat-a.serving.maxModelLen", "--model": "vllm-fleet:models.tiny-chat-a (its storage path and dir)", "--model-loader-extra-config": "vllm-fleet:deployments[chat].overrides / vllm-fleet:models.tiny-chat-a.serving.modelLoaderExtraConfig", "--pipeline-parallel-size": "vllm-fleet:deployments[chat].overrides / vllm-fleet:models.tiny-chat-a.serving.pipelineParallel", "--port": "vllm-fleet:deployments[chat].port", "--reasoning-parser": "vllm-fleet:deployments[chat].overrides / vllm-fleet:models.tiny-chat-a.serving.reasoningParser", "--safetensors-load-strategy": "vllm-fleet:deployments[chat].overrides / vllm-fleet:models.tiny-chat-a.serving.safetensorsLoadStrategy", "--served-model-name": "vllm-fleet:deployments[chat].servedModelName", "--tensor-parallel-size": "vllm-fleet:deployments[chat].overrides / vllm-fleet:models.tiny-chat-a.serving.tensorParallel", "--tool-call-parser": "vllm-fleet:deployments[chat].overrides / vllm-fleet:models.tiny-chat-a.serving.toolCallParser", "--trust-remote-code": "vllm-fleet:deployments[chat].overrides / vllm-fleet:models.tiny-chat-a.serving.trustRemoteCode", "float32": "vllm-fleet:models.tiny-chat-a.serving.extraArgs"}, "unit": "vllm-tiny-chat-a.service"}'
 # vllm-fleet stage: put a deployment's rendered unit and its secret environment next to the running
 # one, after checking the unit with systemd-analyze and its launch with the host's own vLLM, without
 # touching what serves now. The serving step activates what is staged; a unit systemd refuses, or a flag

@@ -3,9 +3,15 @@
 readonly STATE_DIR=/var/lib/vllm-fleet/deployments/prod.primary
 readonly PYTHON=/root/ml-env/bin/python3
 readonly TOOLS_DIR=/usr/local/lib/vllm-fleet
-readonly UNIT_SHA256=2d1608dfe2ea56212bfb0d1f6e9e064ae0a993cf30155ca3ca3d22162936b3d8
+readonly UNIT_SHA256=0ac4faaa1f17e48be70574fd57ea4cd3e67ed523605b24cd6d9bd7e1bf6e2c2f
 readonly PLAN='{
+ "backend_ports": [
+  18000,
+  28000
+ ],
+ "bind_address": "0.0.0.0",
  "deployment": "primary",
+ "drain_seconds": 120,
  "foreign_gpu_processes": "refuse",
  "gpus": [
   0,
@@ -17,19 +23,22 @@ readonly PLAN='{
   6,
   7
  ],
+ "gpus_needed": 8,
  "journal_lines": 40,
  "model_dir": "/shared/kimi-k2.5-int4",
  "port": 8000,
  "python": "/root/ml-env/bin/python3",
+ "readiness_address": "127.0.0.1",
  "ready_timeout": 4122,
  "replaces": [],
  "report_every": 15,
  "served_name": "kimi-k2.5-int4",
  "stack": "prod",
  "state_dir": "/var/lib/vllm-fleet/deployments/prod.primary",
+ "swap_mode": "auto",
  "tools_dir": "/usr/local/lib/vllm-fleet",
  "unit_name": "vllm-kimi-k25-int4.service",
- "unit_sha256": "2d1608dfe2ea56212bfb0d1f6e9e064ae0a993cf30155ca3ca3d22162936b3d8",
+ "unit_sha256": "0ac4faaa1f17e48be70574fd57ea4cd3e67ed523605b24cd6d9bd7e1bf6e2c2f",
  "unit_stem": "vllm-kimi-k25-int4"
 }'
 # vllm-fleet activate: make a deployment serve its staged unit (a swap, when the model changed).

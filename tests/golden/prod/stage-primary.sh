@@ -22,7 +22,6 @@ User=root
 WorkingDirectory=/var/lib/vllm-fleet/deployments/prod.primary
 Environment=CUDA_DEVICE_MAX_CONNECTIONS=1
 Environment=CUDA_DEVICE_ORDER=PCI_BUS_ID
-Environment=CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7
 Environment=HF_HOME=/shared/huggingface
 Environment=HF_HUB_DISABLE_TELEMETRY=1
 Environment=HF_HUB_OFFLINE=1
@@ -35,17 +34,24 @@ Environment=NCCL_PROTO=LL
 Environment=TRANSFORMERS_CACHE=/shared/huggingface/hub
 Environment=VLLM_ATTENTION_BACKEND=TRITON_MLA
 Environment=VLLM_NO_USAGE_STATS=1
+# torch.compile'"'"'s cache on host-local disk, kept across restarts and swaps of this deployment.
+CacheDirectory=vllm-fleet/prod.primary
+Environment=VLLM_CACHE_ROOT=/var/cache/vllm-fleet/prod.primary
+# Where this engine runs, written by the swap on the host: its GPUs (VLLM_FLEET_GPUS and
+# CUDA_VISIBLE_DEVICES) and its loopback port behind the front door (VLLM_FLEET_BACKEND_PORT). A
+# blue/green swap starts the new engine on the GPUs and port the old one does not use.
+EnvironmentFile=/etc/vllm-fleet/vllm-kimi-k25-int4.placement.env
 # Secrets (the Hugging Face token) live in a root-only 0600 file, never in this world-readable unit.
 EnvironmentFile=-/etc/vllm-fleet/vllm-kimi-k25-int4.env
 # Before the engine starts: refuse model files that changed since they were verified (sizes and
 # mtimes against the manifest, no bytes read); wait for this deployment'"'"'s GPUs to be released,
 # stopping stray holders; remove stale shared-memory segments that break the next launch.
 ExecStartPre=/root/ml-env/bin/python3 /usr/local/lib/vllm-fleet/model-sync check --dir /shared/kimi-k2.5-int4
-ExecStartPre=/root/ml-env/bin/python3 /usr/local/lib/vllm-fleet/gpu-release-guard --gpus 0,1,2,3,4,5,6,7 --threshold-mib 1000 --timeout 120 --unit vllm-kimi-k25-int4.service --foreign refuse
+ExecStartPre=/root/ml-env/bin/python3 /usr/local/lib/vllm-fleet/gpu-release-guard --gpus ${VLLM_FLEET_GPUS} --threshold-mib 1000 --timeout 120 --unit vllm-kimi-k25-int4.service --foreign refuse
 ExecStartPre=/usr/local/lib/vllm-fleet/clean-shm
-ExecStart=/root/ml-env/bin/python3 -m vllm.entrypoints.openai.api_server --model /shared/kimi-k2.5-int4 --served-model-name kimi-k2.5-int4 --tensor-parallel-size 8 --tool-call-parser kimi_k2 --reasoning-parser kimi_k2 --trust-remote-code --max-model-len 131072 --gpu-memory-utilization 0.95 --host 0.0.0.0 --port 8000 --disable-log-requests --enable-auto-tool-choice
+ExecStart=/root/ml-env/bin/python3 -m vllm.entrypoints.openai.api_server --model /shared/kimi-k2.5-int4 --served-model-name kimi-k2.5-int4 --tensor-parallel-size 8 --tool-call-parser kimi_k2 --reasoning-parser kimi_k2 --trust-remote-code --max-model-len 131072 --gpu-memory-utilization 0.95 --host 127.0.0.1 --port ${VLLM_FLEET_BACKEND_PORT} --disable-log-requests --enable-auto-tool-choice
 # The unit counts as started only once the server answers /health, lists the model and completes.
-ExecStartPost=/root/ml-env/bin/python3 /usr/local/lib/vllm-fleet/wait-ready --host 127.0.0.1 --port 8000 --served-name kimi-k2.5-int4 --timeout 3882 --unit vllm-kimi-k25-int4.service
+ExecStartPost=/root/ml-env/bin/python3 /usr/local/lib/vllm-fleet/wait-ready --host 127.0.0.1 --port ${VLLM_FLEET_BACKEND_PORT} --served-name kimi-k2.5-int4 --timeout 3882 --unit vllm-kimi-k25-int4.service
 ExecStopPost=/usr/local/lib/vllm-fleet/clean-shm
 TimeoutStartSec=4062
 TimeoutStopSec=120
@@ -64,7 +70,7 @@ WantedBy=multi-user.target
 '
 readonly PYTHON=/root/ml-env/bin/python3
 readonly TOOLS_DIR=/usr/local/lib/vllm-fleet
-readonly ARGS_CHECK_SPEC='{"args": ["--model", "/shared/kimi-k2.5-int4", "--served-model-name", "kimi-k2.5-int4", "--tensor-parallel-size", "8", "--tool-call-parser", "kimi_k2", "--reasoning-parser", "kimi_k2", "--trust-remote-code", "--max-model-len", "131072", "--gpu-memory-utilization", "0.95", "--host", "0.0.0.0", "--port", "8000", "--disable-log-requests", "--enable-auto-tool-choice"], "origins": {"--attention-backend": "vllm-fleet:deployments[primary].overrides / vllm-fleet:models.kimi-k2.5-int4.serving.attentionBackend", "--disable-log-requests": "vllm-fleet:deployments[primary].overrides.extraArgs", "--enable-auto-tool-choice": "vllm-fleet:deployments[primary].overrides / vllm-fleet:models.kimi-k2.5-int4.serving.enableAutoToolChoice", "--enable-expert-parallel": "vllm-fleet:deployments[primary].overrides / vllm-fleet:models.kimi-k2.5-int4.serving.expertParallel", "--gpu-memory-utilization": "vllm-fleet:deployments[primary].overrides / vllm-fleet:models.kimi-k2.5-int4.serving.gpuMemoryUtilization", "--host": "vllm-fleet:deployments[primary].bindAddress", "--max-model-len": "vllm-fleet:deployments[primary].overrides / vllm-fleet:models.kimi-k2.5-int4.serving.maxModelLen", "--model": "vllm-fleet:models.kimi-k2.5-int4 (its storage path and dir)", "--pipeline-parallel-size": "vllm-fleet:deployments[primary].overrides / vllm-fleet:models.kimi-k2.5-int4.serving.pipelineParallel", "--port": "vllm-fleet:deployments[primary].port", "--reasoning-parser": "vllm-fleet:deployments[primary].overrides / vllm-fleet:models.kimi-k2.5-int4.serving.reasoningParser", "--served-model-name": "vllm-fleet:deployments[primary].servedModelName", "--tensor-parallel-size": "vllm-fleet:deployments[primary].overrides / vllm-fleet:models.kimi-k2.5-int4.serving.tensorParallel", "--tool-call-parser": "vllm-fleet:deployments[primary].overrides / vllm-fleet:models.kimi-k2.5-int4.serving.toolCallParser", "--trust-remote-code": "vllm-fleet:deployments[primary].overrides / vllm-fleet:models.kimi-k2.5-int4.serving.trustRemoteCode"}, "unit": "vllm-kimi-k25-int4.service"}'
+readonly ARGS_CHECK_SPEC='{"args": ["--model", "/shared/kimi-k2.5-int4", "--served-model-name", "kimi-k2.5-int4", "--tensor-parallel-size", "8", "--tool-call-parser", "kimi_k2", "--reasoning-parser", "kimi_k2", "--trust-remote-code", "--max-model-len", "131072", "--gpu-memory-utilization", "0.95", "--host", "127.0.0.1", "--port", "18000", "--disable-log-requests", "--enable-auto-tool-choice"], "origins": {"--attention-backend": "vllm-fleet:deployments[primary].overrides / vllm-fleet:models.kimi-k2.5-int4.serving.attentionBackend", "--disable-log-requests": "vllm-fleet:deployments[primary].overrides.extraArgs", "--enable-auto-tool-choice": "vllm-fleet:deployments[primary].overrides / vllm-fleet:models.kimi-k2.5-int4.serving.enableAutoToolChoice", "--enable-expert-parallel": "vllm-fleet:deployments[primary].overrides / vllm-fleet:models.kimi-k2.5-int4.serving.expertParallel", "--gpu-memory-utilization": "vllm-fleet:deployments[primary].overrides / vllm-fleet:models.kimi-k2.5-int4.serving.gpuMemoryUtilization", "--host": "vllm-fleet:deployments[primary].bindAddress", "--load-format": "vllm-fleet:deployments[primary].overrides / vllm-fleet:models.kimi-k2.5-int4.serving.loadFormat", "--max-model-len": "vllm-fleet:deployments[primary].overrides / vllm-fleet:models.kimi-k2.5-int4.serving.maxModelLen", "--model": "vllm-fleet:models.kimi-k2.5-int4 (its storage path and dir)", "--model-loader-extra-config": "vllm-fleet:deployments[primary].overrides / vllm-fleet:models.kimi-k2.5-int4.serving.modelLoaderExtraConfig", "--pipeline-parallel-size": "vllm-fleet:deployments[primary].overrides / vllm-fleet:models.kimi-k2.5-int4.serving.pipelineParallel", "--port": "vllm-fleet:deployments[primary].port", "--reasoning-parser": "vllm-fleet:deployments[primary].overrides / vllm-fleet:models.kimi-k2.5-int4.serving.reasoningParser", "--safetensors-load-strategy": "vllm-fleet:deployments[primary].overrides / vllm-fleet:models.kimi-k2.5-int4.serving.safetensorsLoadStrategy", "--served-model-name": "vllm-fleet:deployments[primary].servedModelName", "--tensor-parallel-size": "vllm-fleet:deployments[primary].overrides / vllm-fleet:models.kimi-k2.5-int4.serving.tensorParallel", "--tool-call-parser": "vllm-fleet:deployments[primary].overrides / vllm-fleet:models.kimi-k2.5-int4.serving.toolCallParser", "--trust-remote-code": "vllm-fleet:deployments[primary].overrides / vllm-fleet:models.kimi-k2.5-int4.serving.trustRemoteCode"}, "unit": "vllm-kimi-k25-int4.service"}'
 # vllm-fleet stage: put a deployment's rendered unit and its secret environment next to the running
 # one, after checking the unit with systemd-analyze and its launch with the host's own vLLM, without
 # touching what serves now. The serving step activates what is staged; a unit systemd refuses, or a flag

@@ -1,0 +1,42 @@
+"""A host's front door: Debian's nginx on each deployment's public port, in front of its engines.
+
+Clients keep one address across swaps. The step installs nginx when the host lacks it and runs it as
+vllm-fleet-frontdoor.service with a configuration of its own; which engine a deployment's site points
+at is the swap's business on the host (host/swap.py), since only the host knows when the new engine
+is ready. Deployments depend on it, so it is removed after the last of their sites.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+
+from components import render
+from components.host import GpuHost
+from components.remote import remote_step
+
+
+@dataclass(frozen=True)
+class FrontDoorArgs:
+    host: GpuHost
+
+
+class FrontDoor(pulumi.ComponentResource):
+    TYPE = "vllm-fleet:index:FrontDoor"
+
+    def __init__(self, name: str, args: FrontDoorArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(self.TYPE, name, None, opts)
+        # Installing nginx on a fresh server runs apt: minutes, not seconds.
+        self.proxy = remote_step(
+            f"{name}-proxy",
+            args.host.target,
+            create=render.front_door_script(),
+            delete=render.front_door_delete_script(),
+            parent=self,
+            depends_on=[args.host.preflight],
+            timeout_seconds=900,
+            owns_singleton=True,
+        )
+        self.unit_name = pulumi.Output.from_input(render.FRONT_DOOR_UNIT)
+        self.register_outputs({"unitName": self.unit_name})

@@ -1,0 +1,57 @@
+"""How long a swap leaves clients without answers, estimated before it runs (the preview says it).
+
+Blue/green keeps the old engine serving until the new one answers: zero, as long as the deployment's
+GPUs hold both. Stop-then-start is out for the engine's start: a fixed part (engine and worker start,
+compilation, CUDA graph capture) plus reading the weights. The rates are the figures REFERENCE.md
+cites; the README's "Swap downtime" section tabulates them for the reference server's models. Where
+the deployment has started on this host before, its measured start replaces the estimate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Engine start without the weights on the reference's class of server (init, compile, graph capture):
+# an estimate; MiniMax-M2.5 (215 GB) loaded in 75 s there in all, so it is at most about that.
+FIXED_START_SECONDS = 60.0
+# Kimi-K2.5 INT4, 547 GB read lazily (mmap) from /shared: 30-36 min, about 0.28 GB/s.
+LAZY_GB_PER_SECOND = 547 / (33 * 60)
+# `--safetensors-load-strategy prefetch` (vllm#36012): DeepSeek-V3-0324 (~690 GB) weights in 435 s
+# instead of 1500 s on the slower of its two servers, about 1.6 GB/s.
+PREFETCH_GB_PER_SECOND = 690 / 435
+# Weights already in the page cache (pre-warmed while the old model served): reads at memory speed;
+# a maintainer's rule of thumb is 180 GB in ~25 s from a 7 GB/s NVMe (vllm#15862), which we take as
+# the floor of a warm read.
+WARM_GB_PER_SECOND = 180 / 25
+
+
+@dataclass(frozen=True)
+class DowntimeEstimate:
+    mode: str  # blue-green | stop-start
+    seconds: float
+    basis: str
+
+
+def load_seconds(size_gb: float, rate_gb_per_second: float) -> float:
+    return FIXED_START_SECONDS + size_gb / rate_gb_per_second
+
+
+def stop_start_estimate(size_gb: float, prefetch: bool, prewarmed: bool) -> DowntimeEstimate:
+    if prewarmed:
+        rate, how = WARM_GB_PER_SECOND, "pre-warmed page cache"
+    elif prefetch:
+        rate, how = PREFETCH_GB_PER_SECOND, "prefetch"
+    else:
+        rate, how = LAZY_GB_PER_SECOND, "lazy reads"
+    seconds = load_seconds(size_gb, rate)
+    return DowntimeEstimate(
+        "stop-start",
+        seconds,
+        f"{FIXED_START_SECONDS:.0f} s start + {size_gb:g} GB at {rate:.2f} GB/s ({how})",
+    )
+
+
+def describe(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min"
