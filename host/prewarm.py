@@ -1,0 +1,578 @@
+#!/usr/bin/env python3
+"""vllm-fleet prewarm: have the next model's files close at hand while the old model still serves.
+
+    prewarm cache --dir MODEL_DIR [--margin-gib N] [--report-every SECONDS]
+    prewarm copy  --dir MODEL_DIR --to STAGING_DIR [--margin-gib N] [--report-every SECONDS]
+    prewarm read-bytes --unit UNIT     # bytes UNIT's cgroup read from block devices (io.stat rbytes)
+
+`cache` reads the model's files once, weights (*.safetensors, *.bin, *.pt, *.gguf) first, so that the
+vLLM load that follows finds them in the page cache instead of reading a slow or shared (NFS) disk. It
+reads no more than the host can hold: the budget is MemAvailable (/proc/meminfo) minus --margin-gib
+(default 8, left for the new engine's own memory), and the files that do not fit are named and left
+out; the load reads those from disk. Nothing fitting is not a failure.
+
+`copy` copies the model to a host-local staging directory: each file to a temporary name, then renamed,
+with the source's mtime, so that `model-sync check --dir STAGING_DIR` verifies the copy against the
+manifest (.vllm-fleet/manifest.json), which is copied last. Files already there with the same size and
+mtime are skipped, so running it again resumes. It refuses, before copying anything, when the staging
+filesystem lacks the space plus the margin, when the source no longer matches its manifest, or when
+another copy into the same directory runs (a lock in its .vllm-fleet/).
+
+Both skip .vllm-fleet/ (the manifest) and .cache/ (the download client's) as model data, print a progress
+line at most every --report-every seconds (default 10) and a summary with bytes, seconds and MB/s.
+
+Exit status: 0 done, 1 failed (stderr says what to fix), 2 usage. Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import stat
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+# The same names as model_sync.py's (the tools ship as separate files, so neither imports the other;
+# tests/host/test_prewarm.py checks that they agree).
+MANIFEST_DIR = ".vllm-fleet"
+MANIFEST = "manifest.json"
+MANIFEST_REL = f"{MANIFEST_DIR}/{MANIFEST}"
+SKIP_DIRS = frozenset({MANIFEST_DIR, ".cache"})
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
+TMP_SUFFIX = ".prewarm-tmp"
+LOCK = "prewarm.lock"  # in the staging directory's MANIFEST_DIR, beside model-sync's own `lock`
+CHUNK = 16 * 1024 * 1024
+GIB = 1024**3
+DEFAULT_MARGIN_GIB = 8.0
+MEMINFO = Path("/proc/meminfo")
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+Log = Callable[[str], None]
+Clock = Callable[[], float]
+
+
+class Failure(Exception):
+    """What went wrong and what to do about it; main() prints it on stderr and exits 1."""
+
+
+def log(message: str) -> None:
+    try:
+        print(f"prewarm: {message}", flush=True)
+    except BrokenPipeError:
+        # The SSH session that started us is gone; a copy resumes on the next run.
+        os._exit(1)
+
+
+def gib(size: float) -> str:
+    return f"{size / GIB:.2f} GiB"
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    rel: str  # relative to the model directory, with forward slashes
+    size: int
+    mtime_ns: int = 0
+
+    @property
+    def weight(self) -> bool:
+        return self.rel.endswith(WEIGHT_SUFFIXES)
+
+
+def priority(f: ModelFile) -> tuple[bool, str]:
+    """Weights first (the bulk of a load), each group in path order (the order vLLM loads shards)."""
+    return (not f.weight, f.rel)
+
+
+def _raise(error: OSError) -> None:
+    raise error
+
+
+def model_files(directory: Path) -> list[ModelFile]:
+    """The model's regular files (symlinks followed) in priority order, without the manifest, the
+    download client's cache and this tool's own temporary files."""
+    found = []
+    for root, dirs, names in os.walk(directory, onerror=_raise):
+        here = Path(root)
+        if here == directory:
+            dirs[:] = [d for d in dirs if d not in SKIP_DIRS]
+        dirs.sort()
+        for name in names:
+            if name.endswith(TMP_SUFFIX):
+                continue
+            st = (here / name).stat()
+            if stat.S_ISREG(st.st_mode):
+                rel = (here / name).relative_to(directory).as_posix()
+                found.append(ModelFile(rel, st.st_size, st.st_mtime_ns))
+    return sorted(found, key=priority)
+
+
+def mem_available(meminfo: Path = MEMINFO) -> int | None:
+    """MemAvailable in bytes: free memory plus the page cache and slabs the kernel can reclaim."""
+    try:
+        text = meminfo.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        if key == "MemAvailable":
+            value, *unit = rest.split()
+            return int(value) * (1024 if unit == ["kB"] else 1)
+    return None
+
+
+@dataclass(frozen=True)
+class CachePlan:
+    files: tuple[ModelFile, ...]  # to read, in this order
+    left_out: tuple[ModelFile, ...]
+    available: int
+    margin: int
+    budget: int
+
+    @property
+    def size(self) -> int:
+        return sum(f.size for f in self.files)
+
+    @property
+    def left_out_size(self) -> int:
+        return sum(f.size for f in self.left_out)
+
+
+def plan_cache(files: Iterable[ModelFile], available: int, margin: int) -> CachePlan:
+    """Which files to read: in priority order, each one that still fits in MemAvailable minus the margin
+    (a shard that does not fit does not stop a smaller one after it, such as the config or the last
+    shard). The budget is never more than the files' total."""
+    ordered = sorted(files, key=priority)
+    budget = max(0, min(available - margin, sum(f.size for f in ordered)))
+    chosen: list[ModelFile] = []
+    left_out: list[ModelFile] = []
+    used = 0
+    for f in ordered:
+        if used + f.size <= budget:
+            chosen.append(f)
+            used += f.size
+        else:
+            left_out.append(f)
+    return CachePlan(tuple(chosen), tuple(left_out), available, margin, budget)
+
+
+def _eta(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown"
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+class Progress:
+    """Counts bytes and logs `VERB: done of total, MB/s, ETA` at most every `every` seconds."""
+
+    def __init__(self, verb: str, total: int, every: float, log: Log, clock: Clock = time.monotonic) -> None:
+        self.verb = verb
+        self.total = total
+        self.every = every
+        self.log = log
+        self.clock = clock
+        self.done = 0
+        self.start = clock()
+        self.last = self.start
+
+    def add(self, count: int) -> None:
+        self.done += count
+        now = self.clock()
+        if now - self.last >= self.every:
+            self.last = now
+            self.log(self.line(now))
+
+    def rate(self, now: float) -> float:
+        """Bytes per second since the start."""
+        elapsed = now - self.start
+        return self.done / elapsed if elapsed > 0 else 0.0
+
+    def line(self, now: float) -> str:
+        rate = self.rate(now)
+        left = max(0, self.total - self.done)
+        eta = left / rate if rate > 0 else None
+        share = 100 * self.done / self.total if self.total else 100.0
+        return (
+            f"{self.verb}: {gib(self.done)} of {gib(self.total)} ({share:.0f}%), {rate / 1e6:.1f} MB/s, ETA {_eta(eta)}"
+        )
+
+    def summary(self, what: str) -> str:
+        now = self.clock()
+        return (
+            f"{what} {self.done} bytes ({gib(self.done)}) in {now - self.start:.1f} s, {self.rate(now) / 1e6:.1f} MB/s"
+        )
+
+
+def _advise(fd: int, offset: int, length: int, advice: int) -> None:
+    # Advice only: a filesystem that does not take it is read all the same.
+    with contextlib.suppress(OSError):
+        os.posix_fadvise(fd, offset, length, advice)
+
+
+def read_through(
+    path: Path,
+    buffer: bytearray,
+    progress: Progress,
+    sink: BinaryIO | None = None,
+    advise: Callable[[int, int, int, int], None] = _advise,
+) -> int:
+    """Read all of `path` into the reusable `buffer`, chunk by chunk, asking the kernel to fetch the next
+    chunk while this one is read (POSIX_FADV_WILLNEED); each chunk goes to `sink` when one is given.
+    Without a sink the pages stay in the page cache; with one (a copy), the source's pages are dropped
+    behind the read (POSIX_FADV_DONTNEED) so that they do not push the copy's own pages out. Returns
+    the bytes read."""
+    view = memoryview(buffer)
+    size = len(buffer)
+    offset = 0
+    with path.open("rb", buffering=0) as source:
+        fd = source.fileno()
+        end = os.fstat(fd).st_size
+        advise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+        advise(fd, 0, size, os.POSIX_FADV_WILLNEED)
+        while True:
+            if offset + size < end:
+                advise(fd, offset + size, size, os.POSIX_FADV_WILLNEED)
+            count = source.readinto(view)
+            if not count:
+                break
+            if sink is not None:
+                sink.write(view[:count])
+                advise(fd, offset, count, os.POSIX_FADV_DONTNEED)
+            offset += count
+            progress.add(count)
+    return offset
+
+
+def cache(
+    directory: Path,
+    margin: int,
+    every: float,
+    log: Log = log,
+    available: Callable[[], int | None] = mem_available,
+    clock: Clock = time.monotonic,
+    chunk: int = CHUNK,
+) -> CachePlan:
+    if not directory.is_dir():
+        raise Failure(f"{directory} is not a directory; pass the model's directory as --dir")
+    files = model_files(directory)
+    if not files:
+        raise Failure(f"{directory} holds no model files; pass the model's directory as --dir")
+    free = available()
+    if free is None:
+        raise Failure(f"cannot read MemAvailable from {MEMINFO}; this tool needs Linux 3.14 or later")
+    plan = plan_cache(files, free, margin)
+    total = sum(f.size for f in files)
+    log(
+        f"{directory}: {len(files)} files, {gib(total)}; MemAvailable {gib(free)} minus the margin "
+        f"{gib(margin)} leaves a budget of {gib(plan.budget)}"
+    )
+    if plan.left_out:
+        names = ", ".join(f.rel for f in plan.left_out[:3]) + (", ..." if len(plan.left_out) > 3 else "")
+        log(
+            f"leaving out {len(plan.left_out)} file(s), {gib(plan.left_out_size)} of {gib(total)}, which do "
+            f"not fit in MemAvailable minus the margin (the load reads them from disk): {names}"
+        )
+    if not plan.files:
+        log("nothing to read: no file fits in the budget")
+        return plan
+    progress = Progress("reading", plan.size, every, log, clock)
+    buffer = bytearray(chunk)
+    for f in plan.files:
+        read_through(directory / f.rel, buffer, progress)
+    log(progress.summary(f"read {len(plan.files)} file(s):") + f"; {len(plan.left_out)} file(s) left out")
+    return plan
+
+
+def read_manifest(directory: Path) -> dict[str, Any]:
+    path = directory / MANIFEST_DIR / MANIFEST
+    try:
+        data = json.loads(path.read_text())
+    except OSError:
+        raise Failure(
+            f"{directory} has no verified manifest ({path}); download it with `model-sync sync` first"
+        ) from None
+    except ValueError as error:
+        raise Failure(f"{path} is not valid JSON ({error}); run `model-sync sync` again") from None
+    if not isinstance(data, dict) or not isinstance(data.get("files"), dict):
+        raise Failure(f"{path} lists no files; run `model-sync sync` again")
+    return data
+
+
+def changed_files(directory: Path, manifest: Mapping[str, Any]) -> list[str]:
+    """Files whose size or mtime differ from the manifest, or that are gone (model-sync check's test)."""
+    changed = []
+    for rel, recorded in manifest["files"].items():
+        try:
+            st = (directory / rel).stat()
+        except OSError:
+            changed.append(rel)
+            continue
+        if st.st_size != recorded["size"] or st.st_mtime_ns != recorded["mtime_ns"]:
+            changed.append(rel)
+    return changed
+
+
+@dataclass(frozen=True)
+class CopyPlan:
+    files: tuple[ModelFile, ...]  # to copy, in this order
+    unchanged: tuple[ModelFile, ...]  # already at the destination with the same size and mtime
+    need: int  # the most extra bytes the destination holds at any point of the copy
+
+    @property
+    def size(self) -> int:
+        return sum(f.size for f in self.files)
+
+
+def plan_copy(files: Iterable[ModelFile], present: Mapping[str, ModelFile]) -> CopyPlan:
+    """What to copy, given what the destination already has. Each file is written beside the one it
+    replaces and renamed over it, so the peak is counted file by file rather than as a plain sum."""
+    to_copy: list[ModelFile] = []
+    unchanged: list[ModelFile] = []
+    for f in files:
+        there = present.get(f.rel)
+        if there is not None and there.size == f.size and there.mtime_ns == f.mtime_ns:
+            unchanged.append(f)
+        else:
+            to_copy.append(f)
+    used = 0
+    need = 0
+    for f in to_copy:
+        replaced = present[f.rel].size if f.rel in present else 0
+        need = max(need, used + f.size)
+        used += f.size - replaced
+    return CopyPlan(tuple(to_copy), tuple(unchanged), need)
+
+
+def remove_leftovers(directory: Path) -> int:
+    """Delete the temporary files of a copy that was interrupted."""
+    removed = 0
+    if directory.is_dir():
+        for path in directory.rglob(f"*{TMP_SUFFIX}"):
+            path.unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
+def _stat_present(directory: Path, files: Iterable[ModelFile]) -> dict[str, ModelFile]:
+    present = {}
+    for f in files:
+        try:
+            st = (directory / f.rel).stat()
+        except FileNotFoundError:
+            continue
+        present[f.rel] = ModelFile(f.rel, st.st_size, st.st_mtime_ns)
+    return present
+
+
+def copy_file(source: Path, target: Path, buffer: bytearray, progress: Progress) -> None:
+    """Copy to `target` + TMP_SUFFIX, give it the source's mode and times, sync it, rename it over
+    `target`: a reader sees the old file or the whole new one, never a part."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_name(target.name + TMP_SUFFIX)
+    try:
+        with temporary.open("wb") as sink:
+            read_through(source, buffer, progress, sink=sink)
+            sink.flush()
+            os.fsync(sink.fileno())
+        st = source.stat()
+        os.chmod(temporary, stat.S_IMODE(st.st_mode))
+        os.utime(temporary, ns=(st.st_atime_ns, st.st_mtime_ns))
+        os.replace(temporary, target)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def _sync_dirs(directories: Iterable[Path]) -> None:
+    for directory in directories:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def copy(
+    source: Path,
+    target: Path,
+    margin: int,
+    every: float,
+    log: Log = log,
+    disk_free: Callable[[Path], int] = lambda path: shutil.disk_usage(path).free,
+    clock: Clock = time.monotonic,
+    chunk: int = CHUNK,
+) -> CopyPlan:
+    if not source.is_dir():
+        raise Failure(f"{source} is not a directory; pass the model's directory as --dir")
+    manifest = read_manifest(source)
+    changed = changed_files(source, manifest)
+    if changed:
+        raise Failure(
+            f"{len(changed)} file(s) in {source} changed since they were verified: {', '.join(changed[:5])}"
+            f"{', ...' if len(changed) > 5 else ''}. Run `model-sync verify --repair --dir {source}` first; "
+            "nothing was copied."
+        )
+    st = (source / MANIFEST_REL).stat()
+    files = [*model_files(source), ModelFile(MANIFEST_REL, st.st_size, st.st_mtime_ns)]  # the manifest last
+    with _locked(target):
+        return _copy(source, target, files, manifest, margin, every, log, disk_free, clock, chunk)
+
+
+@contextlib.contextmanager
+def _locked(target: Path) -> Iterator[None]:
+    """One copy into a directory at a time: two would write the same temporary files."""
+    path = target / MANIFEST_DIR / LOCK
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise Failure(
+                f"another `prewarm copy` into {target} is still running (it holds {path}); let it finish"
+            ) from None
+        yield
+
+
+def _copy(
+    source: Path,
+    target: Path,
+    files: list[ModelFile],
+    manifest: Mapping[str, Any],
+    margin: int,
+    every: float,
+    log: Log,
+    disk_free: Callable[[Path], int],
+    clock: Clock,
+    chunk: int,
+) -> CopyPlan:
+    removed = remove_leftovers(target)
+    if removed:
+        log(f"removed {removed} temporary file(s) left by an interrupted copy")
+    plan = plan_copy(files, _stat_present(target, files))
+    if not plan.files:
+        log(f"{target} already holds all {len(files)} files of {source} unchanged (no bytes read)")
+    else:
+        free = disk_free(target)
+        if plan.need > free - margin:
+            raise Failure(
+                f"not enough space in {target}: the copy needs {gib(plan.need)}, the filesystem has "
+                f"{gib(free)} free and the margin is {gib(margin)}, so it is short of "
+                f"{gib(plan.need - (free - margin))}. Free that much there, or lower --margin-gib; "
+                "nothing was copied."
+            )
+        log(
+            f"copying {len(plan.files)} file(s), {gib(plan.size)}, from {source} to {target}; "
+            f"{len(plan.unchanged)} file(s) already there unchanged"
+        )
+        # A manifest of another revision must go first: until the new one lands (last), an interrupted
+        # copy must not pass `model-sync check` as a complete model. The same manifest may stay, since
+        # each file is renamed into place only with its final size and mtime.
+        if any(f.rel == MANIFEST_REL for f in plan.files):
+            (target / MANIFEST_REL).unlink(missing_ok=True)
+        progress = Progress("copying", plan.size, every, log, clock)
+        buffer = bytearray(chunk)
+        for f in plan.files:  # the manifest is last (model_files does not list it)
+            copy_file(source / f.rel, target / f.rel, buffer, progress)
+        _sync_dirs({(target / f.rel).parent for f in plan.files})
+        log(progress.summary(f"copied {len(plan.files)} file(s):"))
+    strays = sorted({f.rel for f in model_files(target)} - {f.rel for f in files})
+    if strays:
+        log(
+            f"left alone {len(strays)} file(s) in {target} that {source} does not have: {', '.join(strays[:5])}"
+            f"{', ...' if len(strays) > 5 else ''} (remove them if vLLM should not see them)"
+        )
+    changed = changed_files(target, manifest)
+    if changed:
+        raise Failure(
+            f"the copy in {target} does not match the manifest: {', '.join(changed[:5])}"
+            f"{', ...' if len(changed) > 5 else ''}; did {source} change during the copy? Run the copy again."
+        )
+    log(
+        f"{target} matches the manifest of {manifest.get('repo')}@{manifest.get('revision')}: "
+        f"{len(manifest['files'])} files (`model-sync check --dir {target}` says the same)"
+    )
+    return plan
+
+
+def cgroup_read_bytes(unit: str, root: Path = CGROUP_ROOT) -> int | None:
+    """Bytes a systemd service has read from block devices since its cgroup was made (it goes with
+    the unit): the rbytes of /sys/fs/cgroup/system.slice/UNIT/io.stat, summed over devices. None when
+    there is no such file (the unit is not running, or systemd does not account its I/O: IOAccounting=).
+    Reads over NFS do not go through a block device and are not counted."""
+    if not unit.endswith((".service", ".scope")):
+        unit += ".service"
+    try:
+        text = (root / "system.slice" / unit / "io.stat").read_text()
+    except OSError:
+        return None
+    total = 0
+    for line in text.splitlines():
+        for field in line.split()[1:]:
+            key, _, value = field.partition("=")
+            if key == "rbytes":
+                total += int(value)
+    return total
+
+
+def _overlap(a: Path, b: Path) -> bool:
+    a, b = a.resolve(), b.resolve()
+    return a == b or a in b.parents or b in a.parents
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="prewarm", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_cache = sub.add_parser("cache", help="read the model into the page cache, as far as free RAM allows")
+    p_copy = sub.add_parser("copy", help="copy the model to a host-local staging directory")
+    for p, margin in ((p_cache, "of MemAvailable left unread"), (p_copy, "left free on the staging filesystem")):
+        p.add_argument("--dir", required=True, type=Path, help="the model's directory")
+        p.add_argument("--margin-gib", type=float, default=DEFAULT_MARGIN_GIB, help=f"GiB {margin} (default 8)")
+        p.add_argument("--report-every", type=float, default=10.0, help="seconds between progress lines (10)")
+    p_copy.add_argument("--to", required=True, type=Path, help="the staging directory")
+    p_read = sub.add_parser("read-bytes", help="print the bytes UNIT's cgroup read from block devices")
+    p_read.add_argument("--unit", required=True)
+    args = parser.parse_args(argv)
+    if getattr(args, "margin_gib", 0.0) < 0 or getattr(args, "report_every", 0.0) < 0:
+        parser.error("--margin-gib and --report-every take a number of at least 0")
+    if args.command == "copy" and _overlap(args.dir, args.to):
+        parser.error(f"--to {args.to} overlaps --dir {args.dir}; pick a staging directory outside the model's")
+    try:
+        if args.command == "cache":
+            cache(args.dir, int(args.margin_gib * GIB), args.report_every)
+        elif args.command == "copy":
+            copy(args.dir, args.to, int(args.margin_gib * GIB), args.report_every)
+        else:
+            read = cgroup_read_bytes(args.unit, CGROUP_ROOT)
+            if read is None:
+                raise Failure(
+                    f"no io.stat for {args.unit} under {CGROUP_ROOT}/system.slice: is it running, with "
+                    "IOAccounting=yes (or DefaultIOAccounting=yes in systemd's system.conf)?"
+                )
+            print(read)
+    except Failure as failure:
+        print(f"prewarm: {failure}", file=sys.stderr)
+        return 1
+    except OSError as error:
+        print(f"prewarm: {error}; nothing more was done", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

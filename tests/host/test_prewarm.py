@@ -1,0 +1,446 @@
+"""prewarm's plans (what fits in RAM, what a copy must write and how much space it needs at most) as
+pure functions, and its two modes on real files in a temporary directory: `cache` reads every byte it
+plans to, `copy` writes a staging copy that model-sync's own `check` accepts."""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from host import model_sync, prewarm
+from tests.conftest import ROOT
+
+GIB = prewarm.GIB
+PREWARM = ROOT / "host" / "prewarm.py"
+MODEL_SYNC = ROOT / "host" / "model_sync.py"
+
+
+def f(rel: str, size: int) -> prewarm.ModelFile:
+    return prewarm.ModelFile(rel, size)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+# A small model: two shards, an index, a config, a tokenizer in a subfolder; sizes not multiples of a chunk.
+MODEL = {
+    "model-00001-of-00002.safetensors": 3000,
+    "model-00002-of-00002.safetensors": 1700,
+    "model.safetensors.index.json": 120,
+    "config.json": 50,
+    "tokenizer/tokenizer.json": 333,
+}
+
+
+def make_model(directory: Path, files: dict[str, int] = MODEL, manifest: bool = True) -> Path:
+    for index, (rel, size) in enumerate(files.items()):
+        path = directory / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(bytes((index + i) % 251 for i in range(size)))
+        os.utime(path, ns=(1_600_000_000_000_000_000 + index, 1_600_000_000_123_456_789 + index))
+    # What model-sync and the download client keep beside the model: not model data.
+    (directory / ".cache" / "huggingface" / "download").mkdir(parents=True, exist_ok=True)
+    (directory / ".cache" / "huggingface" / "download" / "config.json.metadata").write_text("x" * 999)
+    if manifest:
+        entries = {rel: {**model_sync.stat_entry(directory / rel), "hash": "0" * 64} for rel in files}
+        model_sync.write_manifest(directory, "org/model", "a" * 40, entries)
+        (directory / model_sync.MANIFEST_DIR / "lock").touch()
+    return directory
+
+
+def sync_check(directory: Path) -> int:
+    """model-sync's own `check`, in process: what the swap runs before it trusts a model directory."""
+    return model_sync.check(argparse.Namespace(dir=str(directory)))
+
+
+def test_shares_the_manifest_location_with_model_sync() -> None:
+    assert (prewarm.MANIFEST_DIR, prewarm.MANIFEST) == (model_sync.MANIFEST_DIR, model_sync.MANIFEST)
+    assert model_sync.HF_CACHE.parts[0] in prewarm.SKIP_DIRS
+
+
+def test_model_files_lists_weights_first_and_skips_manifest_cache_and_leftovers(tmp_path: Path) -> None:
+    make_model(tmp_path)
+    (tmp_path / "consolidated.pt").write_bytes(b"p" * 10)
+    (tmp_path / "config.json.prewarm-tmp").write_bytes(b"t")
+    (tmp_path / "link.json").symlink_to("config.json")
+    files = prewarm.model_files(tmp_path)
+    assert [x.rel for x in files] == [
+        "consolidated.pt",
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+        "config.json",
+        "link.json",
+        "model.safetensors.index.json",
+        "tokenizer/tokenizer.json",
+    ]
+    by_rel = {x.rel: x for x in files}
+    assert by_rel["tokenizer/tokenizer.json"].size == 333
+    assert by_rel["config.json"].mtime_ns == (tmp_path / "config.json").stat().st_mtime_ns
+
+
+def test_plan_reads_weights_first_and_stops_at_the_budget() -> None:
+    files = [f("config.json", 1), f("b.safetensors", 40), f("a.safetensors", 40), f("c.gguf", 15), f("t.json", 30)]
+    plan = prewarm.plan_cache(files, available=100, margin=10)
+    assert plan.budget == 90
+    # a and b fill 80 of 90: c (15) no longer fits, the config (1) still does; t (30) does not.
+    assert [x.rel for x in plan.files] == ["a.safetensors", "b.safetensors", "config.json"]
+    assert [x.rel for x in plan.left_out] == ["c.gguf", "t.json"]
+    assert plan.size == 81 and plan.left_out_size == 45
+    assert plan.size <= plan.available - plan.margin
+
+
+def test_plan_budget_is_never_more_than_the_files_and_the_margin_is_kept() -> None:
+    files = [f("a.bin", 5 * GIB), f("b.bin", 5 * GIB)]
+    everything = prewarm.plan_cache(files, available=500 * GIB, margin=8 * GIB)
+    assert everything.budget == 10 * GIB and not everything.left_out
+    one = prewarm.plan_cache(files, available=14 * GIB, margin=8 * GIB)
+    assert one.budget == 6 * GIB and [x.rel for x in one.files] == ["a.bin"]
+    none = prewarm.plan_cache(files, available=18 * GIB - 1, margin=8 * GIB)
+    assert [x.rel for x in none.files] == ["a.bin"]  # 10 GiB - 1 byte: the second does not fit
+    short = prewarm.plan_cache(files, available=7 * GIB, margin=8 * GIB)
+    assert short.budget == 0 and short.files == () and len(short.left_out) == 2
+
+
+def test_mem_available_reads_meminfo_in_bytes(tmp_path: Path) -> None:
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       263842064 kB\nMemFree:         1200 kB\nMemAvailable:   201234567 kB\n")
+    assert prewarm.mem_available(meminfo) == 201234567 * 1024
+    meminfo.write_text("MemTotal:       263842064 kB\n")
+    assert prewarm.mem_available(meminfo) is None
+    assert prewarm.mem_available(tmp_path / "absent") is None
+    assert prewarm.mem_available() is not None  # this machine's own
+
+
+def test_progress_reports_at_most_every_period_with_rate_and_eta() -> None:
+    clock = Clock()
+    lines: list[str] = []
+    progress = prewarm.Progress("reading", 10 * GIB, 10, lines.append, clock)
+    clock.now += 4
+    progress.add(2 * GIB)
+    assert lines == []
+    clock.now += 6  # 10 s, 4 GiB: 429.5 MB/s, 6 GiB left: 15 s
+    progress.add(2 * GIB)
+    assert lines == ["reading: 4.00 GiB of 10.00 GiB (40%), 429.5 MB/s, ETA 15 s"]
+    clock.now += 9.9
+    progress.add(1)
+    assert len(lines) == 1
+    clock.now = 100 + 200  # 4 GiB in 200 s, 6 GiB left: 300 s
+    progress.add(0)
+    assert lines[-1] == "reading: 4.00 GiB of 10.00 GiB (40%), 21.5 MB/s, ETA 5 min 00 s"
+    assert progress.summary("read 2 file(s):") == "read 2 file(s): 4294967297 bytes (4.00 GiB) in 200.0 s, 21.5 MB/s"
+
+
+def test_read_through_reads_every_byte_and_asks_for_the_next_chunk(tmp_path: Path) -> None:
+    path = tmp_path / "w.safetensors"
+    data = os.urandom(10_000)
+    path.write_bytes(data)
+    advice: list[tuple[int, int, int]] = []
+    progress = prewarm.Progress("reading", len(data), 1000, lambda _m: None, Clock())
+
+    def advise(fd: int, offset: int, length: int, what: int) -> None:
+        advice.append((offset, length, what))
+
+    class Sink:
+        def __init__(self) -> None:
+            self.data = bytearray()
+
+        def write(self, chunk: memoryview) -> int:
+            self.data += chunk
+            return len(chunk)
+
+    assert prewarm.read_through(path, bytearray(4096), progress, advise=advise) == 10_000
+    assert progress.done == 10_000
+    willneed = [(o, n) for o, n, w in advice if w == os.POSIX_FADV_WILLNEED]
+    assert willneed == [(0, 4096), (4096, 4096), (8192, 4096)]  # never past the end
+    assert (0, 0, os.POSIX_FADV_SEQUENTIAL) in advice
+    assert not [a for a in advice if a[2] == os.POSIX_FADV_DONTNEED]
+
+    sink = Sink()
+    advice.clear()
+    prewarm.read_through(path, bytearray(4096), progress, sink=sink, advise=advise)  # type: ignore[arg-type]
+    assert bytes(sink.data) == data
+    assert [(o, n) for o, n, w in advice if w == os.POSIX_FADV_DONTNEED] == [(0, 4096), (4096, 4096), (8192, 1808)]
+
+
+def test_cache_reads_all_of_every_file_and_reports(tmp_path: Path) -> None:
+    make_model(tmp_path)
+    lines: list[str] = []
+    clock = Clock()
+    opened: list[str] = []
+    real = prewarm.read_through
+
+    def recording(path: Path, *args: object, **kwargs: object) -> int:
+        count = real(path, *args, **kwargs)  # type: ignore[arg-type]
+        opened.append(f"{path.relative_to(tmp_path)}={count}")
+        clock.now += 1
+        return count
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(prewarm, "read_through", recording)
+        plan = prewarm.cache(tmp_path, 8 * GIB, 2, lines.append, lambda: 64 * GIB, clock, chunk=1024)
+    assert opened == [
+        "model-00001-of-00002.safetensors=3000",
+        "model-00002-of-00002.safetensors=1700",
+        "config.json=50",
+        "model.safetensors.index.json=120",
+        "tokenizer/tokenizer.json=333",
+    ]
+    assert plan.left_out == ()
+    total = sum(MODEL.values())
+    assert lines[0].startswith(f"{tmp_path}: 5 files, 0.00 GiB; MemAvailable 64.00 GiB minus the margin 8.00 GiB")
+    assert [x for x in lines if x.startswith("reading: ")]  # a progress line every 2 (fake) seconds
+    assert lines[-1] == f"read 5 file(s): {total} bytes (0.00 GiB) in 5.0 s, 0.0 MB/s; 0 file(s) left out"
+
+
+def test_cache_leaves_out_what_does_not_fit_and_says_why(tmp_path: Path) -> None:
+    make_model(tmp_path)
+    lines: list[str] = []
+    # 4800 bytes over the margin: the first shard (3000), then the small files; not the second shard.
+    plan = prewarm.cache(tmp_path, 8 * GIB, 10, lines.append, lambda: 8 * GIB + 3600, Clock())
+    assert [x.rel for x in plan.files] == [
+        "model-00001-of-00002.safetensors",
+        "config.json",
+        "model.safetensors.index.json",
+        "tokenizer/tokenizer.json",
+    ]
+    (left,) = [x for x in lines if x.startswith("leaving out")]
+    assert "1 file(s)" in left and "model-00002-of-00002.safetensors" in left
+    assert "do not fit in MemAvailable minus the margin" in left
+    assert lines[-1].startswith(f"read 4 file(s): {3000 + 50 + 120 + 333} bytes")
+
+
+def test_cache_reads_nothing_when_memory_is_below_the_margin(tmp_path: Path) -> None:
+    make_model(tmp_path)
+    lines: list[str] = []
+    plan = prewarm.cache(tmp_path, 8 * GIB, 10, lines.append, lambda: 6 * GIB, Clock())
+    assert plan.files == () and len(plan.left_out) == 5
+    assert "budget of 0.00 GiB" in lines[0]
+    assert lines[-1] == "nothing to read: no file fits in the budget"
+
+
+def test_cache_fails_on_a_wrong_directory(tmp_path: Path) -> None:
+    with pytest.raises(prewarm.Failure, match="is not a directory"):
+        prewarm.cache(tmp_path / "absent", 0, 10, lambda _m: None, lambda: GIB)
+    (tmp_path / ".vllm-fleet").mkdir()
+    with pytest.raises(prewarm.Failure, match="holds no model files"):
+        prewarm.cache(tmp_path, 0, 10, lambda _m: None, lambda: GIB)
+
+
+def test_copy_writes_a_copy_that_model_sync_check_accepts(tmp_path: Path) -> None:
+    source = make_model(tmp_path / "shared" / "m")
+    target = tmp_path / "local" / "m"
+    lines: list[str] = []
+    plan = prewarm.copy(source, target, 8 * GIB, 10, lines.append, lambda _p: 100 * GIB, Clock())
+    assert [x.rel for x in plan.files][-1] == ".vllm-fleet/manifest.json"
+    assert len(plan.files) == 6 and plan.unchanged == ()
+    for rel in MODEL:
+        assert (target / rel).read_bytes() == (source / rel).read_bytes()
+        assert (target / rel).stat().st_mtime_ns == (source / rel).stat().st_mtime_ns
+    assert not (target / ".cache").exists()
+    assert not (target / ".vllm-fleet" / "lock").exists()  # model-sync's, not copied
+    assert not list(target.rglob("*.prewarm-tmp"))
+    assert sync_check(target) == 0
+    assert lines[-1].startswith(f"{target} matches the manifest of org/model@{'a' * 40}: 5 files")
+
+
+def test_copy_again_skips_what_is_there_and_redoes_what_changed(tmp_path: Path) -> None:
+    source = make_model(tmp_path / "shared" / "m")
+    target = tmp_path / "local" / "m"
+    prewarm.copy(source, target, 0, 10, lambda _m: None, lambda _p: 100 * GIB, Clock())
+    inode = (target / "model-00001-of-00002.safetensors").stat().st_ino
+    lines: list[str] = []
+    again = prewarm.copy(source, target, 0, 10, lines.append, lambda _p: 100 * GIB, Clock())
+    assert again.files == () and len(again.unchanged) == 6
+    assert lines[0] == f"{target} already holds all 6 files of {source} unchanged (no bytes read)"
+    assert (target / "model-00001-of-00002.safetensors").stat().st_ino == inode
+
+    (target / "config.json").write_text("{}")  # changed at the destination: copied again
+    (target / "tokenizer" / "tokenizer.json").unlink()  # gone: copied again
+    assert sync_check(target) == 1
+    third = prewarm.copy(source, target, 0, 10, lambda _m: None, lambda _p: 100 * GIB, Clock())
+    assert sorted(x.rel for x in third.files) == ["config.json", "tokenizer/tokenizer.json"]
+    assert (target / "model-00001-of-00002.safetensors").stat().st_ino == inode
+    assert sync_check(target) == 0
+
+
+def test_copy_refuses_when_the_disk_is_short_and_writes_nothing(tmp_path: Path) -> None:
+    source = make_model(tmp_path / "shared" / "m")
+    target = tmp_path / "local" / "m"
+    asked: list[Path] = []
+    need = sum(MODEL.values()) + (source / ".vllm-fleet" / "manifest.json").stat().st_size
+
+    def free(path: Path) -> int:
+        asked.append(path)
+        return 8 * GIB + need - 1
+
+    with pytest.raises(prewarm.Failure) as refused:
+        prewarm.copy(source, target, 8 * GIB, 10, lambda _m: None, free, Clock())
+    assert asked == [target]
+    assert f"not enough space in {target}" in str(refused.value)
+    assert "short of 0.00 GiB" in str(refused.value) and "nothing was copied" in str(refused.value)
+    assert [p.relative_to(target).as_posix() for p in target.rglob("*")] == [".vllm-fleet", ".vllm-fleet/prewarm.lock"]
+    prewarm.copy(source, target, 8 * GIB, 10, lambda _m: None, lambda _p: 8 * GIB + need, Clock())
+    assert sync_check(target) == 0
+
+
+def test_one_copy_into_a_directory_at_a_time(tmp_path: Path) -> None:
+    source = make_model(tmp_path / "m")
+    target = tmp_path / "s"
+    (target / ".vllm-fleet").mkdir(parents=True)
+    with (target / ".vllm-fleet" / "prewarm.lock").open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(prewarm.Failure, match=r"another `prewarm copy` into .* is still running"):
+            prewarm.copy(source, target, 0, 10, lambda _m: None, lambda _p: GIB, Clock())
+    assert not (target / "config.json").exists()
+    prewarm.copy(source, target, 0, 10, lambda _m: None, lambda _p: GIB, Clock())
+    assert sync_check(target) == 0
+
+
+def test_plan_copy_counts_the_peak_of_replacing_files_one_by_one() -> None:
+    files = [prewarm.ModelFile("a", 100, 1), prewarm.ModelFile("b", 50, 1), prewarm.ModelFile("c", 10, 1)]
+    assert prewarm.plan_copy(files, {}).need == 160
+    present = {"a": prewarm.ModelFile("a", 100, 1), "b": prewarm.ModelFile("b", 80, 0)}
+    plan = prewarm.plan_copy(files, present)
+    assert [x.rel for x in plan.files] == ["b", "c"] and [x.rel for x in plan.unchanged] == ["a"]
+    # b's 50 are written beside its old 80 (peak 50), then the old goes (-30); c adds 10 (peak -20).
+    assert plan.need == 50
+    # The same size with another mtime is another file.
+    assert prewarm.plan_copy(files, {"c": prewarm.ModelFile("c", 10, 2)}).need == 160
+
+
+def test_copy_refuses_a_source_that_changed_since_it_was_verified(tmp_path: Path) -> None:
+    source = make_model(tmp_path / "m")
+    (source / "config.json").write_text('{"changed": true}')
+    with pytest.raises(prewarm.Failure, match=r"1 file\(s\) in .* changed since they were verified: config.json"):
+        prewarm.copy(source, tmp_path / "s", 0, 10, lambda _m: None, lambda _p: GIB, Clock())
+    assert not (tmp_path / "s").exists()
+    bare = make_model(tmp_path / "bare", manifest=False)
+    with pytest.raises(prewarm.Failure, match="has no verified manifest"):
+        prewarm.copy(bare, tmp_path / "s", 0, 10, lambda _m: None, lambda _p: GIB, Clock())
+
+
+def test_an_interrupted_copy_over_another_revision_fails_model_sync_check(tmp_path: Path) -> None:
+    old = make_model(tmp_path / "old", {"model.safetensors": 900, "config.json": 10})
+    target = tmp_path / "local"
+    prewarm.copy(old, target, 0, 10, lambda _m: None, lambda _p: GIB, Clock())
+    assert sync_check(target) == 0
+    new = make_model(tmp_path / "new")
+    calls = []
+    real = prewarm.copy_file
+
+    def failing(source: Path, *args: object) -> None:
+        calls.append(source.name)
+        if len(calls) == 2:
+            raise OSError(5, "Input/output error", str(source))
+        real(source, *args)  # type: ignore[arg-type]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(prewarm, "copy_file", failing)
+        with pytest.raises(OSError):
+            prewarm.copy(new, target, 0, 10, lambda _m: None, lambda _p: GIB, Clock())
+    # The old revision's files are still there, but not its manifest: nothing passes for a complete model.
+    assert (target / "model.safetensors").exists()
+    assert not (target / ".vllm-fleet" / "manifest.json").exists()
+    assert sync_check(target) == 1
+    lines: list[str] = []
+    prewarm.copy(new, target, 0, 10, lines.append, lambda _p: GIB, Clock())
+    assert sync_check(target) == 0
+    assert any(x.startswith("left alone 1 file(s)") and "model.safetensors" in x for x in lines)
+
+
+def test_copy_file_leaves_no_temporary_behind_when_it_fails(tmp_path: Path) -> None:
+    source = tmp_path / "a.bin"
+    source.write_bytes(b"x" * 5000)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "b.bin.prewarm-tmp").write_bytes(b"left by a killed run")
+
+    class Boom(Exception):
+        pass
+
+    class Interrupted(prewarm.Progress):
+        def add(self, count: int) -> None:
+            super().add(count)
+            if self.done >= 2048:  # two chunks are in the temporary file
+                raise Boom
+
+    progress = Interrupted("copying", 5000, 10, lambda _m: None, Clock())
+    with pytest.raises(Boom):
+        prewarm.copy_file(source, tmp_path / "out" / "a.bin", bytearray(1024), progress)
+    assert not (tmp_path / "out" / "a.bin.prewarm-tmp").exists() and not (tmp_path / "out" / "a.bin").exists()
+    assert prewarm.remove_leftovers(tmp_path / "out") == 1
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_cgroup_read_bytes_sums_rbytes_over_devices(tmp_path: Path) -> None:
+    unit = tmp_path / "system.slice" / "vllm-chat.service"
+    unit.mkdir(parents=True)
+    (unit / "io.stat").write_text(
+        "259:0 rbytes=1048576 wbytes=4096 rios=12 wios=1 dbytes=0 dios=0\n"
+        "8:16 rbytes=524288 wbytes=0 rios=4 wios=0 dbytes=0 dios=0\n"
+    )
+    assert prewarm.cgroup_read_bytes("vllm-chat.service", tmp_path) == 1572864
+    assert prewarm.cgroup_read_bytes("vllm-chat", tmp_path) == 1572864
+    assert prewarm.cgroup_read_bytes("vllm-other.service", tmp_path) is None
+    (unit / "io.stat").write_text("")  # accounted, nothing read yet
+    assert prewarm.cgroup_read_bytes("vllm-chat", tmp_path) == 0
+
+
+def test_main_exit_codes_and_messages(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(SystemExit) as usage:
+        prewarm.main(["cache"])
+    assert usage.value.code == 2
+    model = make_model(tmp_path / "m")
+    with pytest.raises(SystemExit) as overlap:
+        prewarm.main(["copy", "--dir", str(model), "--to", str(model / "staging")])
+    assert overlap.value.code == 2 and "overlaps --dir" in capsys.readouterr().err
+    assert prewarm.main(["cache", "--dir", str(tmp_path / "absent")]) == 1
+    assert capsys.readouterr().err.startswith(f"prewarm: {tmp_path / 'absent'} is not a directory")
+
+    unit = tmp_path / "cg" / "system.slice" / "vllm-a.service"
+    unit.mkdir(parents=True)
+    (unit / "io.stat").write_text("8:0 rbytes=42 wbytes=0\n")
+    monkeypatch.setattr(prewarm, "CGROUP_ROOT", tmp_path / "cg")
+    assert prewarm.main(["read-bytes", "--unit", "vllm-a"]) == 0
+    assert capsys.readouterr().out == "42\n"
+    assert prewarm.main(["read-bytes", "--unit", "vllm-b"]) == 1
+    assert "IOAccounting=yes" in capsys.readouterr().err
+
+
+def test_the_installed_files_run_as_programs(tmp_path: Path) -> None:
+    """As the host runs them: the files by path, this machine's /proc/meminfo, model-sync's CLI."""
+    model = make_model(tmp_path / "m")
+    cached = subprocess.run(
+        [sys.executable, str(PREWARM), "cache", "--dir", str(model), "--margin-gib", "0"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert cached.returncode == 0, cached.stderr
+    assert cached.stdout.splitlines()[-1].startswith(f"prewarm: read 5 file(s): {sum(MODEL.values())} bytes")
+    copied = subprocess.run(
+        [sys.executable, str(PREWARM), "copy", "--dir", str(model), "--to", str(tmp_path / "s"), "--margin-gib", "0"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert copied.returncode == 0, copied.stderr
+    checked = subprocess.run(
+        [sys.executable, str(MODEL_SYNC), "check", "--dir", str(tmp_path / "s")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert checked.returncode == 0 and checked.stdout == f"model-sync: org/model@{'a' * 40}: 5 files unchanged\n"
