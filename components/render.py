@@ -54,6 +54,7 @@ HOST_TOOLS: dict[str, Path] = {
     "vllm-args-check": HOST_PROGRAMS / "vllm_args_check.py",
     "swap": HOST_PROGRAMS / "swap.py",
     "survey": HOST_PROGRAMS / "survey.py",
+    "prewarm": HOST_PROGRAMS / "prewarm.py",
     "clean-shm": FILES / "clean-shm.sh",
 }
 HEREDOC_DELIMITER = "VLLM_FLEET_EOF"
@@ -486,6 +487,7 @@ def swap_plan(rd: ResolvedDeployment, stack: str) -> dict[str, object]:
         "readiness_address": rd.deployment.readiness_address,
         "swap_mode": rd.deployment.swap_mode.value,
         "drain_seconds": rd.deployment.drain_seconds,
+        "prewarm_margin_gib": rd.deployment.prewarm_margin_gib,
         "model_dir": rd.model_path,
         "python": rd.host.runtime.python,
         "tools_dir": TOOLS_DIR,

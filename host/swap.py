@@ -91,6 +91,8 @@ class Plan:
     readiness_address: str = "127.0.0.1"
     swap_mode: str = "auto"
     drain_seconds: int = 120
+    # Read the model into the page cache before anything stops (RAM minus this margin at most); None: off.
+    prewarm_margin_gib: float | None = 8.0
 
     @property
     def owner(self) -> str:
@@ -509,6 +511,34 @@ class Transaction:
         if result.returncode != 0:
             raise SwapRefused(f"the model files in {self.plan.model_dir} do not match their verified manifest")
 
+    def prewarm(self) -> None:
+        """Read the new model into the page cache while the old one serves: its load then reads RAM, not
+        a slow or shared disk. An optimisation only: a failure is said and the swap goes on."""
+        if self.plan.prewarm_margin_gib is None:
+            return
+        started = now()
+        result = subprocess.run(
+            [
+                self.plan.python,
+                f"{self.plan.tools_dir}/prewarm",
+                "cache",
+                "--dir",
+                self.plan.model_dir,
+                "--margin-gib",
+                f"{self.plan.prewarm_margin_gib:g}",
+                "--report-every",
+                str(self.plan.report_every),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        for line in (result.stdout + result.stderr).splitlines():
+            self.log(line)
+        if result.returncode != 0:
+            self.log(f"pre-warm failed (exit {result.returncode}); the load reads the files from disk")
+        self.timings["prewarm"] = now() - started
+
     def survey(self) -> dict[str, Any]:
         result = subprocess.run(
             [self.plan.python, f"{self.plan.tools_dir}/survey"], capture_output=True, text=True, check=False
@@ -613,6 +643,7 @@ class Transaction:
             # While a blue/green swap runs, both engines hold their GPUs.
             both = decision.placement.gpus + (old.gpus if old is not None and decision.mode == "blue-green" else ())
             self.claim(frozenset(both))
+            self.prewarm()
         except SwapRefused as refusal:
             return Result("refused", f"refused: {refusal}", plan.digest)
 

@@ -339,6 +339,9 @@ class Deployment(LocalBaseModel):
     swap_mode: SwapMode = SwapMode.AUTO
     # How long a blue/green swap lets requests in flight on the old engine finish before it stops it.
     drain_seconds: Annotated[int, Field(ge=0, le=3600)] = 120
+    # Before anything stops, read the new model into the page cache, leaving this much RAM free (GiB);
+    # null turns the pre-warm off.
+    prewarm_margin_gib: Annotated[float, Field(ge=0, le=4096)] | None = 8.0
     served_model_name: ServedName | None = None
     # Where clients reach the API when it is not http://<host address>:<port>/v1 (NAT, a forwarder).
     public_url: Annotated[str, Field(pattern=r"^https?://[A-Za-z0-9.:\[\]-]+(/[A-Za-z0-9._/-]*)?$")] | None = None

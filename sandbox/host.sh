@@ -49,9 +49,11 @@ read -r -a NSPAWN_EXTRA <<<"${VLLM_FLEET_SANDBOX_NSPAWN_ARGS:-}"
 SUITE=bookworm
 DEBIAN_MIRROR="${VLLM_FLEET_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 INCLUDE="systemd,systemd-sysv,dbus,libpam-systemd,dbus-user-session,openssh-server,python3,python3-venv,curl,iproute2,ca-certificates,sudo,nginx"
+# Four stand-in GPUs: 0 and 1 for the dev stack (`make up`), whose swaps alternate between them, and
+# 2 and 3 for the end-to-end tests, so `make test` runs beside a deployed dev stack.
 GPUS_JSON='{
   "_comment": "GPUs the nvidia-smi stand-in pretends to have (vllm-fleet sandbox; there is no real GPU).",
-  "count": 2,
+  "count": 4,
   "name": "Sandbox Stand-in GPU",
   "memory_total_mib": 16384,
   "driver_version": "580.159.04",

@@ -77,11 +77,13 @@ def e2e_stack_file(
         "e2e-tiny-b": {"preset": "tiny-chat-b", "dir": "e2e-tiny-b", "revision": "main", "keep": False},
         **(extra_models or {}),
     }
+    # The sandbox's stand-in GPUs 2 and 3 are the tests' (0 and 1 are the dev stack's).
+    raw["hosts"][0]["gpus"]["count"] = 4
     deployment = raw["deployments"][0]
     deployment.pop("servedModelName", None)  # each model serves under its own name here
     deployment.update(
         model=model,
-        gpus=gpus if gpus is not None else [1],
+        gpus=gpus if gpus is not None else [3],
         port=port,
         publicUrl=f"http://127.0.0.1:{port + 10000}/v1",
     )

@@ -1,8 +1,8 @@
 """The first `pulumi up` on a server that already serves by hand, end to end on the sandbox.
 
 Before the stack exists, the sandbox runs a hand-written unit serving a model on the deployment's port
-(vllm-legacy.service, GPU 1), has a second hand-made unit enabled (vllm-glm5.service) and a stray
-process holding GPU 1 that no unit started. A client sends a one-token completion every 100 ms through
+(vllm-legacy.service, GPU 3), has a second hand-made unit enabled (vllm-glm5.service) and a stray
+process holding GPU 3 that no unit started. A client sends a one-token completion every 100 ms through
 every phase; the tests assert its failures per phase: preview names all three, `up` adopts what the
 stack names and stops the stray it allows, a swap whose arguments the host's vLLM rejects fails before
 the stop (zero failed requests), and a controller killed after the stop leaves the host to finish the
@@ -11,16 +11,13 @@ swap on its own."""
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import os
 import signal
 import subprocess
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +25,7 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
+from scripts.downtime_probe import DowntimeProbe
 from tests import engine, sandbox_env
 from tests.conftest import ROOT
 from tests.sandbox_env import on_host
@@ -44,7 +42,7 @@ SPARE = "vllm-glm5.service"
 LEGACY_UNIT = f"""[Unit]
 Description=Kimi by hand (written before vllm-fleet)
 [Service]
-Environment=CUDA_VISIBLE_DEVICES=1 VLLM_CPU_KVCACHE_SPACE=1 VLLM_NO_USAGE_STATS=1 HF_HUB_OFFLINE=1 TMPDIR=/tmp/legacy
+Environment=CUDA_VISIBLE_DEVICES=3 VLLM_CPU_KVCACHE_SPACE=1 VLLM_NO_USAGE_STATS=1 HF_HUB_OFFLINE=1 TMPDIR=/tmp/legacy
 ExecStartPre=/bin/mkdir -p /tmp/legacy
 ExecStart={PYTHON} -m vllm.entrypoints.openai.api_server --model /shared/legacy-a --served-model-name {SERVED} --host 127.0.0.1 --port {PORT} --enforce-eager --dtype float32 --max-model-len 256
 [Install]
@@ -57,53 +55,12 @@ ExecStart=/bin/sleep infinity
 [Install]
 WantedBy=multi-user.target
 """
-# 1.2 GB of resident memory in a process titled like a vLLM engine: the stand-in nvidia-smi counts it on GPU 1.
+# 1.2 GB of resident memory in a process titled like a vLLM engine: the stand-in nvidia-smi counts it on GPU 3.
 STRAY = (
-    "CUDA_VISIBLE_DEVICES=1 setsid nohup bash -c "
+    "CUDA_VISIBLE_DEVICES=3 setsid nohup bash -c "
     "'exec -a VLLM::stray /usr/bin/python3 -c \"b = bytearray(1200 << 20); import time; time.sleep(3600)\"' "
     "> /dev/null 2>&1 < /dev/null & echo $!"
 )
-
-
-@dataclass
-class Answer:
-    started: float
-    ended: float
-    ok: bool
-    model_root: str = ""
-
-
-@dataclass
-class Client:
-    """A user of the endpoint: a one-token completion every 100 ms, each answer recorded."""
-
-    answers: list[Answer] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def run(self) -> None:
-        body = json.dumps({"model": SERVED, "prompt": "hello", "max_tokens": 1}).encode()
-        while not self.stop.is_set():
-            started = time.monotonic()
-            ok = False
-            try:
-                request = urllib.request.Request(
-                    f"{ENDPOINT}/completions", data=body, headers={"Content-Type": "application/json"}
-                )
-                with urllib.request.urlopen(request, timeout=5) as response:
-                    ok = response.status == 200 and bool(json.load(response).get("choices"))
-            except (OSError, ValueError):
-                ok = False
-            self.answers.append(Answer(started, time.monotonic(), ok))
-            time.sleep(max(0.0, 0.1 - (time.monotonic() - started)))
-
-    def between(self, start: float, end: float) -> dict[str, float]:
-        window = [a for a in self.answers if start <= a.started < end]
-        times = [start] + [a.ended for a in window if a.ok] + [end]
-        return {
-            "requests": len(window),
-            "failed": sum(not a.ok for a in window),
-            "longest_gap_s": round(max(b - a for a, b in itertools.pairwise(times)), 2),
-        }
 
 
 class Brownfield:
@@ -111,7 +68,7 @@ class Brownfield:
         self.work = engine.project_copy(tmp / "project")
         self.backend = tmp / "state"
         self.output: list[str] = []
-        self.client = Client()
+        self.client = DowntimeProbe(ENDPOINT, SERVED, timeout=5.0)
         self.phases: dict[str, dict[str, float]] = {}
         self.stray_pid = 0
 
@@ -120,7 +77,7 @@ class Brownfield:
             "brown-a": {"preset": "tiny-chat-a", "dir": "brown-a", "revision": "main", "keep": True},
             "brown-b": {"preset": "tiny-chat-b", "dir": "brown-b", "revision": "main", "keep": True},
         }
-        doc = yaml.safe_load(sandbox_env.e2e_stack_file(model, gpus=[1], port=PORT, extra_models=extra))
+        doc = yaml.safe_load(sandbox_env.e2e_stack_file(model, gpus=[3], port=PORT, extra_models=extra))
         doc["config"]["vllm-fleet:deployments"][0].update(servedModelName=SERVED, **deployment)
         # As on a server taken over by hand: its vLLM version is not pinned, so only the host's own vLLM
         # can judge the launch (a pinned version lets the config refuse removed flags already).
@@ -132,7 +89,7 @@ class Brownfield:
         return self.configure(model, replaces=[LEGACY, SPARE], foreignGpuProcesses="stop", **extra)
 
     def record(self, phase: str, start: float) -> dict[str, float]:
-        self.phases[phase] = self.client.between(start, time.monotonic())
+        self.phases[phase] = self.client.report(start, time.monotonic())
         results = ROOT / ".run" / "brownfield-phases.json"
         results.parent.mkdir(parents=True, exist_ok=True)
         results.write_text(json.dumps(self.phases, indent=1, sort_keys=True))
@@ -180,11 +137,9 @@ def brown(sandbox: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[B
     on_host(f"systemctl daemon-reload && systemctl enable --quiet {SPARE} && systemctl enable --now --quiet {LEGACY}")
     state.stray_pid = int(on_host(STRAY).strip())
     wait_serving("/shared/legacy-a", 240)
-    thread = threading.Thread(target=state.client.run, daemon=True)
-    thread.start()
+    state.client.start()
     yield state
-    state.client.stop.set()
-    thread.join(timeout=10)
+    state.client.stop()
     # Leave the sandbox as it was found for the tests after these, whatever happened above.
     stack = state.configure()
     try:
@@ -209,7 +164,7 @@ def test_preview_refuses_what_it_would_have_to_stop_unasked(brown: Brownfield) -
     message = str(refused.value)
     assert f"port {PORT} is held by PID" in message and f"of {LEGACY}, which this stack does not manage" in message
     assert f"add {LEGACY} to vllm-fleet:deployments[chat].replaces" in message
-    assert f"GPU 1 is held by PID {brown.stray_pid} (VLLM::stray" in message
+    assert f"GPU 3 is held by PID {brown.stray_pid} (VLLM::stray" in message
     assert "foreignGpuProcesses: stop" in message
     assert on_host(f"systemctl is-active {LEGACY}").strip() == "active"
 

@@ -180,10 +180,10 @@ def test_swap_that_cannot_start_rolls_back(faults: Faults) -> None:
 
 
 def test_guard_stops_an_engine_that_outlived_its_server(faults: Faults) -> None:
-    """A hand-started vLLM on GPU 1 whose API server is killed with SIGKILL leaves its engine core and
+    """A hand-started vLLM on GPU 3 whose API server is killed with SIGKILL leaves its engine core and
     worker holding the GPU; the next start's guard finds and stops them within its bound."""
     on_host(
-        "mkdir -p /tmp/stray; cd /tmp/stray; CUDA_VISIBLE_DEVICES=1 VLLM_CPU_KVCACHE_SPACE=1 TMPDIR=/tmp/stray "
+        "mkdir -p /tmp/stray; cd /tmp/stray; CUDA_VISIBLE_DEVICES=3 VLLM_CPU_KVCACHE_SPACE=1 TMPDIR=/tmp/stray "
         f"setsid nohup {PYTHON} -m vllm.entrypoints.openai.api_server --model /shared/e2e-tiny-a --port 8011 "
         "--enforce-eager --dtype float32 --max-model-len 256 > stray.log 2>&1 < /dev/null & echo $! > stray.pid"
     )
@@ -310,12 +310,12 @@ def test_concurrent_up_is_refused_by_the_lock(faults: Faults) -> None:
 
 def test_second_stack_on_the_same_gpus_is_refused_on_the_host(faults: Faults) -> None:
     extra = {"e2e-tiny-c": {"preset": "tiny-chat-b", "dir": "e2e-tiny-c", "revision": "main", "keep": False}}
-    intruder = faults.configure("e2e-tiny-c", extra_models=extra, stack="intruder", gpus=[1], port=8002)
+    intruder = faults.configure("e2e-tiny-c", extra_models=extra, stack="intruder", gpus=[3], port=8002)
     with pytest.raises(auto.CommandError) as caught:
         faults.up(intruder)
-    # The survey finds the other deployment's engine on GPU 1 while the program runs: refused before any step.
+    # The survey finds the other deployment's engine on GPU 3 while the program runs: refused before any step.
     message = str(caught.value)
-    assert "GPU 1 is held by PID" in message and "a unit of deployment faults.chat" in message, message[-2000:]
+    assert "GPU 3 is held by PID" in message and "a unit of deployment faults.chat" in message, message[-2000:]
     assert "nothing was changed" in message
     assert served_models() == ["e2e-tiny-a"]
     assert on_host("systemctl is-active vllm-e2e-tiny-a.service").strip() == "active"

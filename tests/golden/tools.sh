@@ -25,6 +25,12 @@ VLLM_FLEET_EOF
 chmod 0755 /usr/local/lib/vllm-fleet/model-sync.vllm-fleet-tmp
 mv -f /usr/local/lib/vllm-fleet/model-sync.vllm-fleet-tmp /usr/local/lib/vllm-fleet/model-sync
 install -d -m 0755 /usr/local/lib/vllm-fleet
+cat > /usr/local/lib/vllm-fleet/prewarm.vllm-fleet-tmp <<'VLLM_FLEET_EOF'
+<578 lines, 22994 bytes, sha256 e9c57f5ecebe9660363da1b297b566d85807ba00243663bc965b6c5128241be0>
+VLLM_FLEET_EOF
+chmod 0755 /usr/local/lib/vllm-fleet/prewarm.vllm-fleet-tmp
+mv -f /usr/local/lib/vllm-fleet/prewarm.vllm-fleet-tmp /usr/local/lib/vllm-fleet/prewarm
+install -d -m 0755 /usr/local/lib/vllm-fleet
 cat > /usr/local/lib/vllm-fleet/survey.vllm-fleet-tmp <<'VLLM_FLEET_EOF'
 <218 lines, 8481 bytes, sha256 54357a5bb8a2d2e5e9e75ca69b9bb1ba82547c303627545a59e56deb31608836>
 VLLM_FLEET_EOF
@@ -32,7 +38,7 @@ chmod 0755 /usr/local/lib/vllm-fleet/survey.vllm-fleet-tmp
 mv -f /usr/local/lib/vllm-fleet/survey.vllm-fleet-tmp /usr/local/lib/vllm-fleet/survey
 install -d -m 0755 /usr/local/lib/vllm-fleet
 cat > /usr/local/lib/vllm-fleet/swap.vllm-fleet-tmp <<'VLLM_FLEET_EOF'
-<1096 lines, 49483 bytes, sha256 b23950bcab23225c2e13eb84430e22dee3dace2f65a5c547da41abe6b70bd9ef>
+<1127 lines, 50755 bytes, sha256 83ebc5a75be1a70fbfc8f0a07a5b6905180beb583e37487f41f3ba8e1d321466>
 VLLM_FLEET_EOF
 chmod 0755 /usr/local/lib/vllm-fleet/swap.vllm-fleet-tmp
 mv -f /usr/local/lib/vllm-fleet/swap.vllm-fleet-tmp /usr/local/lib/vllm-fleet/swap
@@ -48,4 +54,4 @@ cat > /usr/local/lib/vllm-fleet/wait-ready.vllm-fleet-tmp <<'VLLM_FLEET_EOF'
 VLLM_FLEET_EOF
 chmod 0755 /usr/local/lib/vllm-fleet/wait-ready.vllm-fleet-tmp
 mv -f /usr/local/lib/vllm-fleet/wait-ready.vllm-fleet-tmp /usr/local/lib/vllm-fleet/wait-ready
-echo "installed 7 vllm-fleet tools in /usr/local/lib/vllm-fleet"
+echo "installed 8 vllm-fleet tools in /usr/local/lib/vllm-fleet"

@@ -112,6 +112,7 @@ class World:
         (self.tools / "model-sync").write_text(
             f"import sys\nprint('model-sync: checked')\nsys.exit({0 if model_ok else 1})\n"
         )
+        (self.tools / "prewarm").write_text("import sys\nprint('prewarm: read', ' '.join(sys.argv[1:]))\n")
         self.found: dict[str, object] = {"units": [], "listeners": [], "gpuHolders": []}
         self.systemd = RecordingSystemd(self.unit_dir, self.env_dir, self.front_door_dir)
         self.lines: list[str] = []
@@ -380,6 +381,12 @@ def test_blue_green_starts_the_new_engine_beside_the_old_and_switches_before_the
     result = world.run(plan)
     assert result.status == "succeeded", result.message
     assert any("swap mode: blue-green" in line for line in world.lines), world.lines
+    # The new model was read into the page cache before its engine started, while the old one served.
+    prewarmed = next(
+        i for i, line in enumerate(world.lines) if "prewarm: read cache --dir /shared/m --margin-gib 8" in line
+    )
+    assert prewarmed < next(i for i, line in enumerate(world.lines) if "starting vllm-b.service" in line)
+    assert "prewarm" in result.timings
     placement = (world.env_dir / "vllm-b.placement.env").read_text()
     assert "CUDA_VISIBLE_DEVICES=1\n" in placement and "VLLM_FLEET_BACKEND_PORT=28000\n" in placement
     order = systemctl_order(world)

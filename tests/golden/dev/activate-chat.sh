@@ -3,7 +3,7 @@
 readonly STATE_DIR=/var/lib/vllm-fleet/deployments/dev.chat
 readonly PYTHON=/opt/vllm-env/bin/python3
 readonly TOOLS_DIR=/usr/local/lib/vllm-fleet
-readonly UNIT_SHA256=3268ee918156a28d9cf7741ccb95ad0bf847ac4b8307198de5ed9ae40577eb09
+readonly UNIT_SHA256=b617508586512d68d56b6a9cb46e7dfd3b4a9f3f90e4715d2e9b66a89402e251
 readonly PLAN='{
  "backend_ports": [
   18000,
@@ -21,6 +21,7 @@ readonly PLAN='{
  "journal_lines": 40,
  "model_dir": "/shared/tiny-chat-a",
  "port": 8000,
+ "prewarm_margin_gib": 8.0,
  "python": "/opt/vllm-env/bin/python3",
  "readiness_address": "127.0.0.1",
  "ready_timeout": 540,
@@ -32,7 +33,7 @@ readonly PLAN='{
  "swap_mode": "auto",
  "tools_dir": "/usr/local/lib/vllm-fleet",
  "unit_name": "vllm-tiny-chat-a.service",
- "unit_sha256": "3268ee918156a28d9cf7741ccb95ad0bf847ac4b8307198de5ed9ae40577eb09",
+ "unit_sha256": "b617508586512d68d56b6a9cb46e7dfd3b4a9f3f90e4715d2e9b66a89402e251",
  "unit_stem": "vllm-tiny-chat-a"
 }'
 # vllm-fleet activate: make a deployment serve its staged unit (a swap, when the model changed).

@@ -26,6 +26,7 @@ Environment=HF_HUB_DISABLE_TELEMETRY=1
 Environment=HF_HUB_OFFLINE=1
 Environment=TRANSFORMERS_CACHE=/shared/huggingface/hub
 Environment=VLLM_CPU_KVCACHE_SPACE=1
+Environment=VLLM_CPU_OMP_THREADS_BIND=nobind
 Environment=VLLM_NO_USAGE_STATS=1
 # torch.compile'"'"'s cache on host-local disk, kept across restarts and swaps of this deployment.
 CacheDirectory=vllm-fleet/dev.chat

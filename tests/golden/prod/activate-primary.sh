@@ -27,6 +27,7 @@ readonly PLAN='{
  "journal_lines": 40,
  "model_dir": "/shared/kimi-k2.5-int4",
  "port": 8000,
+ "prewarm_margin_gib": 8.0,
  "python": "/root/ml-env/bin/python3",
  "readiness_address": "127.0.0.1",
  "ready_timeout": 4122,

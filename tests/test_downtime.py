@@ -1,0 +1,157 @@
+"""Swap downtime as a client feels it, end to end on the sandbox: a one-token completion every 100 ms
+through the front door (the real OpenAI client, no retries) while the stack swaps between two models.
+
+The deployment lists the sandbox's stand-in GPUs 2 and 3, so a swap can start the new model beside the
+old one (blue/green): zero failed requests, there and back. With GPU 3 taken by another process the
+swap stops first, and the client's longest gap stays within the engine's own start-to-ready plus 2 s.
+A new model that never becomes ready is dropped while the old one serves on: again zero failures.
+The tests run in file order and share one stack; its numbers go to .run/downtime-phases.json."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pulumi import automation as auto
+
+from scripts.downtime_probe import DowntimeProbe
+from tests import engine, sandbox_env
+from tests.conftest import ROOT
+from tests.sandbox_env import on_host
+
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
+
+STACK = "downtime"
+PORT = 8001
+ENDPOINT = f"http://127.0.0.1:{PORT + 10000}/v1"
+SERVED = "dt-chat"
+MODELS = {
+    "dt-tiny-a": {"preset": "tiny-chat-a", "dir": "dt-tiny-a", "revision": "main", "keep": True},
+    "dt-tiny-b": {"preset": "tiny-chat-b", "dir": "dt-tiny-b", "revision": "main", "keep": True},
+}
+# A context longer than the tiny model allows: the host's vLLM parses the launch, then the engine
+# refuses to start, so readiness never comes.
+NEVER_READY = {"overrides": {"maxModelLen": 1_000_000}}
+# A process the stand-in nvidia-smi counts on GPU 3 (a vLLM-like title, 300 MB resident), in a unit of
+# its own: the GPU a blue/green swap would need is taken.
+TAKER = "dt-gpu-taker.service"
+RESULTS = ROOT / ".run" / "downtime-phases.json"
+
+
+class Downtime:
+    def __init__(self, tmp: Path) -> None:
+        self.work = engine.project_copy(tmp / "project")
+        self.backend = tmp / "state"
+        self.output: list[str] = []
+        self.probe = DowntimeProbe(ENDPOINT, SERVED, timeout=10.0)
+        self.phases: dict[str, dict[str, Any]] = {}
+
+    def configure(self, model: str, **deployment: Any) -> auto.Stack:
+        doc = yaml.safe_load(sandbox_env.e2e_stack_file(model, gpus=[2, 3], port=PORT, extra_models=MODELS))
+        doc["config"]["vllm-fleet:deployments"][0].update(servedModelName=SERVED, **deployment)
+        (self.work / f"Pulumi.{STACK}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+        self.stack = engine.stack(
+            self.work, self.backend, STACK, secrets={"vllm-fleet:hfToken": sandbox_env.MIRROR_TOKEN}
+        )
+        return self.stack
+
+    def swap(self, phase: str, model: str, **deployment: Any) -> tuple[auto.UpResult | None, dict[str, Any]]:
+        """`pulumi up` to `model` with the client running; the client's view of it, and the host's timings."""
+        self.configure(model, **deployment)
+        self.output.clear()
+        start = time.monotonic()
+        try:
+            result: auto.UpResult | None = self.stack.up(on_output=self.output.append)
+        except auto.CommandError:
+            result = None
+        time.sleep(1)  # answers after the switch belong to the window
+        report = self.probe.report(start, time.monotonic())
+        report["swap_result"] = swap_result()
+        self.phases[phase] = report
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(json.dumps(self.phases, indent=1, sort_keys=True))
+        return result, report
+
+    def log(self) -> str:
+        return "\n".join(self.output)
+
+
+def swap_result() -> dict[str, Any]:
+    text = on_host(f"cat /var/lib/vllm-fleet/deployments/{STACK}.chat/swap-result.json", check=False)
+    return dict(json.loads(text)) if text.strip() else {}
+
+
+def unit_on_gpu(unit: str) -> str:
+    return on_host(f"sed -n 's/^VLLM_FLEET_GPUS=//p' /etc/vllm-fleet/{unit.removesuffix('.service')}.placement.env")
+
+
+@pytest.fixture(scope="module")
+def downtime(sandbox: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Downtime]:
+    state = Downtime(tmp_path_factory.mktemp("downtime"))
+    on_host(f"systemctl stop {TAKER} 2>/dev/null || true", check=False)
+    yield state
+    state.probe.stop()
+    on_host(f"systemctl stop {TAKER} 2>/dev/null || true", check=False)
+    stack = state.configure("dt-tiny-a")
+    try:
+        stack.destroy(on_output=state.output.append, continue_on_error=True)
+    finally:
+        stack.workspace.remove_stack(STACK)
+
+
+def test_first_deploy_serves_through_the_front_door(downtime: Downtime) -> None:
+    result = downtime.configure("dt-tiny-a").up(on_output=downtime.output.append)
+    assert result.summary.result == "succeeded"
+    assert unit_on_gpu("vllm-dt-tiny-a.service").strip() == "2"
+    # The engine listens on loopback behind nginx; clients reach the deployment's port.
+    assert on_host("systemctl is-active vllm-fleet-frontdoor.service").strip() == "active"
+    assert "proxy_pass http://127.0.0.1:18001;" in on_host(f"cat /etc/vllm-fleet/frontdoor/sites/{STACK}.chat.conf")
+    downtime.probe.start()
+    time.sleep(3)
+    assert downtime.probe.report()["failed"] == 0, downtime.probe.report()
+
+
+def test_blue_green_swap_and_back_fail_no_request(downtime: Downtime) -> None:
+    preview = downtime.configure("dt-tiny-b").preview()
+    assert "will run blue/green (GPU 3 free beside vllm-dt-tiny-a.service" in preview.stdout, preview.stdout[-3000:]
+    result, there = downtime.swap("blue_green_there", "dt-tiny-b")
+    assert result is not None and result.summary.result == "succeeded", downtime.log()[-3000:]
+    assert "swap mode: blue-green" in downtime.log()
+    assert unit_on_gpu("vllm-dt-tiny-b.service").strip() == "3"
+    assert there["requests"] > 50 and there["failed"] == 0, there
+    assert "/shared/dt-tiny-b" in on_host(f"curl -s http://127.0.0.1:{PORT}/v1/models")
+    result, back = downtime.swap("blue_green_back", "dt-tiny-a")
+    assert result is not None and result.summary.result == "succeeded", downtime.log()[-3000:]
+    assert back["requests"] > 50 and back["failed"] == 0, back
+    assert unit_on_gpu("vllm-dt-tiny-a.service").strip() == "2"
+
+
+def test_new_model_that_never_answers_leaves_the_old_one_serving(downtime: Downtime) -> None:
+    result, report = downtime.swap("blue_green_failed_readiness", "dt-tiny-b", **NEVER_READY)
+    assert result is None, "the swap to a model that cannot start must fail"
+    log = downtime.log()
+    assert "swap mode: blue-green" in log and "vllm-dt-tiny-a.service kept serving throughout" in log, log[-3000:]
+    assert report["failed"] == 0, report
+    assert on_host("systemctl is-active vllm-dt-tiny-a.service").strip() == "active"
+    assert on_host("test -e /etc/systemd/system/vllm-dt-tiny-b.service || echo gone").strip() == "gone"
+
+
+def test_stop_start_when_the_other_gpu_is_taken_is_down_no_longer_than_the_engine_start(
+    downtime: Downtime,
+) -> None:
+    on_host(
+        f"systemd-run --unit={TAKER} -E CUDA_VISIBLE_DEVICES=3 --quiet "
+        "bash -c 'exec -a VLLM::dt-taker /usr/bin/python3 -c \"b = bytearray(300 << 20); import time; time.sleep(3600)\"'"
+    )
+    time.sleep(1)
+    result, report = downtime.swap("stop_start", "dt-tiny-b")
+    assert result is not None and result.summary.result == "succeeded", downtime.log()[-3000:]
+    assert "swap mode: stop-start" in downtime.log() and "GPU 3 held by other processes" in downtime.log()
+    start_to_ready = report["swap_result"]["timings"]["start_to_ready"]
+    assert report["longest_gap_s"] <= start_to_ready + 2.0, report
+    assert unit_on_gpu("vllm-dt-tiny-b.service").strip() == "2"
