@@ -498,17 +498,18 @@ class Transaction:
         temporary.write_text(wanted.to_json(), encoding="utf-8")
         temporary.replace(path)
 
-    def check_model(self) -> None:
-        self.log(f"checking {self.plan.model_dir} against its verified manifest")
+    def run_tool(self, tool: str, *args: str) -> int:
+        """Run one of the host tools with the deployment's python, its output logged line by line."""
         result = subprocess.run(
-            [self.plan.python, f"{self.plan.tools_dir}/model-sync", "check", "--dir", self.plan.model_dir],
-            capture_output=True,
-            text=True,
-            check=False,
+            [self.plan.python, f"{self.plan.tools_dir}/{tool}", *args], capture_output=True, text=True, check=False
         )
         for line in (result.stdout + result.stderr).splitlines():
             self.log(line)
-        if result.returncode != 0:
+        return result.returncode
+
+    def check_model(self) -> None:
+        self.log(f"checking {self.plan.model_dir} against its verified manifest")
+        if self.run_tool("model-sync", "check", "--dir", self.plan.model_dir) != 0:
             raise SwapRefused(f"the model files in {self.plan.model_dir} do not match their verified manifest")
 
     def prewarm(self) -> None:
@@ -517,26 +518,13 @@ class Transaction:
         if self.plan.prewarm_margin_gib is None:
             return
         started = now()
-        result = subprocess.run(
-            [
-                self.plan.python,
-                f"{self.plan.tools_dir}/prewarm",
-                "cache",
-                "--dir",
-                self.plan.model_dir,
-                "--margin-gib",
-                f"{self.plan.prewarm_margin_gib:g}",
-                "--report-every",
-                str(self.plan.report_every),
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
+        margin = f"{self.plan.prewarm_margin_gib:g}"
+        every = str(self.plan.report_every)
+        status = self.run_tool(
+            "prewarm", "cache", "--dir", self.plan.model_dir, "--margin-gib", margin, "--report-every", every
         )
-        for line in (result.stdout + result.stderr).splitlines():
-            self.log(line)
-        if result.returncode != 0:
-            self.log(f"pre-warm failed (exit {result.returncode}); the load reads the files from disk")
+        if status != 0:
+            self.log(f"pre-warm failed (exit {status}); the load reads the files from disk")
         self.timings["prewarm"] = now() - started
 
     def survey(self) -> dict[str, Any]:

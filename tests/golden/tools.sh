@@ -38,7 +38,7 @@ chmod 0755 /usr/local/lib/vllm-fleet/survey.vllm-fleet-tmp
 mv -f /usr/local/lib/vllm-fleet/survey.vllm-fleet-tmp /usr/local/lib/vllm-fleet/survey
 install -d -m 0755 /usr/local/lib/vllm-fleet
 cat > /usr/local/lib/vllm-fleet/swap.vllm-fleet-tmp <<'VLLM_FLEET_EOF'
-<1127 lines, 50755 bytes, sha256 83ebc5a75be1a70fbfc8f0a07a5b6905180beb583e37487f41f3ba8e1d321466>
+<1115 lines, 50567 bytes, sha256 d582da819374943b4b1138eea7bc68f81b21e9c2ff04166f04fda926e5b33442>
 VLLM_FLEET_EOF
 chmod 0755 /usr/local/lib/vllm-fleet/swap.vllm-fleet-tmp
 mv -f /usr/local/lib/vllm-fleet/swap.vllm-fleet-tmp /usr/local/lib/vllm-fleet/swap
