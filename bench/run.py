@@ -205,6 +205,108 @@ def bench_swap() -> dict[str, Any]:
     return {"rows": rows, "modes": modes}
 
 
+# ---- 2b. pre-warm: what reading the model into the page cache before the stop saves the load --------
+
+BIG_MODEL = "/shared/bench-prewarm"
+MAKE_BIG_MODEL = f"""
+import json, os, shutil, torch
+from safetensors.torch import save_file
+src, dst = "/shared/tiny-chat-a", "{BIG_MODEL}"
+os.makedirs(dst, exist_ok=True)
+for name in os.listdir(src):
+    if name.endswith((".json", ".jinja", ".txt")) and not name.startswith("model"):
+        shutil.copy(os.path.join(src, name), dst)
+config = json.load(open(os.path.join(src, "config.json")))
+h, i, layers = 1024, 4096, 32
+config.update(hidden_size=h, intermediate_size=i, num_hidden_layers=layers, num_attention_heads=16,
+              num_key_value_heads=16, tie_word_embeddings=False)
+json.dump(config, open(os.path.join(dst, "config.json"), "w"))
+vocab = config["vocab_size"]
+torch.manual_seed(0)
+def w(*shape):
+    return (torch.randn(*shape) * 0.02).to(torch.bfloat16)
+shards, weight_map = [dict(), dict(), dict(), dict()], dict()
+shards[0]["model.embed_tokens.weight"] = w(vocab, h)
+for n in range(layers):
+    p = f"model.layers.{{n}}."
+    part = shards[1 + n * 3 // layers]
+    part[p + "input_layernorm.weight"] = torch.ones(h, dtype=torch.bfloat16)
+    part[p + "post_attention_layernorm.weight"] = torch.ones(h, dtype=torch.bfloat16)
+    for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
+        part[p + "self_attn." + proj + ".weight"] = w(h, h)
+    part[p + "mlp.gate_proj.weight"] = w(i, h)
+    part[p + "mlp.up_proj.weight"] = w(i, h)
+    part[p + "mlp.down_proj.weight"] = w(h, i)
+shards[3]["model.norm.weight"] = torch.ones(h, dtype=torch.bfloat16)
+shards[3]["lm_head.weight"] = w(vocab, h)
+for k, part in enumerate(shards):
+    name = f"model-{{k + 1:05d}}-of-00004.safetensors"
+    save_file(part, os.path.join(dst, name), metadata={{"format": "pt"}})
+    weight_map.update({{t: name for t in part}})
+json.dump({{"metadata": {{}}, "weight_map": weight_map}}, open(os.path.join(dst, "model.safetensors.index.json"), "w"))
+"""
+EVICT = f"""
+import os
+for root, _, files in os.walk("{BIG_MODEL}"):
+    for name in files:
+        fd = os.open(os.path.join(root, name), os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+"""
+LOAD_UNIT = "vllm-fleet-bench-load.service"
+
+
+def load_once(prewarmed: bool) -> dict[str, float]:
+    """Evict the model from the page cache, pre-warm it or not, start an engine on it and time it to
+    /health; the bytes its processes read from storage (/proc/PID/io read_bytes: the sandbox's cgroups are
+    v1 here, so there is no per-unit io.stat) are what the page cache did not serve."""
+    on_host(f"/opt/vllm-env/bin/python3 -c '{EVICT}'")
+    prewarm_s = 0.0
+    if prewarmed:
+        started = time.monotonic()
+        on_host(f"/opt/vllm-env/bin/python3 /usr/local/lib/vllm-fleet/prewarm cache --dir {BIG_MODEL} --margin-gib 2")
+        prewarm_s = time.monotonic() - started
+    on_host(
+        f"systemd-run --unit={LOAD_UNIT} --collect --quiet -p KillMode=control-group "
+        "-E CUDA_VISIBLE_DEVICES=3 -E VLLM_CPU_KVCACHE_SPACE=1 -E VLLM_CPU_OMP_THREADS_BIND=nobind "
+        "-E HF_HUB_OFFLINE=1 -E VLLM_NO_USAGE_STATS=1 -E TMPDIR=/tmp "
+        f"/opt/vllm-env/bin/python3 -m vllm.entrypoints.openai.api_server --model {BIG_MODEL} "
+        "--host 127.0.0.1 --port 38000 --enforce-eager --dtype float32 --max-model-len 512"
+    )
+    started = time.monotonic()
+    try:
+        while on_host("curl -sf -o /dev/null -w '%{http_code}' http://127.0.0.1:38000/health || true").strip() != "200":
+            if time.monotonic() - started > 600:
+                raise RuntimeError(f"{LOAD_UNIT} did not answer /health within 600 s")
+            time.sleep(0.5)
+        ready_s = time.monotonic() - started
+        read = on_host(
+            f"for p in $(cat /sys/fs/cgroup/systemd/system.slice/{LOAD_UNIT}/cgroup.procs); do "
+            "awk '/^read_bytes/ {print $2}' /proc/$p/io 2>/dev/null; done | awk '{s += $1} END {print s + 0}'"
+        )
+    finally:
+        on_host(f"systemctl stop {LOAD_UNIT}", check=False)
+    return {"start_to_health_s": ready_s, "read_bytes": float(read.strip() or 0), "prewarm_s": prewarm_s}
+
+
+def bench_prewarm() -> dict[str, Any]:
+    on_host(
+        f"test -s {BIG_MODEL}/model-00004-of-00004.safetensors || /opt/vllm-env/bin/python3 -c '{MAKE_BIG_MODEL}'",
+        timeout=900,
+    )
+    size = int(on_host(f"du -sb {BIG_MODEL} | cut -f1").strip())
+    load_once(prewarmed=False)  # warm-up: vLLM's own imports into the page cache
+    runs: dict[str, list[dict[str, float]]] = {"cold": [], "prewarmed": []}
+    for _ in range(RUNS):
+        runs["cold"].append(load_once(prewarmed=False))
+        runs["prewarmed"].append(load_once(prewarmed=True))
+    summary = {
+        mode: {key: median([r[key] for r in rows]) for key in ("start_to_health_s", "read_bytes", "prewarm_s")}
+        for mode, rows in runs.items()
+    }
+    return {"bytes": size, "runs": runs, "median": summary}
+
+
 # ---- 3. download throughput ---------------------------------------------------------------------------
 
 BIG_REPO = "bench/big-64"
@@ -414,6 +516,18 @@ def report(results: dict[str, Any], files: list[str]) -> str:
                 f"| swap overhead, {mode} (total - engine start-to-ready) | {m['median_overhead']:.2f} s of "
                 f"{m['median_total']:.2f} s total | {m['swaps']} | < 5 s | {yes(m['median_overhead'] < 5)} |"
             )
+    if "prewarm" in results:
+        pw = results["prewarm"]
+        cold, warm = pw["median"]["cold"], pw["median"]["prewarmed"]
+        lines += [
+            f"| engine start to /health, {pw['bytes'] / 1e9:.2f} GB model evicted from the page cache vs pre-warmed "
+            f"| {cold['start_to_health_s']:.2f} s vs {warm['start_to_health_s']:.2f} s (pre-warm itself "
+            f"{warm['prewarm_s']:.2f} s, while the old model serves) | {len(pw['runs']['cold'])} each | faster | "
+            f"{yes(warm['start_to_health_s'] < cold['start_to_health_s'])} |",
+            f"| bytes the engine read from storage during its load, cold vs pre-warmed | "
+            f"{cold['read_bytes'] / 1e6:.0f} MB vs {warm['read_bytes'] / 1e6:.0f} MB | {len(pw['runs']['cold'])} each "
+            f"| less | {yes(warm['read_bytes'] < cold['read_bytes'])} |",
+        ]
     if "download" in results:
         download = results["download"]
         lines += [
@@ -467,6 +581,7 @@ def main() -> int:
     steps: dict[str, Callable[[Path], Any]] = {
         "noop": bench_noop,
         "swap": lambda _t: bench_swap(),
+        "prewarm": lambda _t: bench_prewarm(),
         "download": lambda _t: bench_download(),
         "fleet": bench_fleet,
     }

@@ -55,3 +55,31 @@ def describe(seconds: float) -> str:
     if seconds < 90:
         return f"{seconds:.0f} s"
     return f"{seconds / 60:.1f} min"
+
+
+# The reference server's models (REFERENCE.md section 1): what the README's "Swap downtime" table shows.
+REFERENCE_MODELS = (("Kimi-K2.5 INT4", 547.0, 8), ("MiniMax-M2.5", 215.0, 4))
+
+
+def reference_table() -> str:
+    """The README's table, from the same formula the preview uses: `python -m models.downtime`."""
+    lines = [
+        "| model | size | stop-then-start, lazy reads (today) | with prefetch | pre-warmed | blue/green |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, size_gb, tp in REFERENCE_MODELS:
+        cells = [
+            describe(stop_start_estimate(size_gb, prefetch, warm).seconds)
+            for prefetch, warm in ((False, False), (True, False), (False, True))
+        ]
+        blue_green = (
+            "0 s (needs its 8 GPUs free beside the old engine: 16 in all)"
+            if tp == 8
+            else "0 s when the other model uses 4 GPUs or fewer"
+        )
+        lines.append(f"| {name} (TP{tp}) | {size_gb:g} GB | {' | '.join(cells)} | {blue_green} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(reference_table())
