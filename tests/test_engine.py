@@ -56,7 +56,8 @@ def test_real_engine_previews_the_dev_stack(tmp_path: Path) -> None:
     (work / ".sandbox" / "ssh" / "id_ed25519").write_text("placeholder, never used offline\n")
     dev = engine.stack(work, tmp_path / "state", "dev", env={"VLLM_FLEET_OFFLINE": "1"})
     result = dev.preview()
-    assert result.change_summary.get(auto.OpType.CREATE) == 11, result.change_summary
+    # The stack, 5 components (host, front door, storage, model, service) and their 7 steps.
+    assert result.change_summary.get(auto.OpType.CREATE) == 13, result.change_summary
     dev.workspace.remove_stack("dev")
 
 
