@@ -99,7 +99,7 @@ def vllm_arguments(rd: ResolvedDeployment, port: int | None = None) -> list[str]
         "-m",
         "vllm.entrypoints.openai.api_server",
         "--model",
-        rd.model_path,
+        rd.load_path,
         "--served-model-name",
         rd.served_model_name,
     ]
@@ -247,7 +247,7 @@ def render_unit(rd: ResolvedDeployment, stack: str) -> RenderedUnit:
         exec_start=" ".join(
             a if a == ENGINE_PORT_VARIABLE else systemd_quote(a) for a in [python, *vllm_arguments(rd)]
         ),
-        model_path=rd.model_path,
+        model_path=rd.load_path,
         start_timeout=start_timeout,
         start_timeout_total=start_timeout_total,
     )
@@ -489,6 +489,7 @@ def swap_plan(rd: ResolvedDeployment, stack: str) -> dict[str, object]:
         "drain_seconds": rd.deployment.drain_seconds,
         "prewarm_margin_gib": rd.deployment.prewarm_margin_gib,
         "model_dir": rd.model_path,
+        "load_dir": rd.load_path,
         "python": rd.host.runtime.python,
         "tools_dir": TOOLS_DIR,
         "ready_timeout": activation_timeout(rd),
@@ -526,5 +527,6 @@ def deactivate_script(rd: ResolvedDeployment, stack: str) -> str:
             "TOOLS_DIR": TOOLS_DIR,
             "FRONT_DOOR_DIR": FRONT_DOOR_DIR,
             "FRONT_DOOR_UNIT": FRONT_DOOR_UNIT,
+            "STAGING_PATH": rd.host.staging_path or "",
         },
     )

@@ -74,7 +74,7 @@ class VllmService(pulumi.ComponentResource):
         self.endpoint = pulumi.Output.from_input(endpoint_url(rd))
         self.served_model_name = pulumi.Output.from_input(rd.served_model_name)
         self.unit_name = pulumi.Output.from_input(rd.unit_name)
-        self.model_path = pulumi.Output.from_input(rd.model_path)
+        self.model_path = pulumi.Output.from_input(rd.load_path)
         # The engine's command line and environment as data: `pulumi preview` shows stack outputs whole,
         # while a step's script is cut to its first lines when it is created.
         self.launch = pulumi.Output.from_input(

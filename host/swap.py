@@ -93,6 +93,12 @@ class Plan:
     drain_seconds: int = 120
     # Read the model into the page cache before anything stops (RAM minus this margin at most); None: off.
     prewarm_margin_gib: float | None = 8.0
+    # Where the engine loads from: model_dir, or a copy on the host's staging disk made before the stop.
+    load_dir: str = ""
+
+    @property
+    def staged_copy(self) -> str | None:
+        return self.load_dir if self.load_dir and self.load_dir != self.model_dir else None
 
     @property
     def owner(self) -> str:
@@ -234,6 +240,7 @@ class ActiveRecord:
     port: int = 0
     gpus: tuple[int, ...] = ()
     backend_port: int | None = None  # None: an engine from before the front door, on the public port itself
+    staged_copy: str | None = None  # the staging copy it loaded from, removed when nothing uses it
 
     @classmethod
     def parse(cls, text: str) -> ActiveRecord | None:
@@ -248,6 +255,7 @@ class ActiveRecord:
             port=int(fields.get("PORT", "0") or 0),
             gpus=gpus,
             backend_port=int(backend) if backend.isdigit() else None,
+            staged_copy=fields.get("STAGED_COPY") or None,
         )
 
     def text(self) -> str:
@@ -255,6 +263,8 @@ class ActiveRecord:
         lines.append(f"GPUS={','.join(map(str, self.gpus))}")
         if self.backend_port is not None:
             lines.append(f"BACKEND_PORT={self.backend_port}")
+        if self.staged_copy is not None:
+            lines.append(f"STAGED_COPY={self.staged_copy}")
         return "\n".join(lines) + "\n"
 
     @property
@@ -512,9 +522,37 @@ class Transaction:
         if self.run_tool("model-sync", "check", "--dir", self.plan.model_dir) != 0:
             raise SwapRefused(f"the model files in {self.plan.model_dir} do not match their verified manifest")
 
+    def stage_copy(self) -> None:
+        """Copy the model to the host's staging disk, which the new unit loads from, while the old one
+        serves; files already there and unchanged are kept. The unit needs it: a failed copy refuses."""
+        copy = self.plan.staged_copy
+        assert copy is not None
+        started = now()
+        self.log(f"copying {self.plan.model_dir} to the staging path {copy}")
+        margin = f"{self.plan.prewarm_margin_gib or 0:g}"
+        if self.run_tool("prewarm", "copy", "--dir", self.plan.model_dir, "--to", copy, "--margin-gib", margin) != 0:
+            raise SwapRefused(f"the copy of {self.plan.model_dir} to {copy} (hosts[].stagingPath) failed")
+        self.timings["stage_copy"] = now() - started
+
+    def drop_staged_copy(self, record: ActiveRecord | None) -> None:
+        """Remove the staging copy the previous engine loaded from, unless another deployment uses it."""
+        if record is None or record.staged_copy is None or record.staged_copy == self.plan.staged_copy:
+            return
+        directory = self.state_root / "deployments"
+        for active in directory.glob("*/active") if directory.is_dir() else ():
+            other = ActiveRecord.parse(active.read_text(encoding="utf-8"))
+            if active.parent.name != self.plan.owner and other is not None and other.staged_copy == record.staged_copy:
+                return
+        shutil.rmtree(record.staged_copy, ignore_errors=True)
+        self.log(f"removed the staging copy {record.staged_copy}")
+
     def prewarm(self) -> None:
         """Read the new model into the page cache while the old one serves: its load then reads RAM, not
-        a slow or shared disk. An optimisation only: a failure is said and the swap goes on."""
+        a slow or shared disk. An optimisation only: a failure is said and the swap goes on. A staging
+        copy takes its place (copying reads the files, and the copy's pages stay cached)."""
+        if self.plan.staged_copy is not None:
+            self.stage_copy()
+            return
         if self.plan.prewarm_margin_gib is None:
             return
         started = now()
@@ -706,20 +744,25 @@ class Transaction:
         if not ready or switched is not None:
             return self.roll_back(backups, env_backup, placement_backup, unit_path, env_path, cursor, site_before, old)
         self.timings["total"] = now() - started
-        self.write_active(
-            ActiveRecord(plan.unit_name, plan.served_name, plan.port, decision.placement.gpus, decision.placement.port)
-        )
+        self.write_active(self.record(decision.placement))
         if old_unit and old_unit != plan.unit_name and old_unit not in plan.replaces:
             # The previous managed unit of this deployment: its files go, a backup stays until the next swap.
             self.remove_unit_files(old_unit)
         adopted = [u for u in plan.replaces if any(b.unit == u and b.file for b in backups)]
         if adopted:
             self.log(f"adopted: {', '.join(adopted)} stopped and disabled (unit files backed up in {backups_dir})")
-        return self.succeeded(decision.placement)
+        return self.succeeded(decision.placement, old)
 
-    def succeeded(self, placement: Placement) -> Result:
+    def record(self, placement: Placement) -> ActiveRecord:
+        plan = self.plan
+        return ActiveRecord(
+            plan.unit_name, plan.served_name, plan.port, placement.gpus, placement.port, plan.staged_copy
+        )
+
+    def succeeded(self, placement: Placement, old: ActiveRecord | None) -> Result:
         plan = self.plan
         self.claim(frozenset(placement.gpus))
+        self.drop_staged_copy(old)
         self.log(f"serving {plan.served_name} from {plan.unit_name} behind the front door on port {plan.port}")
         self.log("timing: " + " ".join(f"{k}={v:.2f}s" for k, v in self.timings.items() if k != "blue_green"))
         return Result("succeeded", f"serving {plan.served_name} from {plan.unit_name}", plan.digest, self.timings)
@@ -776,7 +819,7 @@ class Transaction:
                 self.timings,
             )
         self.host.run("systemctl", "enable", "--quiet", plan.unit_name)
-        self.write_active(ActiveRecord(plan.unit_name, plan.served_name, plan.port, placement.gpus, placement.port))
+        self.write_active(self.record(placement))
         self.drain(old)
         stop_started = now()
         self.host.run("systemctl", "stop", old.unit, check=False)
@@ -785,7 +828,7 @@ class Transaction:
         self.log(f"stopped {old.unit} in {self.timings['stop']:.1f} s")
         self.remove_unit_files(old.unit)
         self.timings["total"] = now() - started
-        return self.succeeded(placement)
+        return self.succeeded(placement, old)
 
     def drain(self, old: ActiveRecord) -> None:
         """Until the front door carries no request to the old engine, or drain_seconds pass."""

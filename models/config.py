@@ -206,6 +206,16 @@ class Runtime(LocalBaseModel):
     vllm_version: VersionString | None = None
 
 
+def not_a_system_directory(value: str) -> str:
+    """Model directories are deleted when unwanted: they must not be, or lie in, the system's own."""
+    top = "/" + value.strip("/").split("/", 1)[0]
+    if value == "/" or value in SYSTEM_DIRECTORIES or top in SYSTEM_TREES:
+        raise ValueError(
+            f"{value!r} is a system directory; models need a directory of their own such as /shared or /data/models"
+        )
+    return value
+
+
 class Host(LocalBaseModel):
     name: Name
     address: str
@@ -214,6 +224,9 @@ class Host(LocalBaseModel):
     host_key: Annotated[str, Field(pattern=SSH_HOST_KEY_PATTERN)] | None = None
     gpus: GpuSpec
     runtime: Runtime = Runtime()
+    # Host-local disk (an NVMe) that models are copied to before a swap, while the old model serves; the
+    # engine then loads from there instead of the shared storage. Unset: it loads from the storage.
+    staging_path: AbsPath | None = None
     # Bounded SSH connection: attempts x seconds is the longest a step waits for an unreachable host.
     dial_attempts: Annotated[int, Field(ge=1, le=20)] = 3
     dial_timeout_seconds: Annotated[int, Field(ge=1, le=120)] = 10
@@ -230,6 +243,11 @@ class Host(LocalBaseModel):
             raise ValueError(f"{value!r} is neither an IP address nor a DNS host name")
         return value
 
+    @field_validator("staging_path")
+    @classmethod
+    def _staging_not_a_system_directory(cls, value: str | None) -> str | None:
+        return None if value is None else not_a_system_directory(value)
+
 
 class Storage(LocalBaseModel):
     name: Name
@@ -243,12 +261,7 @@ class Storage(LocalBaseModel):
     @field_validator("path")
     @classmethod
     def _not_a_system_directory(cls, value: str) -> str:
-        top = "/" + value.strip("/").split("/", 1)[0]
-        if value == "/" or value in SYSTEM_DIRECTORIES or top in SYSTEM_TREES:
-            raise ValueError(
-                f"{value!r} is a system directory; models need a directory of their own such as /shared or /data/models"
-            )
-        return value
+        return not_a_system_directory(value)
 
     @property
     def effective_hf_home(self) -> str:
@@ -441,6 +454,13 @@ class ResolvedDeployment(LocalBaseModel):
         return f"{self.storage.path}/{self.model.dir}"
 
     @property
+    def load_path(self) -> str:
+        """Where the engine reads the weights: the host's staging copy when it has a staging path."""
+        if self.host.staging_path is None:
+            return self.model_path
+        return f"{self.host.staging_path}/{self.model.dir}"
+
+    @property
     def start_timeout_seconds(self) -> int:
         if self.deployment.start_timeout_seconds is not None:
             return self.deployment.start_timeout_seconds
@@ -493,6 +513,14 @@ class StackConfig(LocalBaseModel):
                 )
             else:
                 storage_by_host[store.host] = store
+        for i, host in enumerate(self.hosts):
+            shared = storage_by_host.get(host.name)
+            staging = host.staging_path
+            if staging is not None and shared is not None and _overlap(staging, shared.path):
+                errors.append(
+                    f"vllm-fleet:hosts[{i}].stagingPath: {staging} overlaps the storage path {shared.path} of "
+                    f"{host.name!r}; the staging copy belongs on a host-local disk of its own (e.g. /local/vllm-staging)"
+                )
         if self.tier is StackTier.PRODUCTION:
             for i, host in enumerate(self.hosts):
                 if host.host_key is None:
@@ -671,6 +699,11 @@ class StackConfig(LocalBaseModel):
                 )
             )
         return out
+
+
+def _overlap(a: str, b: str) -> bool:
+    a, b = a.rstrip("/"), b.rstrip("/")
+    return a == b or a.startswith(b + "/") or b.startswith(a + "/")
 
 
 def _unique(errors: list[str], key: str, names: list[str]) -> None:

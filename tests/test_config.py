@@ -366,3 +366,18 @@ def test_load_fields_render_as_flags_the_hosts_vllm_knows(prod_raw: dict[str, An
     args = render.vllm_arguments(tiny)
     assert args[args.index("--safetensors-load-strategy") + 1] == "prefetch"
     assert args[args.index("--load-format") + 1] == "safetensors"
+
+
+def test_a_staging_path_moves_the_load_and_stays_off_the_storage(prod_raw: dict[str, Any]) -> None:
+    from components import render
+
+    prod_raw["hosts"][0]["stagingPath"] = "/local/vllm-staging"
+    (rd,) = parse_stack_config(prod_raw).resolved_deployments()
+    assert rd.load_path == "/local/vllm-staging/kimi-k2.5-int4" and rd.model_path == "/shared/kimi-k2.5-int4"
+    args = render.vllm_arguments(rd)
+    assert args[args.index("--model") + 1] == "/local/vllm-staging/kimi-k2.5-int4"
+    assert render.swap_plan(rd, "prod")["load_dir"] == "/local/vllm-staging/kimi-k2.5-int4"
+    prod_raw["hosts"][0]["stagingPath"] = "/shared/staging"
+    assert "hosts[0].stagingPath: /shared/staging overlaps the storage path /shared" in error_of(prod_raw)
+    prod_raw["hosts"][0]["stagingPath"] = "/var"
+    assert "is a system directory" in error_of(prod_raw)

@@ -32,6 +32,16 @@ for unit in $(printf '%s\n' "${units[@]}" | sort -u); do
 done
 systemctl daemon-reload
 "$TOOLS_DIR/clean-shm" || true
+# The staging copy the engine loaded from (hosts[].stagingPath), unless another deployment loads it too.
+staged=""
+if [ -f "$STATE_DIR/active" ]; then staged=$(sed -n 's/^STAGED_COPY=//p' "$STATE_DIR/active"); fi
+if [ -n "$staged" ] && [ -n "$STAGING_PATH" ] && [ "${staged#"$STAGING_PATH"/}" != "$staged" ]; then
+  shared_by=$(grep -lsx "STAGED_COPY=$staged" "$state_root"/deployments/*/active | grep -vx "$STATE_DIR/active" || true)
+  if [ -z "$shared_by" ]; then
+    rm -rf -- "$staged"
+    log "removed the staging copy $staged"
+  fi
+fi
 owner="$STACK.$DEPLOYMENT"
 rm -f "$state_root/claims/$owner.json"
 rm -rf -- "$STATE_DIR/active" "$STATE_DIR/previous" "$STATE_DIR/swap-plan.json" "$STATE_DIR/swap-result.json"

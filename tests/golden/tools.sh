@@ -38,7 +38,7 @@ chmod 0755 /usr/local/lib/vllm-fleet/survey.vllm-fleet-tmp
 mv -f /usr/local/lib/vllm-fleet/survey.vllm-fleet-tmp /usr/local/lib/vllm-fleet/survey
 install -d -m 0755 /usr/local/lib/vllm-fleet
 cat > /usr/local/lib/vllm-fleet/swap.vllm-fleet-tmp <<'VLLM_FLEET_EOF'
-<1115 lines, 50567 bytes, sha256 d582da819374943b4b1138eea7bc68f81b21e9c2ff04166f04fda926e5b33442>
+<1158 lines, 52963 bytes, sha256 7cb004c0ed4b83687fdfeaed91c62a5db729dbeba547045462a1e378d10fb463>
 VLLM_FLEET_EOF
 chmod 0755 /usr/local/lib/vllm-fleet/swap.vllm-fleet-tmp
 mv -f /usr/local/lib/vllm-fleet/swap.vllm-fleet-tmp /usr/local/lib/vllm-fleet/swap

@@ -523,3 +523,26 @@ def test_established_to_counts_requests_the_front_door_carries_to_an_engine() ->
     )
     assert swap.established_to(ss, 18000) == 2
     assert swap.established_to(ss, 28000) == 0
+
+
+def test_a_staging_path_gets_a_copy_before_the_stop_and_the_previous_copy_goes(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    (world.tools / "prewarm").write_text(
+        "import os, sys\nargs = sys.argv[1:]\nprint('prewarm:', ' '.join(args))\n"
+        "os.makedirs(args[args.index('--to') + 1], exist_ok=True)\n"
+    )
+    staging = tmp_path / "local"
+    plan_a = swap.Plan(**{**world.plan(unit="vllm-a.service").__dict__, "load_dir": str(staging / "a")})
+    assert world.run(plan_a).status == "succeeded"
+    assert any(f"prewarm: copy --dir /shared/m --to {staging / 'a'}" in line for line in world.lines)
+    assert f"STAGED_COPY={staging / 'a'}" in (Path(plan_a.state_dir) / "active").read_text()
+    plan_b = swap.Plan(**{**world.plan(unit="vllm-b.service").__dict__, "load_dir": str(staging / "b")})
+    result = world.run(plan_b)
+    assert result.status == "succeeded" and "stage_copy" in result.timings
+    assert (staging / "b").is_dir() and not (staging / "a").exists()
+    # A copy that fails refuses the swap before anything stops.
+    (world.tools / "prewarm").write_text("import sys\nprint('prewarm: short of 5 GiB', file=sys.stderr)\nsys.exit(1)\n")
+    plan_c = swap.Plan(**{**world.plan(unit="vllm-c.service").__dict__, "load_dir": str(staging / "c")})
+    refused = world.run(plan_c)
+    assert refused.status == "refused" and "(hosts[].stagingPath) failed" in refused.message
+    assert world.systemd.units["vllm-b.service"].state == "active"

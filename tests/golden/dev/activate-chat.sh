@@ -19,6 +19,7 @@ readonly PLAN='{
  ],
  "gpus_needed": 1,
  "journal_lines": 40,
+ "load_dir": "/shared/tiny-chat-a",
  "model_dir": "/shared/tiny-chat-a",
  "port": 8000,
  "prewarm_margin_gib": 8.0,

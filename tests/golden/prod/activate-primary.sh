@@ -25,6 +25,7 @@ readonly PLAN='{
  ],
  "gpus_needed": 8,
  "journal_lines": 40,
+ "load_dir": "/shared/kimi-k2.5-int4",
  "model_dir": "/shared/kimi-k2.5-int4",
  "port": 8000,
  "prewarm_margin_gib": 8.0,

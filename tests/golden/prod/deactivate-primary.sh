@@ -7,6 +7,7 @@ readonly UNIT_NAME=vllm-kimi-k25-int4.service
 readonly TOOLS_DIR=/usr/local/lib/vllm-fleet
 readonly FRONT_DOOR_DIR=/etc/vllm-fleet/frontdoor
 readonly FRONT_DOOR_UNIT=vllm-fleet-frontdoor.service
+readonly STAGING_PATH=''
 # vllm-fleet deactivate: stop serving a deployment and leave the host as it was found: its front door
 # site is removed, the unit is stopped (its whole control group), disabled and removed, systemd reloaded, /dev/shm cleaned, and the
 # deployment's claims on GPUs, port and unit name released.
@@ -40,6 +41,16 @@ for unit in $(printf '%s\n' "${units[@]}" | sort -u); do
 done
 systemctl daemon-reload
 "$TOOLS_DIR/clean-shm" || true
+# The staging copy the engine loaded from (hosts[].stagingPath), unless another deployment loads it too.
+staged=""
+if [ -f "$STATE_DIR/active" ]; then staged=$(sed -n 's/^STAGED_COPY=//p' "$STATE_DIR/active"); fi
+if [ -n "$staged" ] && [ -n "$STAGING_PATH" ] && [ "${staged#"$STAGING_PATH"/}" != "$staged" ]; then
+  shared_by=$(grep -lsx "STAGED_COPY=$staged" "$state_root"/deployments/*/active | grep -vx "$STATE_DIR/active" || true)
+  if [ -z "$shared_by" ]; then
+    rm -rf -- "$staged"
+    log "removed the staging copy $staged"
+  fi
+fi
 owner="$STACK.$DEPLOYMENT"
 rm -f "$state_root/claims/$owner.json"
 rm -rf -- "$STATE_DIR/active" "$STATE_DIR/previous" "$STATE_DIR/swap-plan.json" "$STATE_DIR/swap-result.json"
