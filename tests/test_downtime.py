@@ -40,6 +40,7 @@ NEVER_READY = {"overrides": {"maxModelLen": 1_000_000}}
 # A process the stand-in nvidia-smi counts on GPU 3 (a vLLM-like title, 300 MB resident), in a unit of
 # its own: the GPU a blue/green swap would need is taken.
 TAKER = "dt-gpu-taker.service"
+STAGING = "/srv/vllm-staging"
 RESULTS = ROOT / ".run" / "downtime-phases.json"
 
 
@@ -54,6 +55,8 @@ class Downtime:
     def configure(self, model: str, **deployment: Any) -> auto.Stack:
         doc = yaml.safe_load(sandbox_env.e2e_stack_file(model, gpus=[2, 3], port=PORT, extra_models=MODELS))
         doc["config"]["vllm-fleet:deployments"][0].update(servedModelName=SERVED, **deployment)
+        # Engines load from a copy on "host-local" disk that the swap makes before anything stops.
+        doc["config"]["vllm-fleet:hosts"][0]["stagingPath"] = STAGING
         (self.work / f"Pulumi.{STACK}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
         self.stack = engine.stack(
             self.work, self.backend, STACK, secrets={"vllm-fleet:hfToken": sandbox_env.MIRROR_TOKEN}
@@ -124,7 +127,9 @@ def test_blue_green_swap_and_back_fail_no_request(downtime: Downtime) -> None:
     assert "swap mode: blue-green" in downtime.log()
     assert unit_on_gpu("vllm-dt-tiny-b.service").strip() == "3"
     assert there["requests"] > 50 and there["failed"] == 0, there
-    assert "/shared/dt-tiny-b" in on_host(f"curl -s http://127.0.0.1:{PORT}/v1/models")
+    # It serves from the staging copy, which the swap made; the old model's copy is gone.
+    assert f"{STAGING}/dt-tiny-b" in on_host(f"curl -s http://127.0.0.1:{PORT}/v1/models")
+    assert on_host(f"ls {STAGING}").split() == ["dt-tiny-b"]
     result, back = downtime.swap("blue_green_back", "dt-tiny-a")
     assert result is not None and result.summary.result == "succeeded", downtime.log()[-3000:]
     assert back["requests"] > 50 and back["failed"] == 0, back
