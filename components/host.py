@@ -55,5 +55,20 @@ class GpuHost(pulumi.ComponentResource):
             depends_on=[self.preflight],
             timeout_seconds=300,
         )
+        # One step per tool: a changed tool updates its own step. No delete: the files go with the
+        # directory, which the tools step removes once no deployment of any stack is left on the host.
+        self.tool_steps = [
+            remote_step(
+                f"{name}-tool-{tool}",
+                self.target,
+                create=render.tool_script(tool),
+                parent=self,
+                depends_on=[self.tools],
+                timeout_seconds=120,
+            )
+            for tool in sorted(render.HOST_TOOLS)
+        ]
+        # What a step that runs a tool waits for.
+        self.installed: list[pulumi.Resource] = [self.tools, *self.tool_steps]
         self.facts = self.preflight.stdout.apply(parse_facts)
         self.register_outputs({"facts": self.facts, "address": args.host.address})

@@ -320,6 +320,11 @@ def heredoc_file(path: str, content: str, mode: str) -> str:
     )
 
 
+# Linux's MAX_ARG_STRLEN is 128 KiB per argument; sshd runs a command as `$SHELL -c COMMAND`, and the
+# invocation wraps the script once more in `bash -c`. Leave room for the wrapper.
+MAX_SCRIPT_BYTES = 120_000
+
+
 def remote_invocation(script: str, step: str, time_limit_seconds: int, kill_after_seconds: int) -> str:
     """The command string a remote Command runs over SSH for a rendered script.
 
@@ -331,6 +336,11 @@ def remote_invocation(script: str, step: str, time_limit_seconds: int, kill_afte
     delimiter = "VLLM_FLEET_SCRIPT"
     if delimiter in script:
         raise ValueError(f"{step}: script contains the delimiter {delimiter}")
+    if len(script.encode()) > MAX_SCRIPT_BYTES:
+        raise ValueError(
+            f"{step}: its script is {len(script.encode())} bytes; the remote shell takes the command as one "
+            f"argument, at most 128 KiB on Linux: split the step (the limit here is {MAX_SCRIPT_BYTES} bytes)"
+        )
     label = shlex.quote("vllm-fleet-" + step)
     return (
         f"timeout --kill-after={kill_after_seconds} {time_limit_seconds} "
@@ -344,11 +354,18 @@ def remote_invocation(script: str, step: str, time_limit_seconds: int, kill_afte
 
 
 def tools_script() -> str:
-    """Install every host tool; the tool sources are part of the script, so a change shows in a diff."""
-    script = render_script("tools.sh", {"TOOLS_DIR": TOOLS_DIR})
-    for tool, source in sorted(HOST_TOOLS.items()):
-        script += heredoc_file(f"{TOOLS_DIR}/{tool}", source.read_text(encoding="utf-8"), "0755")
-    return script + f'echo "installed {len(HOST_TOOLS)} vllm-fleet tools in {TOOLS_DIR}"\n'
+    """The tools' directory; each tool is a step of its own (tool_script)."""
+    return render_script("tools.sh", {"TOOLS_DIR": TOOLS_DIR})
+
+
+def tool_script(tool: str) -> str:
+    """Install one host tool. Its source is part of the script, so a change shows in the preview's diff as
+    an update of that tool's step alone; one step per tool also keeps each command under the size one
+    argument may have (the remote shell runs the command as a single `-c` argument)."""
+    source = HOST_TOOLS[tool]
+    header = f"#!/usr/bin/env bash\n# vllm-fleet tool {tool}: {source.name} of this repository, installed as {TOOLS_DIR}/{tool}\nset -euo pipefail\n"
+    body = heredoc_file(f"{TOOLS_DIR}/{tool}", source.read_text(encoding="utf-8"), "0755")
+    return header + body + f'echo "installed {TOOLS_DIR}/{tool}"\n'
 
 
 def front_door_files() -> dict[str, str]:

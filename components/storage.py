@@ -43,7 +43,7 @@ class SharedStorage(pulumi.ComponentResource):
             create=render.storage_script(args.storage, args.kept_dirs),
             delete=render.storage_delete_script(args.storage),
             parent=self,
-            depends_on=[args.host.tools],
+            depends_on=args.host.installed,
             timeout_seconds=300,
         )
         usage = self.layout.stdout.apply(parse_usage)

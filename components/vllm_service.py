@@ -55,7 +55,7 @@ class VllmService(pulumi.ComponentResource):
             delete=render.stage_delete_script(rd, args.stack),
             stdin=env_file,
             parent=self,
-            depends_on=[args.download.files, args.host.tools, args.front_door.proxy],
+            depends_on=[args.download.files, *args.host.installed, args.front_door.proxy],
             timeout_seconds=300,
             owns_singleton=True,
         )

@@ -35,6 +35,7 @@ def test_prod_graph(prod: dict[str, Registered]) -> None:
     assert sorted(commands(prod)) == [
         "gpu-01-front-door-proxy",
         "gpu-01-preflight",
+        *(f"gpu-01-tool-{tool}" for tool in sorted(render.HOST_TOOLS)),
         "gpu-01-tools",
         "primary-serving",
         "primary-unit",
@@ -52,6 +53,7 @@ def test_dev_graph() -> None:
         "chat-unit",
         "sandbox-front-door-proxy",
         "sandbox-preflight",
+        *(f"sandbox-tool-{tool}" for tool in sorted(render.HOST_TOOLS)),
         "sandbox-tools",
         "shared-layout",
         "shared-tiny-chat-a-files",
@@ -170,10 +172,12 @@ def test_dependency_order(prod: dict[str, Registered]) -> None:
     assert deps["gpu-01-preflight"] == []
     assert deps["gpu-01-tools"] == ["gpu-01-preflight"]
     assert deps["gpu-01-front-door-proxy"] == ["gpu-01-preflight"]
-    assert deps["shared-layout"] == ["gpu-01-tools"]
+    tools = ["gpu-01-tools", *(f"gpu-01-tool-{tool}" for tool in sorted(render.HOST_TOOLS))]
+    assert deps["gpu-01-tool-swap"] == ["gpu-01-tools"]
+    assert deps["shared-layout"] == sorted(tools)
     assert deps["shared-kimi-k2.5-int4-files"] == ["shared-layout"]
     assert deps["shared-minimax-m2.5-files"] == ["shared-layout"]
-    assert deps["primary-unit"] == ["gpu-01-front-door-proxy", "gpu-01-tools", "shared-kimi-k2.5-int4-files"]
+    assert deps["primary-unit"] == sorted(["gpu-01-front-door-proxy", *tools, "shared-kimi-k2.5-int4-files"])
     assert deps["primary-serving"] == ["primary-unit"]
     parents = {name: step.options["parent"] for name, step in commands(prod).items()}
     assert parents["primary-serving"] == "primary" and parents["shared-kimi-k2.5-int4-files"] == "shared-kimi-k2.5-int4"

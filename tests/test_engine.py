@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from pulumi import automation as auto
 
+from components import render
 from tests import engine
 from tests.conftest import ROOT
 
@@ -56,8 +57,9 @@ def test_real_engine_previews_the_dev_stack(tmp_path: Path) -> None:
     (work / ".sandbox" / "ssh" / "id_ed25519").write_text("placeholder, never used offline\n")
     dev = engine.stack(work, tmp_path / "state", "dev", env={"VLLM_FLEET_OFFLINE": "1"})
     result = dev.preview()
-    # The stack, 5 components (host, front door, storage, model, service) and their 7 steps.
-    assert result.change_summary.get(auto.OpType.CREATE) == 13, result.change_summary
+    # The stack, 5 components (host, front door, storage, model, service) and their steps: 7, and one per tool.
+    expected = 1 + 5 + 7 + len(render.HOST_TOOLS)
+    assert result.change_summary.get(auto.OpType.CREATE) == expected, result.change_summary
     dev.workspace.remove_stack("dev")
 
 

@@ -31,6 +31,7 @@ def rendered_scripts(name: str) -> dict[str, str]:
     """Every script a stack runs on its hosts, by a stable file name."""
     config = stack(name)
     scripts = {
+        **{f"tool-{tool}.sh": render.tool_script(tool) for tool in render.HOST_TOOLS},
         "tools.sh": render.tools_script(),
         "tools-delete.sh": render.tools_delete_script(),
         "frontdoor.sh": render.front_door_script(),
@@ -76,7 +77,13 @@ def test_units_match_golden(name: str) -> None:
 
 
 # The host tools do not depend on the stack: one golden file serves every stack.
-STACK_INDEPENDENT = ("tools.sh", "tools-delete.sh", "frontdoor.sh", "frontdoor-delete.sh")
+STACK_INDEPENDENT = (
+    "tools.sh",
+    "tools-delete.sh",
+    "frontdoor.sh",
+    "frontdoor-delete.sh",
+    *(f"tool-{tool}.sh" for tool in render.HOST_TOOLS),
+)
 
 
 def pinned_text(script: str) -> str:
@@ -106,7 +113,7 @@ def test_scripts_match_golden(name: str) -> None:
     scripts = rendered_scripts(name)
     for file_name, text in scripts.items():
         folder = GOLDEN if file_name in STACK_INDEPENDENT else GOLDEN / name
-        check_golden(folder / file_name, pinned_text(text) if file_name == "tools.sh" else text)
+        check_golden(folder / file_name, pinned_text(text) if file_name.startswith("tool-") else text)
     stale = {p.name for p in (GOLDEN / name).glob("*.sh")} - set(scripts)
     assert not stale, f"golden files no longer rendered: {stale}"
 
@@ -273,3 +280,13 @@ def test_args_check_spec_names_each_flags_config_key() -> None:
     assert spec["origins"]["--disable-log-requests"] == "vllm-fleet:deployments[primary].overrides.extraArgs"
     assert spec["origins"]["--port"] == "vllm-fleet:deployments[primary].port"
     assert spec["origins"]["--tensor-parallel-size"].endswith("vllm-fleet:models.kimi-k2.5-int4.serving.tensorParallel")
+
+
+def test_every_step_fits_one_shell_argument() -> None:
+    """sshd hands the command to the remote shell as one `-c` argument, which Linux caps at 128 KiB."""
+    for name in STACKS:
+        for file_name, text in rendered_scripts(name).items():
+            invocation = render.remote_invocation(text, file_name, 60, 30)
+            assert len(invocation.encode()) < 128 * 1024, file_name
+    with pytest.raises(ValueError, match="split the step"):
+        render.remote_invocation("#!/usr/bin/env bash\n" + "x" * render.MAX_SCRIPT_BYTES, "huge", 60, 30)

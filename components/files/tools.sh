@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# vllm-fleet host tools: the GPU-release guard, readiness check, model verifier and /dev/shm cleaner
-# that units and steps call on the host. The files follow this header; each is written atomically.
+# vllm-fleet host tools: the directory of the GPU-release guard, readiness check, model verifier, swap
+# and the rest, which units and steps call on the host. Each tool is installed by a step of its own.
 set -euo pipefail
 
 install -d -m 0755 "$TOOLS_DIR"
+echo "tools directory $TOOLS_DIR ready"
