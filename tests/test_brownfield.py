@@ -162,7 +162,8 @@ def test_preview_refuses_what_it_would_have_to_stop_unasked(brown: Brownfield) -
     with pytest.raises(auto.CommandError) as refused:
         brown.configure().preview()
     message = str(refused.value)
-    assert f"port {PORT} is held by PID" in message and f"of {LEGACY}, which this stack does not manage" in message
+    assert f"port {PORT}, its front door's port, is held by PID" in message
+    assert f"of {LEGACY}, which this stack does not manage" in message
     assert f"add {LEGACY} to vllm-fleet:deployments[chat].replaces" in message
     assert f"GPU 3 is held by PID {brown.stray_pid} (VLLM::stray" in message
     assert "foreignGpuProcesses: stop" in message
