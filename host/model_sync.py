@@ -9,7 +9,9 @@ A manifest in DIR/.vllm-fleet/manifest.json records `repo@sha` and, per file, it
 as checked against the repository's metadata (sha256 for LFS files, git blob sha1 for the rest). Later
 runs compare sizes and mtimes with it instead of re-reading 500 GB. The download itself is `hf download`
 (the client users know, honouring HF_ENDPOINT and HF_TOKEN from the environment), watched by a thread
-that prints progress; partial files a killed run left behind are removed before it starts.
+that prints progress and by one that hashes each file as soon as the client has renamed it into place,
+so verifying adds little to the download; partial files a killed run left behind are removed before it
+starts.
 Runs with the host's vLLM python, which brings huggingface_hub.
 """
 
@@ -20,7 +22,9 @@ import fcntl
 import hashlib
 import json
 import os
+import queue
 import shutil
+import stat
 import subprocess
 import sys
 import threading
@@ -82,14 +86,18 @@ def repo_files(repo: str, revision: str, endpoint: str | None) -> tuple[str, lis
 
 
 def hash_file(path: Path, remote: RemoteFile) -> str:
+    with path.open("rb") as handle:
+        return hash_handle(handle, remote)
+
+
+def hash_handle(handle: Any, remote: RemoteFile) -> str:
     if remote.sha256 is not None:
         digest = hashlib.sha256()
     else:
         digest = hashlib.sha1()
         digest.update(f"blob {remote.size}\0".encode())
-    with path.open("rb") as handle:
-        while chunk := handle.read(CHUNK):
-            digest.update(chunk)
+    while chunk := handle.read(CHUNK):
+        digest.update(chunk)
     return digest.hexdigest()
 
 
@@ -122,7 +130,10 @@ def write_manifest(
 
 
 def stat_entry(path: Path) -> dict[str, int]:
-    st = path.stat()
+    return stat_entry_of(path.stat())
+
+
+def stat_entry_of(st: os.stat_result) -> dict[str, int]:
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
@@ -156,6 +167,152 @@ def forget_file(directory: Path, rel: str) -> None:
     """Remove a bad file and the client's metadata for it, so `hf download` fetches it again."""
     (directory / rel).unlink(missing_ok=True)
     (directory / HF_CACHE / "download" / f"{rel}.metadata").unlink(missing_ok=True)
+
+
+# What identifies one version of a file's bytes without reading them: inode, size, mtime and ctime. A file
+# hashed under one identity and found under the same one later still holds the bytes that were hashed.
+Identity = tuple[int, int, int, int]
+
+
+def identity(st: os.stat_result) -> Identity:
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+class Hasher:
+    """Hashes the files of a download while `hf download` runs, each one once the client is done with it.
+
+    `hf download` writes a file as .cache/huggingface/download/*.incomplete, renames it into place and then
+    writes its .metadata (commit, etag, time) there. A file counts as done, and is hashed early, only when
+    it is at its final path with the size the repository gives and its metadata names this commit and is
+    no older than the file: a file still being written or one the client is about to replace is left
+    alone. Each hash is kept with the identity (inode, size, mtime, ctime) the file had before and after
+    it was read; `finish`, called after the client exits, hashes every file that has no hash for the
+    identity it has then, so a file that changed after it was hashed is read again, never trusted."""
+
+    def __init__(
+        self, directory: Path, sha: str, files: list[RemoteFile], workers: int | None = None, poll: float = 0.2
+    ) -> None:
+        self.directory = directory
+        self.sha = sha
+        self.files = files
+        self.poll = poll
+        self.lock = threading.Lock()
+        self.results: dict[str, tuple[Identity, str]] = {}  # path -> (identity when hashed, digest)
+        self.queued: dict[str, Identity] = {}  # path -> identity it had when queued
+        self.early = 0  # files whose hash was ready when the client exited (set by `finish`)
+        self.jobs: queue.Queue[tuple[RemoteFile, Identity] | None] = queue.Queue()
+        self.stopping = threading.Event()
+        self.stopped = False
+        self.watcher = threading.Thread(target=self.watch, daemon=True)
+        count = workers if workers is not None else min(4, os.cpu_count() or 1)
+        self.workers = [threading.Thread(target=self.work, daemon=True) for _ in range(max(1, count))]
+
+    def start(self) -> None:
+        for worker in self.workers:
+            worker.start()
+        self.watcher.start()
+
+    def client_done(self, remote: RemoteFile, st: os.stat_result) -> bool:
+        metadata = self.directory / HF_CACHE / "download" / f"{remote.path}.metadata"
+        try:
+            lines = metadata.read_text().split("\n")
+            return len(lines) >= 3 and lines[0] == self.sha and float(lines[2]) >= st.st_mtime - 1
+        except (OSError, ValueError):
+            return False  # not written yet, or being written
+
+    def in_place(self, remote: RemoteFile) -> os.stat_result | None:
+        """The file at its final path, when it is a regular file of the size the repository gives."""
+        try:
+            st = (self.directory / remote.path).stat()
+        except OSError:
+            return None
+        return st if stat.S_ISREG(st.st_mode) and st.st_size == remote.size else None
+
+    def has_hash(self, remote: RemoteFile, ident: Identity) -> bool:
+        hashed = self.results.get(remote.path)
+        return hashed is not None and hashed[0] == ident
+
+    def want(self, remote: RemoteFile, ident: Identity) -> None:
+        """Queue a hash of the file as it is now, unless it has one or one is coming."""
+        with self.lock:
+            if self.has_hash(remote, ident) or self.queued.get(remote.path) == ident:
+                return
+            self.queued[remote.path] = ident
+        self.jobs.put((remote, ident))
+
+    def watch(self) -> None:
+        while not self.stopping.wait(self.poll):
+            for remote in self.files:
+                if self.stopping.is_set():
+                    return
+                st = self.in_place(remote)
+                if st is None:
+                    continue
+                ident = identity(st)
+                with self.lock:
+                    settled = self.has_hash(remote, ident) or self.queued.get(remote.path) == ident
+                if not settled and self.client_done(remote, st):
+                    self.want(remote, ident)
+
+    def work(self) -> None:
+        while (job := self.jobs.get()) is not None:
+            remote, ident = job
+            digest = None
+            try:
+                with (self.directory / remote.path).open("rb") as handle:
+                    if identity(os.fstat(handle.fileno())) == ident:
+                        digest = hash_handle(handle, remote)
+                        if identity(os.fstat(handle.fileno())) != ident:
+                            digest = None  # changed while being read
+            except OSError:
+                pass  # gone or replaced: whoever finds it in place again queues it again
+            finally:
+                with self.lock:
+                    if self.queued.get(remote.path) == ident:
+                        del self.queued[remote.path]
+                    if digest is not None:
+                        self.results[remote.path] = (ident, digest)
+                self.jobs.task_done()
+
+    def finish(self) -> dict[str, tuple[dict[str, int], str]]:
+        """After the client exited: hash every file in place that has no hash for the identity it has now,
+        end the threads, and return, per file whose hash is that of its current identity, the manifest's
+        stat entry for it and the digest. A file missing, of the wrong size or changing meanwhile is left
+        out: it failed verification."""
+        self.stopping.set()
+        self.watcher.join()
+        for remote in self.files:
+            st = self.in_place(remote)
+            if st is None:
+                continue
+            with self.lock:
+                self.early += self.has_hash(remote, identity(st))
+            self.want(remote, identity(st))
+        self.jobs.join()
+        self.stop()
+        found: dict[str, tuple[dict[str, int], str]] = {}
+        for remote in self.files:
+            st = self.in_place(remote)
+            hashed = self.results.get(remote.path)
+            if st is not None and hashed is not None and hashed[0] == identity(st):
+                found[remote.path] = (stat_entry_of(st), hashed[1])
+        return found
+
+    def stop(self) -> None:
+        """End the threads, dropping hashes still queued (the download failed); `finish` calls it too."""
+        self.stopping.set()
+        with self.lock:
+            if self.stopped:
+                return
+            self.stopped = True
+        while True:
+            try:
+                self.jobs.get_nowait()
+            except queue.Empty:
+                break
+            self.jobs.task_done()
+        for _ in self.workers:
+            self.jobs.put(None)
 
 
 def hf_cli() -> str:
@@ -315,20 +472,23 @@ def sync(args: argparse.Namespace) -> int:
             break
         # The whole revision on a fresh directory; only the missing or bad files otherwise.
         only = None if not verified and attempt == 1 else todo
-        run_hf_download(args.repo, sha, directory, files, only, args.progress_every)
+        hasher = Hasher(directory, sha, [by_path[rel] for rel in todo])
+        hasher.start()
+        try:
+            run_hf_download(args.repo, sha, directory, files, only, args.progress_every)
+            hashed = hasher.finish()
+        finally:
+            hasher.stop()
+        log(f"hashed {len(todo)} file(s), {hasher.early} of them while downloading")
         bad = []
         for rel in todo:
             remote = by_path[rel]
-            path = directory / rel
-            if (
-                not path.exists()
-                or path.stat().st_size != remote.size
-                or hash_file(path, remote) != expected_hash(remote)
-            ):
+            entry = hashed.get(rel)
+            if entry is None or entry[1] != expected_hash(remote):
                 bad.append(rel)
                 forget_file(directory, rel)
             else:
-                verified[rel] = {**stat_entry(path), "hash": expected_hash(remote)}
+                verified[rel] = {**entry[0], "hash": expected_hash(remote)}
         if bad:
             log(f"attempt {attempt}: {len(bad)} file(s) failed verification and were removed: {', '.join(bad)}")
     bad = [f.path for f in files if f.path not in verified]

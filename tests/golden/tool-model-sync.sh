@@ -3,7 +3,7 @@
 set -euo pipefail
 install -d -m 0755 /usr/local/lib/vllm-fleet
 cat > /usr/local/lib/vllm-fleet/model-sync.vllm-fleet-tmp <<'VLLM_FLEET_EOF'
-<421 lines, 16529 bytes, sha256 f10d64025890d05657cf639a835e1c221f152fed247a634a51d9220dd2169d9e>
+<581 lines, 23809 bytes, sha256 46d9f003f593ee632a1ca769aac599554ed37724dce857305f0741e85834634b>
 VLLM_FLEET_EOF
 chmod 0755 /usr/local/lib/vllm-fleet/model-sync.vllm-fleet-tmp
 mv -f /usr/local/lib/vllm-fleet/model-sync.vllm-fleet-tmp /usr/local/lib/vllm-fleet/model-sync

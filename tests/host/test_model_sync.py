@@ -1,0 +1,299 @@
+"""model-sync's hashing while `hf download` runs: on files written by hand the way the client writes them,
+and end to end with the real `hf` CLI against the project's mirror running in-process on loopback."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import http.client
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from host import model_sync
+from host.model_sync import Hasher, RemoteFile
+from sandbox.hf_mirror import HFMirror
+
+SHA = "a" * 40
+
+
+def remote_for(rel: str, data: bytes) -> RemoteFile:
+    return RemoteFile(rel, len(data), hashlib.sha256(data).hexdigest(), "0" * 40)
+
+
+def client_writes(directory: Path, rel: str, data: bytes, sha: str = SHA) -> None:
+    """What `hf download` does for one file: write it aside, rename it into place, then its metadata."""
+    download = directory / model_sync.HF_CACHE / "download"
+    download.mkdir(parents=True, exist_ok=True)
+    partial = download / f"{rel}.incomplete"
+    partial.write_bytes(data)
+    os.replace(partial, directory / rel)
+    (download / f"{rel}.metadata").write_text(f"{sha}\netag\n{time.time()}\n")
+
+
+def wait_until(condition: Any, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def hasher_for(tmp_path: Path) -> Iterator[Any]:
+    made: list[Hasher] = []
+
+    def make(*files: RemoteFile) -> Hasher:
+        hasher = Hasher(tmp_path, SHA, list(files), workers=2, poll=0.01)
+        hasher.start()
+        made.append(hasher)
+        return hasher
+
+    yield make
+    for hasher in made:
+        hasher.stop()
+
+
+def test_a_file_the_client_finished_is_hashed_while_it_runs(tmp_path: Path, hasher_for: Any) -> None:
+    data = os.urandom(3 << 20)
+    remote = remote_for("model.safetensors", data)
+    hasher = hasher_for(remote)
+    client_writes(tmp_path, remote.path, data)
+    wait_until(lambda: remote.path in hasher.results)
+    found = hasher.finish()
+    assert found[remote.path][1] == remote.sha256
+    assert found[remote.path][0] == model_sync.stat_entry(tmp_path / remote.path)
+    assert hasher.early == 1
+
+
+def test_a_file_still_growing_in_place_is_not_hashed_early(tmp_path: Path, hasher_for: Any) -> None:
+    data = os.urandom(1 << 20)
+    remote = remote_for("model.safetensors", data)
+    hasher = hasher_for(remote)
+    target = tmp_path / remote.path
+    with target.open("wb") as handle:
+        for offset in range(0, len(data), 64 << 10):
+            handle.write(data[offset : offset + (64 << 10)])
+            handle.flush()
+            time.sleep(0.005)
+        # Full size now, but the client has not said it is done with it (no metadata): still not hashed.
+        time.sleep(0.1)
+        assert hasher.results == {}
+    # Its metadata written, the file counts as done.
+    (tmp_path / model_sync.HF_CACHE / "download").mkdir(parents=True)
+    (tmp_path / model_sync.HF_CACHE / "download" / f"{remote.path}.metadata").write_text(
+        f"{SHA}\netag\n{time.time()}\n"
+    )
+    wait_until(lambda: remote.path in hasher.results)
+    assert hasher.finish()[remote.path][1] == remote.sha256
+
+
+def test_metadata_of_another_commit_or_older_than_the_file_is_not_done(tmp_path: Path, hasher_for: Any) -> None:
+    data = b"x" * 1000
+    other, stale = remote_for("other.bin", data), remote_for("stale.bin", data)
+    hasher = hasher_for(other, stale)
+    client_writes(tmp_path, other.path, data, sha="b" * 40)
+    client_writes(tmp_path, stale.path, data)
+    # Written after the client's metadata, as a user editing it would: the client will fetch it again.
+    os.utime(tmp_path / stale.path, (time.time() + 10, time.time() + 10))
+    time.sleep(0.1)
+    assert hasher.results == {}
+    # Once the client is gone, whatever is in place is hashed: they are still checked, only later.
+    found = hasher.finish()
+    assert {rel: digest for rel, (_, digest) in found.items()} == {
+        other.path: other.sha256,
+        stale.path: stale.sha256,
+    }
+    assert hasher.early == 0
+
+
+def test_a_file_replaced_after_its_hash_is_hashed_again(tmp_path: Path, hasher_for: Any) -> None:
+    old, new = os.urandom(1 << 20), os.urandom(1 << 20)
+    remote = remote_for("model.safetensors", new)
+    hasher = hasher_for(remote)
+    client_writes(tmp_path, remote.path, old)
+    wait_until(lambda: remote.path in hasher.results)
+    hasher.stopping.set()  # no watcher now: only `finish` can notice the replacement
+    hasher.watcher.join()
+    client_writes(tmp_path, remote.path, new)
+    assert hasher.finish()[remote.path][1] == remote.sha256
+    assert hasher.early == 0
+
+
+def test_a_file_changed_in_place_after_its_hash_is_hashed_again(tmp_path: Path, hasher_for: Any) -> None:
+    data = os.urandom(1 << 20)
+    remote = remote_for("model.safetensors", data)
+    hasher = hasher_for(remote)
+    client_writes(tmp_path, remote.path, data)
+    wait_until(lambda: remote.path in hasher.results)
+    hasher.stopping.set()
+    hasher.watcher.join()
+    with (tmp_path / remote.path).open("r+b") as handle:  # same size, one byte flipped
+        handle.seek(5000)
+        handle.write(bytes([data[5000] ^ 1]))
+    found = hasher.finish()
+    assert found[remote.path][1] != remote.sha256
+
+
+def test_a_missing_or_short_file_is_left_out(tmp_path: Path, hasher_for: Any) -> None:
+    missing, short = remote_for("missing.bin", b"abc"), remote_for("short.bin", b"abcdef")
+    hasher = hasher_for(missing, short)
+    client_writes(tmp_path, short.path, b"abc")
+    assert hasher.finish() == {}
+
+
+def test_small_files_get_their_git_blob_sha1(tmp_path: Path, hasher_for: Any) -> None:
+    data = b'{"model_type": "bench"}\n'
+    blob = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+    remote = RemoteFile("config.json", len(data), None, blob)
+    hasher = hasher_for(remote)
+    client_writes(tmp_path, remote.path, data)
+    assert hasher.finish()[remote.path][1] == blob
+
+
+# ---- end to end: `model-sync sync` with the real client against the mirror --------------------------------
+
+REPO = "acme/hash-while"
+SHARDS = [f"model-{i:05d}-of-00004.safetensors" for i in range(1, 5)]
+
+
+@pytest.fixture(scope="module")
+def mirror(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HFMirror]:
+    root = tmp_path_factory.mktemp("mirror-root")
+    repo = root / REPO
+    repo.mkdir(parents=True)
+    for name in SHARDS:
+        (repo / name).write_bytes(os.urandom(2 << 20))
+    (repo / "config.json").write_text('{"model_type": "none"}\n')
+    with HFMirror(root) as m:
+        yield m
+
+
+def control(mirror: HFMirror, method: str, path: str, body: Any = None) -> Any:
+    conn = http.client.HTTPConnection(mirror.host, mirror.port, timeout=10)
+    try:
+        payload = json.dumps(body).encode() if body is not None else None
+        conn.request(method, path, body=payload, headers={"Content-Type": "application/json"})
+        return json.loads(conn.getresponse().read())
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def client_env(mirror: HFMirror, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for key in [k for k in os.environ if k.startswith("HF_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("HF_ENDPOINT", mirror.url)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    monkeypatch.setenv("HF_HUB_DISABLE_UPDATE_CHECK", "1")
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    control(mirror, "DELETE", "/_mirror/faults")
+    yield
+    control(mirror, "DELETE", "/_mirror/faults")
+
+
+def sync(directory: Path) -> int:
+    return model_sync.main(["sync", "--repo", REPO, "--revision", "main", "--dir", str(directory)])
+
+
+def test_sync_hashes_while_downloading_and_records_the_manifest(
+    mirror: HFMirror, client_env: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The last shard's answer is held back: the others are in place meanwhile, and are hashed then.
+    control(mirror, "POST", "/_mirror/faults", {"path_glob": f"*/resolve/*/{SHARDS[-1]}", "delay_s": 2.0})
+    directory = tmp_path / "model"
+    assert sync(directory) == 0
+    out = capsys.readouterr().out
+    hashed_early = int(out.split("hashed 5 file(s), ")[1].split(" of them")[0])
+    assert hashed_early >= len(SHARDS) - 1, out
+    assert f"{REPO}@{mirror.sha(REPO)} complete and verified: 5 files" in out
+    manifest = model_sync.read_manifest(directory)
+    assert manifest is not None and manifest["complete"] is True
+    for rel, entry in manifest["files"].items():
+        data = (directory / rel).read_bytes()
+        if rel.endswith(".safetensors"):
+            assert entry["hash"] == hashlib.sha256(data).hexdigest()
+        else:
+            assert entry["hash"] == hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+        assert {k: entry[k] for k in ("size", "mtime_ns")} == model_sync.stat_entry(directory / rel)
+    assert model_sync.main(["check", "--dir", str(directory)]) == 0
+    assert model_sync.main(["verify", "--dir", str(directory)]) == 0
+
+
+def test_a_file_corrupted_in_transit_is_caught_and_fetched_again(
+    mirror: HFMirror, client_env: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    control(mirror, "POST", "/_mirror/faults", {"path_glob": f"*/resolve/*/{SHARDS[1]}", "corrupt_at_byte": 12345})
+    directory = tmp_path / "model"
+    assert sync(directory) == 0
+    out = capsys.readouterr().out
+    assert f"attempt 1: 1 file(s) failed verification and were removed: {SHARDS[1]}" in out
+    manifest = model_sync.read_manifest(directory)
+    assert manifest is not None and manifest["complete"] is True and len(manifest["files"]) == 5
+    assert model_sync.main(["verify", "--dir", str(directory)]) == 0
+
+
+def test_a_file_corrupted_on_every_fetch_fails_the_sync(mirror: HFMirror, client_env: None, tmp_path: Path) -> None:
+    control(
+        mirror,
+        "POST",
+        "/_mirror/faults",
+        {"path_glob": f"*/resolve/*/{SHARDS[2]}", "corrupt_at_byte": 7, "times": None},
+    )
+    directory = tmp_path / "model"
+    with pytest.raises(SystemExit, match=f"still fail verification after a second download: {SHARDS[2]}"):
+        sync(directory)
+    assert not (directory / SHARDS[2]).exists()
+    manifest = model_sync.read_manifest(directory)
+    assert manifest is None
+
+
+def test_verify_repair_refetches_only_the_bad_file(
+    mirror: HFMirror, client_env: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = tmp_path / "model"
+    assert sync(directory) == 0
+    target = directory / SHARDS[0]
+    data = bytearray(target.read_bytes())
+    data[100] ^= 1
+    target.write_bytes(bytes(data))
+    assert model_sync.main(["check", "--dir", str(directory)]) == 1
+    capsys.readouterr()
+    args = argparse.Namespace(dir=str(directory), repair=True, progress_every=10.0)
+    assert model_sync.verify(args) == 0
+    out = capsys.readouterr().out
+    assert "hashed 1 file(s)" in out
+    assert model_sync.main(["verify", "--dir", str(directory)]) == 0
+
+
+def test_stop_ends_the_threads_without_hashing_what_is_queued(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failed download: the workers end after the hash in hand, the queued ones are dropped."""
+    data = os.urandom(1 << 20)
+    files = [remote_for(f"f{i}.bin", data) for i in range(8)]
+    for f in files:
+        client_writes(tmp_path, f.path, data)
+    entered, release = threading.Event(), threading.Event()
+    real_hash = model_sync.hash_handle
+
+    def held_hash(handle: Any, remote: RemoteFile) -> str:
+        entered.set()
+        release.wait(5)
+        return real_hash(handle, remote)
+
+    monkeypatch.setattr(model_sync, "hash_handle", held_hash)
+    hasher = Hasher(tmp_path, SHA, files, workers=1, poll=0.01)
+    hasher.start()
+    wait_until(lambda: entered.is_set() and len(hasher.queued) == len(files))
+    hasher.stop()
+    hasher.stop()  # twice is harmless (sync's `finally` after `finish`)
+    release.set()
+    for thread in [*hasher.workers, hasher.watcher]:
+        thread.join(timeout=5)
+        assert not thread.is_alive()
+    assert len(hasher.results) == 1
