@@ -325,6 +325,52 @@ def hf_cli() -> str:
     return found
 
 
+# Run in the interpreter named by the `hf` script's #! line while model-sync asks the Hub what to fetch:
+# the CLI's imports (most of its start-up) are done by the time the command line arrives on stdin; then
+# the script itself runs as it would on its own. End of input instead: nothing to download, exit.
+HF_PRESTART = """
+import sys
+sys.path[0] = sys.argv[1].rpartition("/")[0]
+try:
+    import huggingface_hub.cli.hf
+except Exception:
+    pass
+line = sys.stdin.readline()
+if line:
+    import json, runpy
+    sys.argv = json.loads(line)
+    runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def prestart_hf() -> subprocess.Popen[str] | None:
+    """An `hf` process already importing its code, waiting for its command line (see `run_hf_download`);
+    None where `hf` is not a Python script with a plain #! line, which then just starts when needed."""
+    try:
+        cli = hf_cli()
+        with open(cli, "rb") as script:
+            first = script.readline(4096).decode().strip()
+    except (SystemExit, OSError, UnicodeDecodeError):
+        return None
+    interpreter = first[2:]
+    if not first.startswith("#!/") or " " in interpreter or not Path(interpreter).name.startswith("python"):
+        return None
+    return subprocess.Popen(
+        [interpreter, "-c", HF_PRESTART, cli],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_die_with_parent,
+    )
+
+
+def cancel_hf(process: subprocess.Popen[str] | None) -> None:
+    if process is not None and process.poll() is None:
+        process.kill()
+        process.communicate()
+
+
 class Progress(threading.Thread):
     """Prints how much of the download is on disk every `every` seconds while `hf download` runs."""
 
@@ -370,9 +416,11 @@ def run_hf_download(
     only: list[str] | None,
     every: float,
     attempts: int = 4,
+    started: subprocess.Popen[str] | None = None,
 ) -> None:
     """`hf download`, run again when it fails: the client retries a cleanly closed connection itself,
-    but gives up on a reset one, and a fresh run resumes from the files already complete."""
+    but gives up on a reset one, and a fresh run resumes from the files already complete. `started`, from
+    `prestart_hf`, runs the first attempt."""
     command = [hf_cli(), "download", repo, *(only or []), "--revision", sha, "--local-dir", str(directory)]
     log(f"running: {' '.join(command)}")
     for attempt in range(1, attempts + 1):
@@ -380,21 +428,27 @@ def run_hf_download(
         progress.start()
         try:
             # The CLI's own progress bars are carriage-return animations; our thread prints plain lines.
-            result = subprocess.run(
-                command,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                text=True,
-                check=False,
-                preexec_fn=_die_with_parent,
-            )
+            if started is not None:
+                process, started = started, None
+                _, stderr = process.communicate(json.dumps(command) + "\n")
+                returncode = process.returncode
+            else:
+                result = subprocess.run(
+                    command,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    check=False,
+                    preexec_fn=_die_with_parent,
+                )
+                stderr, returncode = result.stderr, result.returncode
         finally:
             progress.done.set()
-        if result.returncode == 0:
+        if returncode == 0:
             return
-        tail = "\n".join(result.stderr.strip().splitlines()[-15:])
-        if attempt == attempts or not transient(result.stderr):
-            raise SystemExit(f"model-sync: hf download failed (exit {result.returncode}, attempt {attempt}):\n{tail}")
+        tail = "\n".join(stderr.strip().splitlines()[-15:])
+        if attempt == attempts or not transient(stderr):
+            raise SystemExit(f"model-sync: hf download failed (exit {returncode}, attempt {attempt}):\n{tail}")
         delay = 2 * attempt
         log(
             f"hf download failed (attempt {attempt}/{attempts}), retrying in {delay} s: {tail.splitlines()[-1] if tail else ''}"
@@ -447,6 +501,20 @@ def sync(args: argparse.Namespace) -> int:
             f"{args.repo}@{args.revision} is complete: {len(manifest['files'])} files match the manifest (no bytes read)"
         )
         return 0
+    # The client starts up while the Hub is asked what to fetch; it fetches nothing before it is told to.
+    started = prestart_hf()
+    try:
+        return download_and_verify(args, directory, manifest, started)
+    finally:
+        cancel_hf(started)
+
+
+def download_and_verify(
+    args: argparse.Namespace,
+    directory: Path,
+    manifest: dict[str, Any] | None,
+    started: subprocess.Popen[str] | None,
+) -> int:
     sha, files = repo_files(args.repo, args.revision, os.environ.get("HF_ENDPOINT"))
     verified: dict[str, dict[str, Any]] = {}
     if manifest is not None and manifest.get("repo") == args.repo and manifest.get("revision") == sha:
@@ -475,7 +543,8 @@ def sync(args: argparse.Namespace) -> int:
         hasher = Hasher(directory, sha, [by_path[rel] for rel in todo])
         hasher.start()
         try:
-            run_hf_download(args.repo, sha, directory, files, only, args.progress_every)
+            run_hf_download(args.repo, sha, directory, files, only, args.progress_every, started=started)
+            started = None
             hashed = hasher.finish()
         finally:
             hasher.stop()

@@ -297,3 +297,49 @@ def test_stop_ends_the_threads_without_hashing_what_is_queued(tmp_path: Path, mo
         thread.join(timeout=5)
         assert not thread.is_alive()
     assert len(hasher.results) == 1
+
+
+@pytest.fixture
+def started(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """What each `prestart_hf` call gave."""
+    seen: list[Any] = []
+    real = model_sync.prestart_hf
+
+    def recording() -> Any:
+        seen.append(real())
+        return seen[-1]
+
+    monkeypatch.setattr(model_sync, "prestart_hf", recording)
+    return seen
+
+
+def test_the_client_started_early_runs_the_download(client_env: None, tmp_path: Path, started: list[Any]) -> None:
+    assert sync(tmp_path / "model") == 0
+    assert len(started) == 1 and started[0] is not None
+    assert started[0].returncode == 0
+
+
+def test_not_enough_space_ends_the_started_client_before_any_byte(
+    mirror: HFMirror, client_env: None, tmp_path: Path, started: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(model_sync, "free_bytes", lambda directory: 1000)
+    control(mirror, "POST", "/_mirror/reset-stats")
+    with pytest.raises(SystemExit, match=r"not enough space .* Nothing was downloaded"):
+        sync(tmp_path / "model")
+    assert started[0] is not None and started[0].returncode is not None
+    log = control(mirror, "GET", "/_mirror/stats")["log"]
+    assert [e["path"] for e in log if "/resolve/" in e["path"]] == []
+    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == [model_sync.MANIFEST_DIR]
+
+
+def test_an_hf_that_is_no_python_script_is_run_as_it_is(
+    client_env: None, tmp_path: Path, started: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = model_sync.hf_cli()
+    wrapper = tmp_path / "hf"
+    wrapper.write_text(f'#!/bin/sh\nexec "{real}" "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setattr(model_sync, "hf_cli", lambda: str(wrapper))
+    assert sync(tmp_path / "model") == 0
+    assert started == [None]
+    assert model_sync.main(["verify", "--dir", str(tmp_path / "model")]) == 0
