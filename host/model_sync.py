@@ -66,13 +66,18 @@ class RemoteFile:
 
 
 def repo_files(repo: str, revision: str, endpoint: str | None) -> tuple[str, list[RemoteFile]]:
+    """The commit `revision` names and its files. One request: the repository's info with each file's
+    size, blob id and LFS sha256; the tree of that commit where the answer lacks any of them."""
     from huggingface_hub import HfApi
 
     api = HfApi(endpoint=endpoint)
-    info = api.model_info(repo, revision=revision)
+    info = api.model_info(repo, revision=revision, files_metadata=True)
     sha = info.sha or revision
+    entries: list[tuple[str, Any]] = [(s.rfilename, s) for s in info.siblings or []]
+    if not entries or any(s.size is None or s.blob_id is None for _, s in entries):
+        entries = [(e.path, e) for e in api.list_repo_tree(repo, revision=sha, recursive=True)]
     files = []
-    for entry in api.list_repo_tree(repo, revision=sha, recursive=True):
+    for path, entry in entries:
         size = getattr(entry, "size", None)
         blob_id = getattr(entry, "blob_id", None)
         if size is None or blob_id is None:
@@ -81,7 +86,7 @@ def repo_files(repo: str, revision: str, endpoint: str | None) -> tuple[str, lis
         sha256 = None
         if lfs is not None:
             sha256 = lfs["sha256"] if isinstance(lfs, dict) else lfs.sha256
-        files.append(RemoteFile(entry.path, int(size), sha256, blob_id))
+        files.append(RemoteFile(path, int(size), sha256, blob_id))
     return sha, sorted(files, key=lambda f: f.path)
 
 

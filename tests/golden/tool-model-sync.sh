@@ -3,7 +3,7 @@
 set -euo pipefail
 install -d -m 0755 /usr/local/lib/vllm-fleet
 cat > /usr/local/lib/vllm-fleet/model-sync.vllm-fleet-tmp <<'VLLM_FLEET_EOF'
-<650 lines, 26315 bytes, sha256 a729bda7981b143b3838e5824facab4527ffaeece44149601faa7500938a931e>
+<655 lines, 26753 bytes, sha256 339806c9e3736297eed61c34f3e834726738e080d79e12a4c87f9ac4da5a3d2e>
 VLLM_FLEET_EOF
 chmod 0755 /usr/local/lib/vllm-fleet/model-sync.vllm-fleet-tmp
 mv -f /usr/local/lib/vllm-fleet/model-sync.vllm-fleet-tmp /usr/local/lib/vllm-fleet/model-sync

@@ -343,3 +343,39 @@ def test_an_hf_that_is_no_python_script_is_run_as_it_is(
     assert sync(tmp_path / "model") == 0
     assert started == [None]
     assert model_sync.main(["verify", "--dir", str(tmp_path / "model")]) == 0
+
+
+def test_repo_files_come_from_one_request_and_match_the_tree(mirror: HFMirror, client_env: None) -> None:
+    from huggingface_hub import HfApi, RepoFile
+
+    control(mirror, "POST", "/_mirror/reset-stats")
+    sha, files = model_sync.repo_files(REPO, "main", mirror.url)
+    log = control(mirror, "GET", "/_mirror/stats")["log"]
+    assert [e["path"] for e in log if not e["path"].startswith("/_mirror/")] == [f"/api/models/{REPO}/revision/main"]
+    assert sha == mirror.sha(REPO)
+    tree = HfApi(endpoint=mirror.url).list_repo_tree(REPO, revision=sha, recursive=True)
+    expected = [
+        RemoteFile(e.path, e.size, e.lfs.sha256 if e.lfs else None, e.blob_id) for e in tree if isinstance(e, RepoFile)
+    ]
+    assert files == sorted(expected, key=lambda f: f.path)
+    assert len(files) == 5 and sum(f.sha256 is not None for f in files) == 4
+
+
+def test_repo_files_fall_back_to_the_tree_when_the_info_lacks_file_metadata(
+    mirror: HFMirror, client_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from huggingface_hub import HfApi
+
+    real = HfApi.model_info
+
+    def without_blobs(self: HfApi, *args: Any, **kwargs: Any) -> Any:
+        info = real(self, *args, **kwargs)
+        for sibling in info.siblings or []:
+            sibling.blob_id = None
+        return info
+
+    monkeypatch.setattr(HfApi, "model_info", without_blobs)
+    sha, files = model_sync.repo_files(REPO, "main", mirror.url)
+    monkeypatch.setattr(HfApi, "model_info", real)
+    assert (sha, files) == model_sync.repo_files(REPO, "main", mirror.url)
+    assert len(files) == 5
