@@ -8,10 +8,10 @@
 A manifest in DIR/.vllm-fleet/manifest.json records `repo@sha` and, per file, its size, mtime and hash
 as checked against the repository's metadata (sha256 for LFS files, git blob sha1 for the rest). Later
 runs compare sizes and mtimes with it instead of re-reading 500 GB. The download itself is `hf download`
-(the client users know, honouring HF_ENDPOINT and HF_TOKEN from the environment), watched by a thread
-that prints progress and by one that hashes each file as soon as the client has renamed it into place,
-so verifying adds little to the download; partial files a killed run left behind are removed before it
-starts.
+(the client users know, honouring HF_ENDPOINT and HF_TOKEN from the environment), started while the
+repository's metadata is fetched and watched by a thread that prints progress and by one that hashes each
+file as soon as the client has renamed it into place, so verifying adds little to the download; partial
+files a killed run left behind are removed before it starts.
 Runs with the host's vLLM python, which brings huggingface_hub.
 """
 
@@ -195,7 +195,7 @@ class Hasher:
     identity it has then, so a file that changed after it was hashed is read again, never trusted."""
 
     def __init__(
-        self, directory: Path, sha: str, files: list[RemoteFile], workers: int | None = None, poll: float = 0.2
+        self, directory: Path, sha: str, files: list[RemoteFile], workers: int | None = None, poll: float = 0.1
     ) -> None:
         self.directory = directory
         self.sha = sha

@@ -3,7 +3,7 @@
 set -euo pipefail
 install -d -m 0755 /usr/local/lib/vllm-fleet
 cat > /usr/local/lib/vllm-fleet/model-sync.vllm-fleet-tmp <<'VLLM_FLEET_EOF'
-<655 lines, 26753 bytes, sha256 339806c9e3736297eed61c34f3e834726738e080d79e12a4c87f9ac4da5a3d2e>
+<655 lines, 26808 bytes, sha256 7ba832df3e91dd6125d633e73bcaf411f35b64d282c5d4bcf6c4353f545ae0f7>
 VLLM_FLEET_EOF
 chmod 0755 /usr/local/lib/vllm-fleet/model-sync.vllm-fleet-tmp
 mv -f /usr/local/lib/vllm-fleet/model-sync.vllm-fleet-tmp /usr/local/lib/vllm-fleet/model-sync
