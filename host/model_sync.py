@@ -335,7 +335,8 @@ def hf_cli() -> str:
 # the script itself runs as it would on its own. End of input instead: nothing to download, exit.
 HF_PRESTART = """
 import sys
-sys.path[0] = sys.argv[1].rpartition("/")[0]
+if sys.path and sys.path[0] == "":
+    sys.path[0] = sys.argv[1].rpartition("/")[0]  # where a script's own folder goes, not the cwd
 try:
     import huggingface_hub.cli.hf
 except Exception:
@@ -360,14 +361,17 @@ def prestart_hf() -> subprocess.Popen[str] | None:
     interpreter = first[2:]
     if not first.startswith("#!/") or " " in interpreter or not Path(interpreter).name.startswith("python"):
         return None
-    return subprocess.Popen(
-        [interpreter, "-c", HF_PRESTART, cli],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=_die_with_parent,
-    )
+    try:
+        return subprocess.Popen(
+            [interpreter, "-c", HF_PRESTART, cli],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=_die_with_parent,
+        )
+    except OSError:
+        return None
 
 
 def cancel_hf(process: subprocess.Popen[str] | None) -> None:

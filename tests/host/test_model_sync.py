@@ -379,3 +379,10 @@ def test_repo_files_fall_back_to_the_tree_when_the_info_lacks_file_metadata(
     monkeypatch.setattr(HfApi, "model_info", real)
     assert (sha, files) == model_sync.repo_files(REPO, "main", mirror.url)
     assert len(files) == 5
+
+
+def test_an_hf_whose_interpreter_is_gone_is_not_started_early(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    script = tmp_path / "hf"
+    script.write_text(f"#!{tmp_path}/no-such/python3\n")
+    monkeypatch.setattr(model_sync, "hf_cli", lambda: str(script))
+    assert model_sync.prestart_hf() is None
