@@ -67,17 +67,30 @@ class RemoteFile:
 
 def repo_files(repo: str, revision: str, endpoint: str | None) -> tuple[str, list[RemoteFile]]:
     """The commit `revision` names and its files. One request: the repository's info with each file's
-    size, blob id and LFS sha256; the tree of that commit where the answer lacks any of them."""
+    size, blob id and LFS sha256 (what `HfApi.model_info(files_metadata=True)` asks, through the same
+    session, headers, token and error mapping, without importing `HfApi`: that import would cost more
+    than the request); the tree of that commit, through `HfApi`, where the answer lacks any of them."""
+    from urllib.parse import quote
+
+    from huggingface_hub import constants, get_session, hf_raise_for_status
+    from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]
+
+    url = f"{endpoint or constants.ENDPOINT}/api/models/{repo}/revision/{quote(revision, safe='')}"
+    response = get_session().get(url, headers=build_hf_headers(), params={"blobs": True})
+    hf_raise_for_status(response)
+    info = response.json()
+    sha = info.get("sha") or revision
+    siblings = info.get("siblings") or []
+    if siblings and all(s.get("size") is not None and s.get("blobId") is not None for s in siblings):
+        files = [
+            RemoteFile(s["rfilename"], int(s["size"]), s["lfs"]["sha256"] if s.get("lfs") else None, s["blobId"])
+            for s in siblings
+        ]
+        return sha, sorted(files, key=lambda f: f.path)
     from huggingface_hub import HfApi
 
-    api = HfApi(endpoint=endpoint)
-    info = api.model_info(repo, revision=revision, files_metadata=True)
-    sha = info.sha or revision
-    entries: list[tuple[str, Any]] = [(s.rfilename, s) for s in info.siblings or []]
-    if not entries or any(s.size is None or s.blob_id is None for _, s in entries):
-        entries = [(e.path, e) for e in api.list_repo_tree(repo, revision=sha, recursive=True)]
     files = []
-    for path, entry in entries:
+    for entry in HfApi(endpoint=endpoint).list_repo_tree(repo, revision=sha, recursive=True):
         size = getattr(entry, "size", None)
         blob_id = getattr(entry, "blob_id", None)
         if size is None or blob_id is None:
@@ -86,7 +99,7 @@ def repo_files(repo: str, revision: str, endpoint: str | None) -> tuple[str, lis
         sha256 = None
         if lfs is not None:
             sha256 = lfs["sha256"] if isinstance(lfs, dict) else lfs.sha256
-        files.append(RemoteFile(path, int(size), sha256, blob_id))
+        files.append(RemoteFile(entry.path, int(size), sha256, blob_id))
     return sha, sorted(files, key=lambda f: f.path)
 
 

@@ -184,6 +184,21 @@ def control(mirror: HFMirror, method: str, path: str, body: Any = None) -> Any:
         conn.close()
 
 
+def client_requests(mirror: HFMirror, count: int) -> list[str]:
+    """The paths of the requests since the stats were reset, once there are `count` (the mirror logs a
+    request after answering it)."""
+    paths: list[str] = []
+
+    def logged() -> bool:
+        paths[:] = [e["path"] for e in control(mirror, "GET", "/_mirror/stats")["log"] if "/_mirror/" not in e["path"]]
+        return len(paths) >= count
+
+    wait_until(logged)
+    time.sleep(0.1)
+    logged()
+    return paths
+
+
 @pytest.fixture
 def client_env(mirror: HFMirror, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for key in [k for k in os.environ if k.startswith("HF_")]:
@@ -350,8 +365,7 @@ def test_repo_files_come_from_one_request_and_match_the_tree(mirror: HFMirror, c
 
     control(mirror, "POST", "/_mirror/reset-stats")
     sha, files = model_sync.repo_files(REPO, "main", mirror.url)
-    log = control(mirror, "GET", "/_mirror/stats")["log"]
-    assert [e["path"] for e in log if not e["path"].startswith("/_mirror/")] == [f"/api/models/{REPO}/revision/main"]
+    assert client_requests(mirror, 1) == [f"/api/models/{REPO}/revision/main"]
     assert sha == mirror.sha(REPO)
     tree = HfApi(endpoint=mirror.url).list_repo_tree(REPO, revision=sha, recursive=True)
     expected = [
@@ -364,21 +378,28 @@ def test_repo_files_come_from_one_request_and_match_the_tree(mirror: HFMirror, c
 def test_repo_files_fall_back_to_the_tree_when_the_info_lacks_file_metadata(
     mirror: HFMirror, client_env: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from huggingface_hub import HfApi
+    import huggingface_hub
 
-    real = HfApi.model_info
+    expected = model_sync.repo_files(REPO, "main", mirror.url)
+    real = huggingface_hub.get_session
 
-    def without_blobs(self: HfApi, *args: Any, **kwargs: Any) -> Any:
-        info = real(self, *args, **kwargs)
-        for sibling in info.siblings or []:
-            sibling.blob_id = None
-        return info
+    class WithoutBlobs:
+        def get(self, *args: Any, **kwargs: Any) -> Any:
+            response = real().get(*args, **kwargs)
+            data = response.json()
+            for sibling in data["siblings"]:
+                sibling.pop("blobId")
+            monkeypatch.setattr(response, "json", lambda: data)
+            return response
 
-    monkeypatch.setattr(HfApi, "model_info", without_blobs)
-    sha, files = model_sync.repo_files(REPO, "main", mirror.url)
-    monkeypatch.setattr(HfApi, "model_info", real)
-    assert (sha, files) == model_sync.repo_files(REPO, "main", mirror.url)
-    assert len(files) == 5
+    monkeypatch.setattr(huggingface_hub, "get_session", WithoutBlobs)
+    control(mirror, "POST", "/_mirror/reset-stats")
+    assert model_sync.repo_files(REPO, "main", mirror.url) == expected
+    assert [path.split("?")[0] for path in client_requests(mirror, 2)] == [
+        f"/api/models/{REPO}/revision/main",
+        f"/api/models/{REPO}/tree/{expected[0]}",
+    ]
+    assert len(expected[1]) == 5
 
 
 def test_an_hf_whose_interpreter_is_gone_is_not_started_early(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
