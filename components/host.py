@@ -55,18 +55,18 @@ class GpuHost(pulumi.ComponentResource):
             depends_on=[self.preflight],
             timeout_seconds=300,
         )
-        # One step per tool: a changed tool updates its own step. No delete: the files go with the
-        # directory, which the tools step removes once no deployment of any stack is left on the host.
+        # The tools in groups (render.TOOL_GROUPS). No delete: the files go with the directory, which the
+        # tools step removes once no deployment of any stack is left on the host.
         self.tool_steps = [
             remote_step(
-                f"{name}-tool-{tool}",
+                f"{name}-tools-{group}",
                 self.target,
-                create=render.tool_script(tool),
+                create=render.tool_group_script(group),
                 parent=self,
                 depends_on=[self.tools],
                 timeout_seconds=120,
             )
-            for tool in sorted(render.HOST_TOOLS)
+            for group in sorted(render.TOOL_GROUPS)
         ]
         # What a step that runs a tool waits for.
         self.installed: list[pulumi.Resource] = [self.tools, *self.tool_steps]

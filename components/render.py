@@ -354,18 +354,27 @@ def remote_invocation(script: str, step: str, time_limit_seconds: int, kill_afte
 
 
 def tools_script() -> str:
-    """The tools' directory; each tool is a step of its own (tool_script)."""
+    """The tools' directory; the tools themselves install in groups (tool_group_script)."""
     return render_script("tools.sh", {"TOOLS_DIR": TOOLS_DIR})
 
 
-def tool_script(tool: str) -> str:
-    """Install one host tool. Its source is part of the script, so a change shows in the preview's diff as
-    an update of that tool's step alone; one step per tool also keeps each command under the size one
-    argument may have (the remote shell runs the command as a single `-c` argument)."""
-    source = HOST_TOOLS[tool]
-    header = f"#!/usr/bin/env bash\n# vllm-fleet tool {tool}: {source.name} of this repository, installed as {TOOLS_DIR}/{tool}\nset -euo pipefail\n"
-    body = heredoc_file(f"{TOOLS_DIR}/{tool}", source.read_text(encoding="utf-8"), "0755")
-    return header + body + f'echo "installed {TOOLS_DIR}/{tool}"\n'
+# The tools install in two steps: one script with all of them would pass the 128 KiB one argument may
+# have (the remote shell runs a command as a single `-c` argument), and a step per tool costs a no-op
+# `pulumi up` a resource each. The swap's own programs form one group, the unit's the other.
+TOOL_GROUPS: dict[str, tuple[str, ...]] = {
+    "engine": ("clean-shm", "gpu-release-guard", "model-sync", "survey", "vllm-args-check", "wait-ready"),
+    "swap": ("prewarm", "swap"),
+}
+
+
+def tool_group_script(group: str) -> str:
+    """Install a group of host tools. Their sources are part of the script, so a change shows in the
+    preview's diff as an update of that group's step."""
+    tools = TOOL_GROUPS[group]
+    script = f"#!/usr/bin/env bash\n# vllm-fleet tools ({group}): {', '.join(tools)}, installed in {TOOLS_DIR}\nset -euo pipefail\n"
+    for tool in tools:
+        script += heredoc_file(f"{TOOLS_DIR}/{tool}", HOST_TOOLS[tool].read_text(encoding="utf-8"), "0755")
+    return script + f'echo "installed {len(tools)} vllm-fleet tools in {TOOLS_DIR}: {" ".join(tools)}"\n'
 
 
 def front_door_files() -> dict[str, str]:

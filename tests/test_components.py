@@ -35,8 +35,8 @@ def test_prod_graph(prod: dict[str, Registered]) -> None:
     assert sorted(commands(prod)) == [
         "gpu-01-front-door-proxy",
         "gpu-01-preflight",
-        *(f"gpu-01-tool-{tool}" for tool in sorted(render.HOST_TOOLS)),
         "gpu-01-tools",
+        *(f"gpu-01-tools-{group}" for group in sorted(render.TOOL_GROUPS)),
         "primary-serving",
         "primary-unit",
         "shared-kimi-k2.5-int4-files",
@@ -53,8 +53,8 @@ def test_dev_graph() -> None:
         "chat-unit",
         "sandbox-front-door-proxy",
         "sandbox-preflight",
-        *(f"sandbox-tool-{tool}" for tool in sorted(render.HOST_TOOLS)),
         "sandbox-tools",
+        *(f"sandbox-tools-{group}" for group in sorted(render.TOOL_GROUPS)),
         "shared-layout",
         "shared-tiny-chat-a-files",
     ]
@@ -172,8 +172,8 @@ def test_dependency_order(prod: dict[str, Registered]) -> None:
     assert deps["gpu-01-preflight"] == []
     assert deps["gpu-01-tools"] == ["gpu-01-preflight"]
     assert deps["gpu-01-front-door-proxy"] == ["gpu-01-preflight"]
-    tools = ["gpu-01-tools", *(f"gpu-01-tool-{tool}" for tool in sorted(render.HOST_TOOLS))]
-    assert deps["gpu-01-tool-swap"] == ["gpu-01-tools"]
+    tools = ["gpu-01-tools", *(f"gpu-01-tools-{group}" for group in sorted(render.TOOL_GROUPS))]
+    assert deps["gpu-01-tools-swap"] == ["gpu-01-tools"]
     assert deps["shared-layout"] == sorted(tools)
     assert deps["shared-kimi-k2.5-int4-files"] == ["shared-layout"]
     assert deps["shared-minimax-m2.5-files"] == ["shared-layout"]

@@ -57,8 +57,9 @@ def test_real_engine_previews_the_dev_stack(tmp_path: Path) -> None:
     (work / ".sandbox" / "ssh" / "id_ed25519").write_text("placeholder, never used offline\n")
     dev = engine.stack(work, tmp_path / "state", "dev", env={"VLLM_FLEET_OFFLINE": "1"})
     result = dev.preview()
-    # The stack, 5 components (host, front door, storage, model, service) and their steps: 7, and one per tool.
-    expected = 1 + 5 + 7 + len(render.HOST_TOOLS)
+    # The stack, 5 components (host, front door, storage, model, service) and their steps: 7, and one per
+    # group of tools.
+    expected = 1 + 5 + 7 + len(render.TOOL_GROUPS)
     assert result.change_summary.get(auto.OpType.CREATE) == expected, result.change_summary
     dev.workspace.remove_stack("dev")
 

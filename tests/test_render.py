@@ -31,7 +31,7 @@ def rendered_scripts(name: str) -> dict[str, str]:
     """Every script a stack runs on its hosts, by a stable file name."""
     config = stack(name)
     scripts = {
-        **{f"tool-{tool}.sh": render.tool_script(tool) for tool in render.HOST_TOOLS},
+        **{f"tools-{group}.sh": render.tool_group_script(group) for group in render.TOOL_GROUPS},
         "tools.sh": render.tools_script(),
         "tools-delete.sh": render.tools_delete_script(),
         "frontdoor.sh": render.front_door_script(),
@@ -82,7 +82,7 @@ STACK_INDEPENDENT = (
     "tools-delete.sh",
     "frontdoor.sh",
     "frontdoor-delete.sh",
-    *(f"tool-{tool}.sh" for tool in render.HOST_TOOLS),
+    *(f"tools-{group}.sh" for group in render.TOOL_GROUPS),
 )
 
 
@@ -113,7 +113,10 @@ def test_scripts_match_golden(name: str) -> None:
     scripts = rendered_scripts(name)
     for file_name, text in scripts.items():
         folder = GOLDEN if file_name in STACK_INDEPENDENT else GOLDEN / name
-        check_golden(folder / file_name, pinned_text(text) if file_name.startswith("tool-") else text)
+        check_golden(
+            folder / file_name,
+            pinned_text(text) if file_name.startswith("tools-") and file_name != "tools-delete.sh" else text,
+        )
     stale = {p.name for p in (GOLDEN / name).glob("*.sh")} - set(scripts)
     assert not stale, f"golden files no longer rendered: {stale}"
 
@@ -280,6 +283,11 @@ def test_args_check_spec_names_each_flags_config_key() -> None:
     assert spec["origins"]["--disable-log-requests"] == "vllm-fleet:deployments[primary].overrides.extraArgs"
     assert spec["origins"]["--port"] == "vllm-fleet:deployments[primary].port"
     assert spec["origins"]["--tensor-parallel-size"].endswith("vllm-fleet:models.kimi-k2.5-int4.serving.tensorParallel")
+
+
+def test_every_host_tool_is_installed_by_one_group() -> None:
+    grouped = [tool for tools in render.TOOL_GROUPS.values() for tool in tools]
+    assert sorted(grouped) == sorted(render.HOST_TOOLS)
 
 
 def test_every_step_fits_one_shell_argument() -> None:

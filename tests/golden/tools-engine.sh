@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# vllm-fleet tools (engine): clean-shm, gpu-release-guard, model-sync, survey, vllm-args-check, wait-ready, installed in /usr/local/lib/vllm-fleet
+set -euo pipefail
+install -d -m 0755 /usr/local/lib/vllm-fleet
+cat > /usr/local/lib/vllm-fleet/clean-shm.vllm-fleet-tmp <<'VLLM_FLEET_EOF'
+<26 lines, 910 bytes, sha256 7238163ca9a3e765bf092f82671f77379d560ca7b41ef50c28c3cff49afd428c>
+VLLM_FLEET_EOF
+chmod 0755 /usr/local/lib/vllm-fleet/clean-shm.vllm-fleet-tmp
+mv -f /usr/local/lib/vllm-fleet/clean-shm.vllm-fleet-tmp /usr/local/lib/vllm-fleet/clean-shm
+install -d -m 0755 /usr/local/lib/vllm-fleet
+cat > /usr/local/lib/vllm-fleet/gpu-release-guard.vllm-fleet-tmp <<'VLLM_FLEET_EOF'
+<436 lines, 17918 bytes, sha256 19adffffb719aec14857f53c66fe83f7678ffac0dfb969c835a13baa80a8337e>
+VLLM_FLEET_EOF
+chmod 0755 /usr/local/lib/vllm-fleet/gpu-release-guard.vllm-fleet-tmp
+mv -f /usr/local/lib/vllm-fleet/gpu-release-guard.vllm-fleet-tmp /usr/local/lib/vllm-fleet/gpu-release-guard
+install -d -m 0755 /usr/local/lib/vllm-fleet
+cat > /usr/local/lib/vllm-fleet/model-sync.vllm-fleet-tmp <<'VLLM_FLEET_EOF'
+<672 lines, 27712 bytes, sha256 eb0bfa33594385e2d4bae097419736a12e34653557c7bd9fc23f5988d19b72f3>
+VLLM_FLEET_EOF
+chmod 0755 /usr/local/lib/vllm-fleet/model-sync.vllm-fleet-tmp
+mv -f /usr/local/lib/vllm-fleet/model-sync.vllm-fleet-tmp /usr/local/lib/vllm-fleet/model-sync
+install -d -m 0755 /usr/local/lib/vllm-fleet
+cat > /usr/local/lib/vllm-fleet/survey.vllm-fleet-tmp <<'VLLM_FLEET_EOF'
+<218 lines, 8481 bytes, sha256 54357a5bb8a2d2e5e9e75ca69b9bb1ba82547c303627545a59e56deb31608836>
+VLLM_FLEET_EOF
+chmod 0755 /usr/local/lib/vllm-fleet/survey.vllm-fleet-tmp
+mv -f /usr/local/lib/vllm-fleet/survey.vllm-fleet-tmp /usr/local/lib/vllm-fleet/survey
+install -d -m 0755 /usr/local/lib/vllm-fleet
+cat > /usr/local/lib/vllm-fleet/vllm-args-check.vllm-fleet-tmp <<'VLLM_FLEET_EOF'
+<148 lines, 6559 bytes, sha256 1caf804a5907589fee18db63c826840a548e33a9b819ec057905407a1a4c420e>
+VLLM_FLEET_EOF
+chmod 0755 /usr/local/lib/vllm-fleet/vllm-args-check.vllm-fleet-tmp
+mv -f /usr/local/lib/vllm-fleet/vllm-args-check.vllm-fleet-tmp /usr/local/lib/vllm-fleet/vllm-args-check
+install -d -m 0755 /usr/local/lib/vllm-fleet
+cat > /usr/local/lib/vllm-fleet/wait-ready.vllm-fleet-tmp <<'VLLM_FLEET_EOF'
+<114 lines, 4399 bytes, sha256 6828b83674eba96176cee255caf3770f5a3f912a42f99d7d28e7dc84bc9c9166>
+VLLM_FLEET_EOF
+chmod 0755 /usr/local/lib/vllm-fleet/wait-ready.vllm-fleet-tmp
+mv -f /usr/local/lib/vllm-fleet/wait-ready.vllm-fleet-tmp /usr/local/lib/vllm-fleet/wait-ready
+echo "installed 6 vllm-fleet tools in /usr/local/lib/vllm-fleet: clean-shm gpu-release-guard model-sync survey vllm-args-check wait-ready"
