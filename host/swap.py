@@ -728,16 +728,8 @@ class Transaction:
 
         self.host.run("systemctl", "reset-failed", plan.unit_name, check=False)
         self.host.run("systemctl", "enable", "--quiet", plan.unit_name)
-        self.log(
-            f"starting {plan.unit_name} (serving {plan.served_name} on {decision.placement.describe()}; "
-            f"up to {plan.ready_timeout} s)"
-        )
-        cursor = self.host.journal_cursor()
-        start = now()
-        self.host.run("systemctl", "start", "--no-block", plan.unit_name)
-        ready = self.wait_active(plan.unit_name, plan.ready_timeout)
+        ready, cursor = self.start_new(f"serving {plan.served_name} on {decision.placement.describe()}")
         if ready:
-            self.timings["start_to_ready"] = now() - start
             switched = self.switch_front_door(decision.placement)
             if switched is not None:
                 self.log(f"the front door did not switch to {plan.unit_name}: {switched}")
@@ -791,18 +783,11 @@ class Transaction:
         _write(self.placement_path(plan.unit_name), placement.env_text(), 0o644)
         self.host.run("systemctl", "daemon-reload")
         self.host.run("systemctl", "reset-failed", plan.unit_name, check=False)
-        self.log(
-            f"starting {plan.unit_name} on {placement.describe()} beside {old.unit}, which keeps serving "
-            f"(up to {plan.ready_timeout} s)"
-        )
-        cursor = self.host.journal_cursor()
-        start = now()
-        self.host.run("systemctl", "start", "--no-block", plan.unit_name)
+        ready, cursor = self.start_new(f"on {placement.describe()} beside {old.unit}, which keeps serving")
         problem = None
-        if not self.wait_active(plan.unit_name, plan.ready_timeout):
+        if not ready:
             problem = "it did not become ready"
         else:
-            self.timings["start_to_ready"] = now() - start
             switched_at = now()
             problem = self.switch_front_door(placement)
             self.timings["switch"] = now() - switched_at
@@ -829,6 +814,18 @@ class Transaction:
         self.remove_unit_files(old.unit)
         self.timings["total"] = now() - started
         return self.succeeded(placement, old)
+
+    def start_new(self, what: str) -> tuple[bool, str]:
+        """Start the new unit and wait until it serves: (ready, the journal cursor from before its start)."""
+        plan = self.plan
+        self.log(f"starting {plan.unit_name} ({what}; up to {plan.ready_timeout} s)")
+        cursor = self.host.journal_cursor()
+        start = now()
+        self.host.run("systemctl", "start", "--no-block", plan.unit_name)
+        ready = self.wait_active(plan.unit_name, plan.ready_timeout)
+        if ready:
+            self.timings["start_to_ready"] = now() - start
+        return ready, cursor
 
     def drain(self, old: ActiveRecord) -> None:
         """Until the front door carries no request to the old engine, or drain_seconds pass."""

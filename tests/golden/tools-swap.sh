@@ -9,7 +9,7 @@ chmod 0755 /usr/local/lib/vllm-fleet/prewarm.vllm-fleet-tmp
 mv -f /usr/local/lib/vllm-fleet/prewarm.vllm-fleet-tmp /usr/local/lib/vllm-fleet/prewarm
 install -d -m 0755 /usr/local/lib/vllm-fleet
 cat > /usr/local/lib/vllm-fleet/swap.vllm-fleet-tmp <<'VLLM_FLEET_EOF'
-<1158 lines, 52963 bytes, sha256 7cb004c0ed4b83687fdfeaed91c62a5db729dbeba547045462a1e378d10fb463>
+<1155 lines, 52895 bytes, sha256 167591d74457ce884b59d0781cf48530cd4dd61a7fdb059b3b79a7e751d28d0b>
 VLLM_FLEET_EOF
 chmod 0755 /usr/local/lib/vllm-fleet/swap.vllm-fleet-tmp
 mv -f /usr/local/lib/vllm-fleet/swap.vllm-fleet-tmp /usr/local/lib/vllm-fleet/swap
