@@ -131,8 +131,11 @@ def main(argv: list[str] | None = None) -> int:
         spec = json.load(handle)
     # Parsing computes nothing: keep the OpenMP runtime that importing vLLM loads from probing the
     # machine's topology by pinning itself to each CPU in turn (Intel OpenMP's default), which on a host
-    # whose CPUs a serving engine keeps busy was seen to hang the import in sched_setaffinity.
+    # whose CPUs a serving engine keeps busy was seen to hang the import in sched_setaffinity. Nor may it
+    # bind this process to one CPU (GNU OpenMP's OMP_PROC_BIND): seen here pinned to the core a CPU
+    # engine spins on, starved for 17 minutes, unkillable because it could not run its own exit.
     os.environ.setdefault("KMP_AFFINITY", "disabled")
+    os.environ.setdefault("OMP_PROC_BIND", "false")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     try:
         version, make_parser, validate = host_vllm()

@@ -183,7 +183,7 @@ def test_guard_stops_an_engine_that_outlived_its_server(faults: Faults) -> None:
     """A hand-started vLLM on GPU 3 whose API server is killed with SIGKILL leaves its engine core and
     worker holding the GPU; the next start's guard finds and stops them within its bound."""
     on_host(
-        "mkdir -p /tmp/stray; cd /tmp/stray; CUDA_VISIBLE_DEVICES=3 VLLM_CPU_KVCACHE_SPACE=1 TMPDIR=/tmp/stray "
+        "mkdir -p /tmp/stray; cd /tmp/stray; CUDA_VISIBLE_DEVICES=3 VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind TMPDIR=/tmp/stray "
         f"setsid nohup {PYTHON} -m vllm.entrypoints.openai.api_server --model /shared/e2e-tiny-a --port 8011 "
         "--enforce-eager --dtype float32 --max-model-len 256 > stray.log 2>&1 < /dev/null & echo $! > stray.pid"
     )

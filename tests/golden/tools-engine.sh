@@ -27,7 +27,7 @@ chmod 0755 /usr/local/lib/vllm-fleet/survey.vllm-fleet-tmp
 mv -f /usr/local/lib/vllm-fleet/survey.vllm-fleet-tmp /usr/local/lib/vllm-fleet/survey
 install -d -m 0755 /usr/local/lib/vllm-fleet
 cat > /usr/local/lib/vllm-fleet/vllm-args-check.vllm-fleet-tmp <<'VLLM_FLEET_EOF'
-<148 lines, 6559 bytes, sha256 1caf804a5907589fee18db63c826840a548e33a9b819ec057905407a1a4c420e>
+<151 lines, 6819 bytes, sha256 105876aeab1b83e58f55d2e6e706d96fc439873826df86e980dfdd9e3fdad300>
 VLLM_FLEET_EOF
 chmod 0755 /usr/local/lib/vllm-fleet/vllm-args-check.vllm-fleet-tmp
 mv -f /usr/local/lib/vllm-fleet/vllm-args-check.vllm-fleet-tmp /usr/local/lib/vllm-fleet/vllm-args-check
