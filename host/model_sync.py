@@ -586,6 +586,9 @@ def download_and_verify(
     if bad:
         raise SystemExit(f"model-sync: files still fail verification after a second download: {', '.join(bad)}")
     write_manifest(directory, args.repo, sha, verified)
+    # The client leaves its per-file lock files behind after a resumed run (a killed run's were removed
+    # above, and hf exited): nothing partial may stay in a verified model directory.
+    remove_partials(directory)
     total = sum(f.size for f in files)
     log(f"{args.repo}@{sha} complete and verified: {len(files)} files, {total / 1e9:.3f} GB")
     return 0

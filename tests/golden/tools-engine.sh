@@ -15,7 +15,7 @@ chmod 0755 /usr/local/lib/vllm-fleet/gpu-release-guard.vllm-fleet-tmp
 mv -f /usr/local/lib/vllm-fleet/gpu-release-guard.vllm-fleet-tmp /usr/local/lib/vllm-fleet/gpu-release-guard
 install -d -m 0755 /usr/local/lib/vllm-fleet
 cat > /usr/local/lib/vllm-fleet/model-sync.vllm-fleet-tmp <<'VLLM_FLEET_EOF'
-<672 lines, 27712 bytes, sha256 eb0bfa33594385e2d4bae097419736a12e34653557c7bd9fc23f5988d19b72f3>
+<675 lines, 27932 bytes, sha256 34d78cfbf3a8c4347e87638e94debc650fb5904dacd380149fcacfce5bbab15a>
 VLLM_FLEET_EOF
 chmod 0755 /usr/local/lib/vllm-fleet/model-sync.vllm-fleet-tmp
 mv -f /usr/local/lib/vllm-fleet/model-sync.vllm-fleet-tmp /usr/local/lib/vllm-fleet/model-sync
