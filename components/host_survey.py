@@ -26,13 +26,12 @@ from typing import Any
 
 from components import render
 from components.render import FRONT_DOOR_UNIT, HOST_PROGRAMS
-from host.swap import ActiveRecord, Plan, decide
+from host.swap import RUNNING_STATES, ActiveRecord, Plan, decide
 from models import downtime
 from models.config import GIB_PER_GB, ForeignGpuProcesses, Host, LoadStrategy, ResolvedDeployment
 
 SURVEY_SOURCE = HOST_PROGRAMS / "survey.py"
 CACHE_SECONDS = 3600
-RUNNING_STATES = frozenset({"active", "activating", "reloading"})
 # vLLM prefetches on its own only when the checkpoint is at most this share of the available RAM.
 PAGE_CACHE_SHARE = 0.9
 
