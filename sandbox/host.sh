@@ -9,9 +9,18 @@
 #   wait              wait (bounded) until ssh works and systemd reports running, e.g. after a reboot
 #   ssh [cmd...]      ssh root@127.0.0.1 -p $VLLM_FLEET_SANDBOX_SSH_PORT into it (stdin is passed through)
 #   exec [cmd...]     run a command inside with nsenter (no ssh involved)
+#   fleet-up [N]      bring up N more hosts (default 2), fleet-1..N, each like `up` with its own name
+#   fleet-down        take every fleet host down
+#
+# VLLM_FLEET_SANDBOX_NAME picks the host the other subcommands act on: "sandbox" (the default, the dev
+# stack's host) or fleet-N. Each host has its own netns, state dir (.sandbox, .sandbox-fleet-N), ssh
+# port on loopback (2222; 2230+N) and API ports (18000/18001 -> 8000/8001; 18000+100N, 18001+100N), and
+# an address on the fabric, a bridge in netns vllmfleet-fabric that joins the hosts as a switch joins
+# servers (10.77.0.10 for sandbox, 10.77.0.10+N for fleet-N, interface fabric0, names vllm-fleet-N in
+# every host's /etc/hosts). One client key (.sandbox/ssh/id_ed25519) logs in to all of them.
 #
 # Design (see REFERENCE.md 2, "A throwaway host with real systemd"):
-#   * The base root .cache/sandbox/base-<flavour>-<key>/root is built once per key (hash of this script,
+#   * The base root .cache/sandbox/base-<flavour>-<key>/root is built once per key (hash of the build section of this script,
 #     nvidia-smi-standin and, for flavour "vllm", install-vllm.sh, vllm-requirements.txt and
 #     vllm-wheelhouse.sh) in a temp dir and renamed into place; the plain debootstrap result is cached too,
 #     as a tarball. Flavour "plain" (no vLLM): VLLM_FLEET_SANDBOX_SKIP_VLLM=1 or no install-vllm.sh.
@@ -35,12 +44,29 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$HERE/../scripts/env.sh"
 
 SELF="$VLLM_FLEET_ROOT/sandbox/host.sh"
-MACHINE=vllm-sandbox
-NETNS=vllmfleet-sbx
-SSH_PORT="${VLLM_FLEET_SANDBOX_SSH_PORT:-2222}"
+INSTANCE="${VLLM_FLEET_SANDBOX_NAME:-sandbox}"
+FABRIC_NETNS=vllmfleet-fabric
+FABRIC_IF=fabric0
+FABRIC_NET=10.77.0
+FLEET_MAX=8
+case "$INSTANCE" in
+  sandbox)
+    INDEX=0 MACHINE=vllm-sandbox NETNS=vllmfleet-sbx STATE="$VLLM_FLEET_ROOT/.sandbox" DEFAULT_SSH_PORT=2222
+    ;;
+  fleet-[1-8])
+    INDEX="${INSTANCE#fleet-}" MACHINE="vllm-$INSTANCE" NETNS="vllmfleet-f${INSTANCE#fleet-}"
+    STATE="$VLLM_FLEET_ROOT/.sandbox-$INSTANCE" DEFAULT_SSH_PORT=$((2230 + ${INSTANCE#fleet-}))
+    ;;
+  *)
+    printf '[sandbox] ERROR: VLLM_FLEET_SANDBOX_NAME=%s: use "sandbox" or fleet-1 ... fleet-%s\n' "$INSTANCE" "$FLEET_MAX" >&2
+    exit 2
+    ;;
+esac
+FABRIC_ADDRESS="$FABRIC_NET.$((10 + INDEX))"
+SSH_PORT="${VLLM_FLEET_SANDBOX_SSH_PORT:-$DEFAULT_SSH_PORT}"
 MIRROR_PORT="${VLLM_FLEET_MIRROR_PORT:-18080}"
 # HOST_PORT:SANDBOX_PORT pairs: the vLLM API ports of up to two deployments.
-read -r -a API_PORTS <<<"${VLLM_FLEET_SANDBOX_API_PORTS:-18000:8000 18001:8001}"
+read -r -a API_PORTS <<<"${VLLM_FLEET_SANDBOX_API_PORTS:-$((18000 + 100 * INDEX)):8000 $((18001 + 100 * INDEX)):8001}"
 BOOT_TIMEOUT="${VLLM_FLEET_SANDBOX_BOOT_TIMEOUT:-180}"
 STOP_TIMEOUT="${VLLM_FLEET_SANDBOX_STOP_TIMEOUT:-30}"
 # Extra systemd-nspawn arguments, word-split (e.g. "--bind-ro=/srv/models:/shared/models").
@@ -61,13 +87,14 @@ GPUS_JSON='{
   "compute_cap": "9.0"
 }'
 
-STATE="$VLLM_FLEET_ROOT/.sandbox"
 CACHE="$VLLM_FLEET_ROOT/.cache/sandbox"
 ROOT="$STATE/root"
 PIDS="$STATE/pids"
 SOCK="$STATE/sock"
 SSH_DIR="$STATE/ssh"
-KEY="$SSH_DIR/id_ed25519"
+# The client key is the same for every sandbox host, as one operator's key is on a fleet.
+KEY_DIR="$VLLM_FLEET_ROOT/.sandbox/ssh"
+KEY="$KEY_DIR/id_ed25519"
 KNOWN_HOSTS="$SSH_DIR/known_hosts"
 LOG="$STATE/nspawn.log"
 NETNS_PATH="/run/netns/$NETNS"
@@ -121,11 +148,15 @@ flavor() {
 
 # The key of the base image: the files that decide its content (those of the vLLM install only for that
 # flavour; the wheelhouse itself is pinned by hashes in vllm-requirements.txt).
+# Of this script, only its build section and the variables it reads go in: what starts, links and stops
+# hosts can change without rebuilding the image.
 build_key() {
-  local files=(sandbox/host.sh sandbox/nvidia-smi-standin) f
+  local files=(sandbox/nvidia-smi-standin) f
   [[ "$(flavor)" == plain ]] || files+=(sandbox/install-vllm.sh sandbox/vllm-requirements.txt sandbox/vllm-wheelhouse.sh)
   (
     cd "$VLLM_FLEET_ROOT"
+    sed -n '/^# -* build$/,/^# -* processes$/p' sandbox/host.sh | sha256sum
+    printf '%s\n' "$SUITE" "$INCLUDE" "$GPUS_JSON"
     for f in "${files[@]}"; do
       if [[ -f "$f" ]]; then sha256sum "$f"; else echo "absent $f"; fi
     done
@@ -187,9 +218,8 @@ stage_system() {
   : >"$root/etc/machine-id"
   mkdir -p "$root/var/lib/dbus"
   ln -sfn /etc/machine-id "$root/var/lib/dbus/machine-id"
-  echo "$MACHINE" >"$root/etc/hostname"
-  printf '127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n' "$MACHINE" \
-    >"$root/etc/hosts"
+  # Each host's own name and the fabric's names are written by `up` (the image serves every host).
+  echo vllm-sandbox >"$root/etc/hostname"
   # Units that have nothing to do in a container on a console nobody reads.
   local unit
   for unit in console-getty.service getty@tty1.service systemd-firstboot.service; do
@@ -320,11 +350,12 @@ build() {
   trap - EXIT
   say "base image built in $(elapsed "$t0"): $base ($(du -sh "$base" | cut -f1))"
   # Old images of this flavour: keep only this one and the one a running sandbox still uses.
-  local in_use=""
-  [[ -f "$STATE/base" ]] && in_use="$(cat "$STATE/base")"
+  local in_use
+  in_use="$(cat "$VLLM_FLEET_ROOT"/.sandbox/base "$VLLM_FLEET_ROOT"/.sandbox-*/base 2>/dev/null || true)"
   for d in "${base%-*}-"* "$CACHE"/base-[0-9a-f]*; do
     [[ -d "$d" ]] || continue
-    [[ "$d" == "$base" || "$d/root" == "$in_use" ]] && continue
+    [[ "$d" == "$base" ]] && continue
+    grep -qxF "$d/root" <<<"$in_use" && continue
     local t1="$EPOCHREALTIME"
     rm_tree "$d"
     say "removed old base image $d in $(elapsed "$t1")"
@@ -355,7 +386,7 @@ is_ours() {
   [[ "$pid" =~ ^[0-9]+$ && -d /proc/$pid ]] || return 1
   cmd="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" || return 1
   case "$kind" in
-    supervisor) [[ "$cmd" == *"$SELF _supervise"* ]] ;;
+    supervisor) [[ "$cmd" == *"$SELF _supervise $INSTANCE "* ]] ;;
     nspawn) [[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == systemd-nspawn && "$cmd" == *"--directory=$ROOT "* ]] ;;
     fwd) [[ "$(readlink "/proc/$pid/cwd" 2>/dev/null)" == "$SOCK" && "$cmd" == socat* ]] ;;
     *) return 1 ;;
@@ -466,8 +497,8 @@ SSH_OPTS=(-i "$KEY" -p "$SSH_PORT" -o IdentitiesOnly=yes -o "UserKnownHostsFile=
 ssh_run() { ssh "${SSH_OPTS[@]}" root@127.0.0.1 "$@"; }
 
 prepare_ssh_client() { # key (kept across down/up), known_hosts for this base, a config for ssh -F
-  mkdir -p "$SSH_DIR"
-  chmod 700 "$SSH_DIR"
+  mkdir -p "$SSH_DIR" "$KEY_DIR"
+  chmod 700 "$SSH_DIR" "$KEY_DIR"
   [[ -f "$KEY" ]] || ssh-keygen -q -t ed25519 -N '' -C "vllm-fleet-sandbox" -f "$KEY"
   local host="[127.0.0.1]:$SSH_PORT" f
   [[ "$SSH_PORT" == 22 ]] && host=127.0.0.1
@@ -554,6 +585,40 @@ start_forwarders() {
   check_fwds || die "a port forwarder did not start (log: $STATE/forwarders.log)"
 }
 
+# The fabric: a bridge in a netns of its own, one veth pair per host (fabric0 inside), so hosts reach each
+# other at their own addresses as servers on one switch do, and this machine's own network is untouched.
+fabric_join() {
+  local port="p-$INSTANCE"
+  if [[ ! -e "/run/netns/$FABRIC_NETNS" ]]; then
+    ip netns add "$FABRIC_NETNS"
+    ip -n "$FABRIC_NETNS" link set lo up
+    ip -n "$FABRIC_NETNS" link add fabric type bridge
+    ip -n "$FABRIC_NETNS" link set fabric up
+  fi
+  ip -n "$FABRIC_NETNS" link add "$port" type veth peer name "$FABRIC_IF" netns "$NETNS"
+  ip -n "$FABRIC_NETNS" link set "$port" master fabric up
+  ip -n "$NETNS" addr add "$FABRIC_ADDRESS/24" dev "$FABRIC_IF"
+  ip -n "$NETNS" link set "$FABRIC_IF" up
+}
+
+# Deleting a host's netns deletes its veth pair; the fabric goes with the last host.
+fabric_leave() {
+  [[ -e "/run/netns/$FABRIC_NETNS" ]] || return 0
+  if ! ip netns list | awk '{ print $1 }' | grep -v -x "$FABRIC_NETNS" | grep -q '^vllmfleet-'; then
+    ip netns del "$FABRIC_NETNS"
+  fi
+}
+
+name_host() { # name_host ROOT: this host's name, and every sandbox host's fabric address by name
+  local i
+  echo "$MACHINE" >"$1/etc/hostname"
+  {
+    printf '127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n' "$MACHINE"
+    printf '%s.10\tvllm-sandbox\n' "$FABRIC_NET"
+    for ((i = 1; i <= FLEET_MAX; i++)); do printf '%s.%d\tvllm-fleet-%d\n' "$FABRIC_NET" $((10 + i)) "$i"; done
+  } >"$1/etc/hosts"
+}
+
 mount_root() {
   local lower="$1"
   mkdir -p "$STATE/overlay/upper" "$STATE/overlay/work" "$ROOT"
@@ -606,9 +671,11 @@ up() {
   record_nspawn_dirs
   ip netns add "$NETNS"
   ip -n "$NETNS" link set lo up
+  fabric_join
+  name_host "$ROOT"
   start_forwarders
   : >"$LOG"
-  (exec setsid "$SELF" _supervise) </dev/null >>"$LOG" 2>&1 9>&- 8>&- &
+  (exec setsid "$SELF" _supervise "$INSTANCE") </dev/null >>"$LOG" 2>&1 9>&- 8>&- &
   local i
   for ((i = 0; i < 50; i++)); do
     alive nspawn && break
@@ -760,6 +827,7 @@ teardown() {
   [[ -z "$(mounts_under "$STATE")" ]] || die "mounts left under $STATE: $(mounts_under "$STATE" | tr '\n' ' ')"
   # 6. the network namespace (and /run/netns, if `ip netns add` made it a mount point for us)
   if [[ -e "$NETNS_PATH" ]]; then ip netns del "$NETNS"; fi
+  fabric_leave
   if [[ -e "$STATE/created-run-netns" ]] && mountpoint -q /run/netns && [[ -z "$(ip netns list)" ]]; then
     umount /run/netns 2>/dev/null || true
   fi
@@ -788,8 +856,8 @@ verify_gone() { # verify_gone [PIDNS]: nothing of the sandbox left (PIDNS: the c
       bad=1
     fi
   done
-  procs="$(ps -eo pid=,args= | awk -v s="$STATE" -v n="$NETNS" -v me="$$" \
-    '$1 != me && (index($0, s) || index($0, n " ") || index($0, "vllm-sandbox")) && !/awk -v s=/' || true)"
+  procs="$(ps -eo pid=,args= | awk -v s="$STATE" -v n="$NETNS" -v m="--machine=$MACHINE" -v me="$$" \
+    '$1 != me && (index($0, s) || index($0, n " ") || index($0, m " ")) && !/awk -v s=/' || true)"
   # processes still in the container's pid namespace
   if [[ -n "$pidns" ]]; then
     for p in /proc/[0-9]*; do
@@ -867,8 +935,23 @@ status() {
 
 # ------------------------------------------------------------------------------------------ main
 
+fleet_up() { # fleet_up N: fleet-1..N, one after the other (each `up` holds the lifecycle lock)
+  [[ "$1" =~ ^[1-8]$ ]] || die "fleet-up N: N from 1 to $FLEET_MAX, not $1"
+  local i
+  for ((i = 1; i <= $1; i++)); do VLLM_FLEET_SANDBOX_NAME="fleet-$i" "$SELF" up; done
+}
+
+fleet_down() {
+  local d rc=0
+  for d in "$VLLM_FLEET_ROOT"/.sandbox-fleet-*; do
+    [[ -d "$d" ]] || continue
+    VLLM_FLEET_SANDBOX_NAME="${d##*/.sandbox-}" "$SELF" down || rc=1
+  done
+  return "$rc"
+}
+
 usage() { # usage [EXIT_CODE]
-  sed -n '2,11p' "$SELF" | sed 's/^# \{0,1\}//'
+  sed -n '2,20p' "$SELF" | sed 's/^# \{0,1\}//'
   exit "${1:-2}"
 }
 
@@ -900,6 +983,8 @@ main() {
         HOME=/root TERM="${TERM:-dumb}" LANG=C.UTF-8 "$@"
       ;;
     _supervise) supervise ;;
+    fleet-up) fleet_up "${1:-2}" ;;
+    fleet-down) fleet_down ;;
     -h | --help | help) usage 0 ;;
     "") usage ;;
     *)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,21 @@ def sandbox() -> Iterator[None]:
     yield
     for script in reversed(started):
         sandbox_env.take_down(script)
+
+
+@pytest.fixture(scope="session")
+def fleet(sandbox: None) -> Iterator[int]:
+    """Two more sandbox hosts, fleet-1 and fleet-2, on the fabric beside the dev sandbox (which the mirror
+    comes with); started here and stopped at the end unless already up. Yields how many there are."""
+    from tests import sandbox_env
+
+    hosts = 2
+    started = not sandbox_env.fleet_is_up(hosts)
+    if started:
+        subprocess.run([str(sandbox_env.HOST_SH), "fleet-up", str(hosts)], check=True, timeout=600)
+    yield hosts
+    if started:
+        subprocess.run([str(sandbox_env.HOST_SH), "fleet-down"], check=False, timeout=600)
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 import urllib.request
@@ -34,14 +35,44 @@ def take_down(script: Path) -> None:
     subprocess.run([str(script), "down"], check=False, timeout=300)
 
 
-def on_host(command: str, check: bool = True, timeout: float = 120) -> str:
-    """Run a shell command on the sandbox over SSH and return its stdout."""
+def on_host(command: str, check: bool = True, timeout: float = 120, host: str = "sandbox") -> str:
+    """Run a shell command on a sandbox host (the dev one, or fleet-N) over SSH and return its stdout."""
     result = subprocess.run(
-        [str(HOST_SH), "ssh", command], capture_output=True, text=True, check=False, timeout=timeout
+        [str(HOST_SH), "ssh", command],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=timeout,
+        env={**os.environ, "VLLM_FLEET_SANDBOX_NAME": host},
     )
     if check and result.returncode != 0:
-        raise AssertionError(f"on sandbox: {command!r} exited {result.returncode}: {result.stderr}")
+        raise AssertionError(f"on {host}: {command!r} exited {result.returncode}: {result.stderr}")
     return result.stdout
+
+
+def exec_on(host: str, command: str) -> str:
+    """Run a shell command on a sandbox host without SSH (nsenter), e.g. while its sshd is stopped."""
+    return subprocess.run(
+        [str(HOST_SH), "exec", "/bin/sh", "-c", command],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        env={**os.environ, "VLLM_FLEET_SANDBOX_NAME": host},
+    ).stdout
+
+
+def fleet_is_up(hosts: int) -> bool:
+    return all(
+        subprocess.run(
+            [str(HOST_SH), "status"],
+            capture_output=True,
+            check=False,
+            env={**os.environ, "VLLM_FLEET_SANDBOX_NAME": f"fleet-{i}"},
+        ).returncode
+        == 0
+        for i in range(1, hosts + 1)
+    )
 
 
 def mirror(path: str, method: str = "GET", body: dict[str, Any] | None = None) -> Any:
