@@ -8,11 +8,11 @@ from pathlib import Path
 import pulumi
 from pulumi.runtime import config as runtime_config
 
-from components import host_survey, render
+from components import cordon, host_survey, render
 from components.front_door import FrontDoor, FrontDoorArgs
 from components.host import GpuHost, GpuHostArgs
 from components.model_download import ModelDownload, ModelDownloadArgs
-from components.remote import HostUnreachable, probe_ssh
+from components.remote import CORDONED_STEPS, HostUnreachable, probe_ssh
 from components.storage import SharedStorage, SharedStorageArgs
 from components.vllm_service import VllmService, VllmServiceArgs
 from models.config import StackTier
@@ -91,14 +91,20 @@ for rd in resolved:
 
 # Contacting a host while the program runs makes an unreachable one fail fast, in previews too, and
 # lets the preview name what already runs there (hand-made units, stray GPU processes).
+CORDONED_STEPS.clear()  # filled by the steps declared below (a fresh module in every real run)
+# A cordoned host is not contacted at all: it may be down for repair.
+reachable = [h for h in stack.hosts if not h.cordon]
+for host_config in stack.hosts:
+    if host_config.cordon:
+        pulumi.log.info(f"host {host_config.name!r} is cordoned: not contacted, no step runs there")
 if not offline:
-    for host_config in stack.hosts:
+    for host_config in reachable:
         try:
             probe_ssh(host_config)
         except HostUnreachable as error:
             raise pulumi.RunError(str(error)) from None
     conflicts: list[str] = []
-    for host_config in stack.hosts:
+    for host_config in reachable:
         on_host = [rd for rd in resolved if rd.host.name == host_config.name]
         try:
             found = host_survey.survey(pulumi.get_stack(), host_config, on_host, key_text, SURVEY_CACHE)
@@ -142,6 +148,7 @@ for store in stack.storage:
             ),
         )
 services: dict[str, VllmService] = {}
+waits_for = stack.rollout_waits_for()
 for rd in resolved:
     services[rd.deployment.name] = VllmService(
         rd.deployment.name,
@@ -152,8 +159,13 @@ for rd in resolved:
             download=downloads[(rd.storage.name, rd.model_name)],
             front_door=front_doors[rd.host.name],
             hf_token=hf_token,
+            # Config order puts a group's earlier members first, so the one waited for exists already.
+            after=[services[waits_for[rd.deployment.name]]] if rd.deployment.name in waits_for else [],
         ),
     )
+for host_config in stack.hosts:
+    if host_config.cordon:
+        cordon.check_removals(host_config, CORDONED_STEPS.get(host_config.name, set()))
 
 pulumi.export(
     "deployments",

@@ -29,11 +29,14 @@ from dataclasses import dataclass
 import pulumi
 from pulumi_command import remote
 
+from components import cordon
 from components.render import remote_invocation
 from models.config import Host
 
 # Seconds a step gets after its time limit's TERM before it is killed.
 KILL_AFTER_SECONDS = 30
+# The steps declared on each cordoned host, checked against the state once the program has declared all.
+CORDONED_STEPS: dict[str, set[str]] = {}
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,9 @@ def remote_step(
     """
     carries_secret = stdin is not None
     host = target.host
+    if host.cordon:
+        cordon.check_step(host, name)
+        CORDONED_STEPS.setdefault(host.name, set()).add(name)
     return remote.Command(
         name,
         connection=target.connection,
@@ -94,6 +100,8 @@ def remote_step(
             parent=parent,
             depends_on=depends_on or [],
             delete_before_replace=owns_singleton,
+            # On a cordoned host the state's inputs stand, whatever the program now renders: no step runs.
+            ignore_changes=cordon.COMMAND_INPUTS if host.cordon else None,
             additional_secret_outputs=["stdout", "stderr"] if carries_secret else [],
             custom_timeouts=pulumi.CustomTimeouts(
                 create=f"{timeout_seconds + KILL_AFTER_SECONDS}s",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,9 @@ class VllmServiceArgs:
     download: ModelDownload
     front_door: FrontDoor
     hf_token: pulumi.Input[str] | None
+    # Rolling swaps: deployments whose activation (a swap, when the model changed) must have finished,
+    # so this one stops serving only once they serve again.
+    after: Sequence[VllmService] = ()
 
 
 def endpoint_url(rd: ResolvedDeployment) -> str:
@@ -38,6 +42,8 @@ class VllmService(pulumi.ComponentResource):
     unit_name: pulumi.Output[str]
     model_path: pulumi.Output[str]
     launch: pulumi.Output[dict[str, Any]]
+    unit: pulumi.CustomResource
+    serving: pulumi.CustomResource
 
     TYPE = "vllm-fleet:index:VllmService"
 
@@ -67,7 +73,7 @@ class VllmService(pulumi.ComponentResource):
             create=render.activate_script(rd, args.stack),
             delete=render.deactivate_script(rd, args.stack),
             parent=self,
-            depends_on=[self.unit],
+            depends_on=[self.unit, *(earlier.serving for earlier in args.after)],
             timeout_seconds=60 * activation_minutes,
             owns_singleton=True,
         )

@@ -216,6 +216,34 @@ def not_a_system_directory(value: str) -> str:
     return value
 
 
+def ip_address(value: str, hint: str) -> str:
+    """The address in its canonical form, or the error that says it is none."""
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        raise ValueError(f"{value!r} is not an IPv4 or IPv6 address{hint}") from None
+
+
+class ClusterNetwork(LocalBaseModel):
+    """Where the other nodes of a multi-node deployment reach this host: an address on a private network
+    (the engines' traffic is unencrypted and can run code) and the interface that carries it."""
+
+    address: str
+    interface: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]{1,15}$")]
+
+    @field_validator("address")
+    @classmethod
+    def _address_is_an_ip(cls, value: str) -> str:
+        return ip_address(value, "")
+
+
+class DistributedBackend(StrEnum):
+    # vLLM's own multi-node engine: `--nnodes/--node-rank/--master-addr/--master-port`, `--headless` workers.
+    MP = "mp"
+    # A Ray cluster (`ray start` on every node) and `--distributed-executor-backend ray` on the head.
+    RAY = "ray"
+
+
 class Host(LocalBaseModel):
     name: Name
     address: str
@@ -230,6 +258,11 @@ class Host(LocalBaseModel):
     # Bounded SSH connection: attempts x seconds is the longest a step waits for an unreachable host.
     dial_attempts: Annotated[int, Field(ge=1, le=20)] = 3
     dial_timeout_seconds: Annotated[int, Field(ge=1, le=120)] = 10
+    # Out of service: what runs there keeps running, `pulumi up` runs no step there and never contacts it,
+    # and a change of what it should serve is refused until the cordon is lifted.
+    cordon: bool = False
+    # This host's address and interface for multi-node deployments (VLLM_HOST_IP, GLOO/NCCL_SOCKET_IFNAME).
+    cluster: ClusterNetwork | None = None
 
     @field_validator("address")
     @classmethod
@@ -332,6 +365,14 @@ class ModelSpec(LocalBaseModel):
         return self.size_gb * GIB_PER_GB
 
 
+class Rollout(LocalBaseModel):
+    """Deployments of one group swap a few at a time: each waits until the one before it serves again."""
+
+    group: Name
+    # How many of the group may be swapping (not serving) at once.
+    max_unavailable: Annotated[int, Field(ge=1, le=1000)] = 1
+
+
 class Deployment(LocalBaseModel):
     name: Name
     host: Name
@@ -372,14 +413,22 @@ class Deployment(LocalBaseModel):
     # How long the GPU-release guard waits for memory to drop before it stops stray holders.
     gpu_release_timeout_seconds: Annotated[int, Field(ge=5, le=3600)] = 120
     gpu_release_threshold_mib: Annotated[int, Field(ge=1, le=100_000)] = 1000
+    rollout: Rollout | None = None
+    # A model served across hosts: the head (`host`, first) runs the API server and the front door, each
+    # other node a headless engine; tensorParallel x pipelineParallel GPUs in all, `gpus` on every node.
+    nodes: tuple[Name, ...] = ()
+    distributed_backend: DistributedBackend = DistributedBackend.MP
+    # The head's rendezvous port (torch.distributed for mp, the Ray head for ray), on its cluster address.
+    master_port: Annotated[int, Field(ge=1024, le=65535)] = 29500
+
+    @property
+    def node_names(self) -> tuple[str, ...]:
+        return self.nodes or (self.host,)
 
     @field_validator("bind_address")
     @classmethod
     def _bind_address_is_an_ip(cls, value: str) -> str:
-        try:
-            return str(ipaddress.ip_address(value))
-        except ValueError:
-            raise ValueError(f"{value!r} is not an IPv4 or IPv6 address (0.0.0.0 listens on all)") from None
+        return ip_address(value, " (0.0.0.0 listens on all)")
 
     @property
     def readiness_address(self) -> str:
@@ -423,6 +472,15 @@ class ResolvedDeployment(LocalBaseModel):
     model_name: Name
     model: ModelSpec
     serving: ServingDefaults
+    # Every node of a multi-node deployment, the head first; just the host otherwise.
+    node_hosts: tuple[Host, ...] = ()
+
+    @property
+    def multi_node(self) -> bool:
+        return len(self.node_hosts) > 1
+
+    def worker_unit_name(self, rank: int) -> str:
+        return f"{self.unit_stem}-node{rank}.service"
 
     @property
     def unit_stem(self) -> str:
@@ -442,12 +500,17 @@ class ResolvedDeployment(LocalBaseModel):
         """GPUs one engine of this deployment uses (0 on a host without GPUs)."""
         if self.host.gpus.count == 0:
             return 0
-        return self.serving.tensor_parallel * self.serving.pipeline_parallel
+        return self.serving.tensor_parallel * self.serving.pipeline_parallel // max(1, len(self.node_hosts))
 
     @property
     def blue_green_possible(self) -> bool:
-        """Whether the deployment's GPUs hold two engines at once, so a swap can keep the old one serving."""
-        return self.deployment.swap_mode is SwapMode.AUTO and len(self.deployment.gpus) >= 2 * self.gpus_needed
+        """Whether the deployment's GPUs hold two engines at once, so a swap can keep the old one serving.
+        A multi-node deployment always swaps stop-start: its nodes' GPUs hold one engine each."""
+        return (
+            self.deployment.swap_mode is SwapMode.AUTO
+            and not self.multi_node
+            and len(self.deployment.gpus) >= 2 * self.gpus_needed
+        )
 
     @property
     def model_path(self) -> str:
@@ -455,8 +518,9 @@ class ResolvedDeployment(LocalBaseModel):
 
     @property
     def load_path(self) -> str:
-        """Where the engine reads the weights: the host's staging copy when it has a staging path."""
-        if self.host.staging_path is None:
+        """Where the engine reads the weights: the host's staging copy when it has a staging path (every
+        node of a multi-node deployment reads the storage's path, which is the same on each)."""
+        if self.host.staging_path is None or self.multi_node:
             return self.model_path
         return f"{self.host.staging_path}/{self.model.dir}"
 
@@ -538,6 +602,8 @@ class StackConfig(LocalBaseModel):
                         "(find it with `hf api` or on the model page's commit history)"
                     )
         errors.extend(self._deployment_errors(hosts, storage_by_host))
+        errors.extend(self._rollout_errors())
+        errors.extend(self._multi_node_errors(hosts, storage_by_host))
         errors.extend(self._disk_errors(hosts, storage_by_host))
         if errors:
             raise ValueError("\n".join(errors))
@@ -567,18 +633,21 @@ class StackConfig(LocalBaseModel):
                 )
                 continue
             serving = dep.overrides.apply(model.serving)
-            for gpu in dep.gpus:
-                if gpu >= host.gpus.count:
-                    errors.append(
-                        f"{key}.gpus: GPU {gpu} does not exist on host {host.name!r}, which has "
-                        f"{host.gpus.count} (indices 0-{host.gpus.count - 1}); fix the index or hosts[].gpus.count"
-                    )
-                owner = claimed_gpus.setdefault((dep.host, gpu), dep.name)
-                if owner != dep.name:
-                    errors.append(
-                        f"{key}.gpus: GPU {gpu} of host {dep.host!r} is already given to deployment "
-                        f"{owner!r}; two deployments cannot share a GPU, pick free indices"
-                    )
+            # A multi-node deployment uses the same GPU indices on every node (checked by _multi_node_errors).
+            for node in (n for n in dep.node_names if n in hosts):
+                for gpu in dep.gpus:
+                    if gpu >= hosts[node].gpus.count:
+                        errors.append(
+                            f"{key}.gpus: GPU {gpu} does not exist on host {node!r}, which has "
+                            f"{hosts[node].gpus.count} (indices 0-{hosts[node].gpus.count - 1}); fix the index or "
+                            "hosts[].gpus.count"
+                        )
+                    owner = claimed_gpus.setdefault((node, gpu), dep.name)
+                    if owner != dep.name:
+                        errors.append(
+                            f"{key}.gpus: GPU {gpu} of host {node!r} is already given to deployment "
+                            f"{owner!r}; two deployments cannot share a GPU, pick free indices"
+                        )
             for port, field in ((dep.port, "port"), *((p, "backendPorts") for p in dep.engine_ports)):
                 port_owner = claimed_ports.setdefault((dep.host, port), dep.name)
                 if port_owner != dep.name:
@@ -587,7 +656,7 @@ class StackConfig(LocalBaseModel):
                         f"{port_owner!r} (its port or backendPorts); choose another port"
                     )
             needed = serving.tensor_parallel * serving.pipeline_parallel
-            if host.gpus.count > 0 and needed > len(dep.gpus):
+            if host.gpus.count > 0 and needed > len(dep.gpus) * len(dep.node_names) and not dep.nodes:
                 errors.append(
                     f"{key}.gpus: tensorParallel {serving.tensor_parallel} x pipelineParallel "
                     f"{serving.pipeline_parallel} = {needed} GPUs, but the deployment is given "
@@ -633,6 +702,82 @@ class StackConfig(LocalBaseModel):
                 )
         return errors
 
+    def _rollout_errors(self) -> list[str]:
+        errors: list[str] = []
+        first: dict[str, tuple[int, int]] = {}
+        for i, dep in enumerate(self.deployments):
+            if dep.rollout is None:
+                continue
+            j, limit = first.setdefault(dep.rollout.group, (i, dep.rollout.max_unavailable))
+            if limit != dep.rollout.max_unavailable:
+                errors.append(
+                    f"vllm-fleet:deployments[{i}].rollout.maxUnavailable: {dep.rollout.max_unavailable} differs "
+                    f"from {limit} of deployments[{j}] in group {dep.rollout.group!r}; give the group one value"
+                )
+        return errors
+
+    def _multi_node_errors(self, hosts: dict[str, Host], storage_by_host: dict[str, Storage]) -> list[str]:
+        errors: list[str] = []
+        for i, dep in enumerate(self.deployments):
+            if not dep.nodes:
+                continue
+            key = f"vllm-fleet:deployments[{i}].nodes"
+            model = self.models.get(dep.model)
+            if dep.nodes[0] != dep.host or len(dep.nodes) < 2 or len(set(dep.nodes)) != len(dep.nodes):
+                errors.append(
+                    f"{key}: {list(dep.nodes)} must list two or more different hosts, the head first, and the head "
+                    f"is deployments[{i}].host ({dep.host!r})"
+                )
+                continue
+            unknown = [n for n in dep.nodes if n not in hosts]
+            if unknown:
+                errors.append(f"{key}: unknown host(s) {unknown}; use names from vllm-fleet:hosts")
+                continue
+            for node in dep.nodes:
+                if hosts[node].cluster is None:
+                    errors.append(
+                        f"{key}: host {node!r} has no hosts[].cluster (address and interface of the private network "
+                        "the nodes reach each other on); add it"
+                    )
+                if node not in storage_by_host:
+                    errors.append(f"{key}: host {node!r} has no storage; every node loads the model from its own")
+                elif dep.host in storage_by_host and storage_by_host[node].path != storage_by_host[dep.host].path:
+                    errors.append(
+                        f"{key}: storage path {storage_by_host[node].path} of {node!r} differs from "
+                        f"{storage_by_host[dep.host].path} of the head {dep.host!r}; every node must see the model "
+                        "at the same path"
+                    )
+            gpu_counts = {hosts[n].gpus.count for n in dep.nodes if n in hosts}
+            if len(gpu_counts) > 1:
+                errors.append(f"{key}: the nodes have different GPU counts {sorted(gpu_counts)}; use equal hosts")
+            if model is None:
+                continue
+            serving = dep.overrides.apply(model.serving)
+            total = serving.tensor_parallel * serving.pipeline_parallel
+            if total != len(dep.gpus) * len(dep.nodes):
+                errors.append(
+                    f"vllm-fleet:deployments[{i}].gpus: tensorParallel {serving.tensor_parallel} x pipelineParallel "
+                    f"{serving.pipeline_parallel} = {total} GPUs must equal {len(dep.gpus)} GPUs per node x "
+                    f"{len(dep.nodes)} nodes; list {total // len(dep.nodes) if total % len(dep.nodes) == 0 else '?'} "
+                    "GPUs per node (a multi-node deployment swaps stop-start, so no spare ones)"
+                )
+        return errors
+
+    def rollout_waits_for(self) -> dict[str, str]:
+        """For each deployment of a rollout group, the one whose swap it waits for (the deployment
+        maxUnavailable places before it in the group, in config order); the first ones wait for none."""
+        members: dict[str, list[Deployment]] = {}
+        for dep in self.deployments:
+            if dep.rollout is not None:
+                members.setdefault(dep.rollout.group, []).append(dep)
+        waits: dict[str, str] = {}
+        for group in members.values():
+            for k, dep in enumerate(group):
+                assert dep.rollout is not None
+                if k >= dep.rollout.max_unavailable:
+                    waits[dep.name] = group[k - dep.rollout.max_unavailable].name
+        return waits
+
     def _disk_errors(self, hosts: dict[str, Host], storage_by_host: dict[str, Storage]) -> list[str]:
         errors: list[str] = []
         for i, store in enumerate(self.storage):
@@ -671,7 +816,7 @@ class StackConfig(LocalBaseModel):
 
     def served_models_on(self, storage: str) -> list[str]:
         store = next(s for s in self.storage if s.name == storage)
-        return sorted({d.model for d in self.deployments if d.host == store.host})
+        return sorted({d.model for d in self.deployments if store.host in d.node_names})
 
     def wanted_models_on(self, storage: str) -> list[str]:
         """Models whose files must be on this storage: served here, or kept."""
@@ -696,6 +841,7 @@ class StackConfig(LocalBaseModel):
                     model_name=dep.model,
                     model=model,
                     serving=dep.overrides.apply(model.serving),
+                    node_hosts=tuple(hosts[n] for n in dep.node_names),
                 )
             )
         return out

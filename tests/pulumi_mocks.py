@@ -93,5 +93,6 @@ def run_program(stack: str, raw_config: dict[str, Any]) -> dict[str, Registered]
             "additional_secret_outputs": list(opts.additional_secret_outputs or []),
             "parent": parent._name if parent else None,
             "custom_timeouts": opts.custom_timeouts,
+            "ignore_changes": list(opts.ignore_changes or []),
         }
     return mocks.resources

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from components import render
-from models.loader import load_stack_file, read_stack_file
+from models.loader import load_stack_file, parse_stack_config, read_stack_file
 from tests.conftest import ROOT
 from tests.pulumi_mocks import COMMAND_TYPE, Registered, run_program, unsecret
 
@@ -181,3 +181,69 @@ def test_dependency_order(prod: dict[str, Registered]) -> None:
     assert deps["primary-serving"] == ["primary-unit"]
     parents = {name: step.options["parent"] for name, step in commands(prod).items()}
     assert parents["primary-serving"] == "primary" and parents["shared-kimi-k2.5-int4-files"] == "shared-kimi-k2.5-int4"
+
+
+# ---- a fleet: rolling swaps, cordoned hosts ------------------------------------------------------------
+
+
+@pytest.fixture
+def fleet_raw() -> dict[str, Any]:
+    return copy.deepcopy(read_stack_file(ROOT / "Pulumi.fleet.yaml"))
+
+
+def test_rollout_group_swaps_one_host_after_the_other(fleet_raw: dict[str, Any]) -> None:
+    fleet = run_program("fleet", fleet_raw)
+    deps = {name: step.options["depends_on"] for name, step in commands(fleet).items()}
+    # Staging (downloads, the unit file, the args check) runs on both hosts at once, while both serve;
+    # chat-2's activation, which stops its old engine, waits for chat-1's to finish.
+    assert "chat-1-serving" not in deps["chat-2-unit"]
+    assert deps["chat-2-serving"] == ["chat-1-serving", "chat-2-unit"]
+    assert deps["chat-1-serving"] == ["chat-1-unit"]
+
+
+def test_max_unavailable_runs_that_many_lanes(fleet_raw: dict[str, Any]) -> None:
+    host = fleet_raw["hosts"][0]
+    fleet_raw["hosts"] = [{**host, "name": f"h{i}", "port": 2230 + i} for i in range(5)]
+    fleet_raw["storage"] = [{**fleet_raw["storage"][0], "name": f"s{i}", "host": f"h{i}"} for i in range(5)]
+    template = fleet_raw["deployments"][0]
+    fleet_raw["deployments"] = [
+        {**template, "name": f"d{i}", "host": f"h{i}", "rollout": {"group": "g", "maxUnavailable": 2}} for i in range(5)
+    ]
+    config = parse_stack_config(fleet_raw)
+    assert config.rollout_waits_for() == {"d2": "d0", "d3": "d1", "d4": "d2"}
+
+
+def test_cordoned_host_ignores_every_change_and_is_never_probed(
+    fleet_raw: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from components import cordon
+
+    before = run_program("fleet", fleet_raw)
+    on_fleet_2 = frozenset(n for n, r in commands(before).items() if r.inputs["triggers"][1] == 2232)
+    monkeypatch.setattr(cordon, "applied_steps", lambda: {("127.0.0.1", 2232, "root"): on_fleet_2})
+    fleet_raw["hosts"][1]["cordon"] = True
+    after = run_program("fleet", fleet_raw)
+    for name, step in commands(after).items():
+        expected = cordon.COMMAND_INPUTS if name in on_fleet_2 else []
+        assert step.options["ignore_changes"] == expected, name
+    assert "chat-2-serving" in on_fleet_2 and "chat-1-serving" not in on_fleet_2
+
+
+@pytest.mark.parametrize("change", ["model", "drop"])
+def test_cordoned_host_refuses_creates_and_deletes(
+    fleet_raw: dict[str, Any], monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
+    from components import cordon
+
+    before = run_program("fleet", fleet_raw)
+    on_fleet_2 = frozenset(n for n, r in commands(before).items() if r.inputs["triggers"][1] == 2232)
+    monkeypatch.setattr(cordon, "applied_steps", lambda: {("127.0.0.1", 2232, "root"): on_fleet_2})
+    fleet_raw["hosts"][1]["cordon"] = True
+    if change == "model":
+        fleet_raw["deployments"][1]["model"] = "tiny-chat-b"
+        expected = r"'fleet-2' is cordoned .* would create step 'shared-2-tiny-chat-b-files'"
+    else:
+        fleet_raw["deployments"].pop(1)
+        expected = r"'fleet-2' is cordoned .* would delete .*chat-2-serving"
+    with pytest.raises(Exception, match=expected):
+        run_program("fleet", fleet_raw)

@@ -381,3 +381,69 @@ def test_a_staging_path_moves_the_load_and_stays_off_the_storage(prod_raw: dict[
     assert "hosts[0].stagingPath: /shared/staging overlaps the storage path /shared" in error_of(prod_raw)
     prod_raw["hosts"][0]["stagingPath"] = "/var"
     assert "is a system directory" in error_of(prod_raw)
+
+
+# ---- fleets: rollout groups, cordons, multi-node deployments ---------------------------------------
+
+
+@pytest.fixture
+def fleet_raw() -> dict[str, Any]:
+    from models.loader import read_stack_file
+
+    return read_stack_file(ROOT / "Pulumi.fleet.yaml")
+
+
+def test_rollout_group_has_one_max_unavailable(fleet_raw: dict[str, Any]) -> None:
+    assert parse_stack_config(fleet_raw).rollout_waits_for() == {"chat-2": "chat-1"}
+    fleet_raw["deployments"][1]["rollout"]["maxUnavailable"] = 2
+    assert "deployments[1].rollout.maxUnavailable: 2 differs from 1 of deployments[0] in group 'chat'" in error_of(
+        fleet_raw
+    )
+
+
+def across_two(fleet_raw: dict[str, Any]) -> dict[str, Any]:
+    """fleet-1 and fleet-2 on a private network, one deployment across both (pipeline parallel 2)."""
+    for i, host in enumerate(fleet_raw["hosts"]):
+        host["cluster"] = {"address": f"10.77.0.{11 + i}", "interface": "fabric0"}
+    fleet_raw["deployments"] = [
+        {
+            **fleet_raw["deployments"][0],
+            "nodes": ["fleet-1", "fleet-2"],
+            "gpus": [2],
+            "overrides": {"pipelineParallel": 2},
+        }
+    ]
+    fleet_raw["deployments"][0].pop("rollout")
+    return fleet_raw
+
+
+def test_a_deployment_across_two_hosts_resolves_every_node(fleet_raw: dict[str, Any]) -> None:
+    config = parse_stack_config(across_two(fleet_raw))
+    (rd,) = config.resolved_deployments()
+    assert [h.name for h in rd.node_hosts] == ["fleet-1", "fleet-2"] and rd.multi_node
+    assert rd.gpus_needed == 1 and not rd.blue_green_possible
+    # Each node downloads the model to its own storage, at the same path.
+    assert config.wanted_models_on("shared-1") == config.wanted_models_on("shared-2") == ["tiny-chat-a"]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda r: r["deployments"][0].update(nodes=["fleet-2", "fleet-1"]), "the head first"),
+        (lambda r: r["hosts"][1].pop("cluster"), "host 'fleet-2' has no hosts[].cluster"),
+        (lambda r: r["storage"][1].update(path="/data"), "every node must see the model at the same path"),
+        (lambda r: r["deployments"][0].update(gpus=[2, 3]), "= 2 GPUs must equal 2 GPUs per node x 2 nodes"),
+        (lambda r: r["deployments"][0].update(gpus=[4]), "GPU 4 does not exist on host 'fleet-2'"),
+        (lambda r: r["hosts"][1]["gpus"].update(count=8), "different GPU counts [4, 8]"),
+        (
+            lambda r: r["deployments"].append(
+                {**r["deployments"][0], "name": "other", "host": "fleet-2", "nodes": [], "port": 8100, "overrides": {}}
+            ),
+            "GPU 2 of host 'fleet-2' is already given to deployment",
+        ),
+    ],
+)
+def test_multi_node_rules(fleet_raw: dict[str, Any], change: Any, message: str) -> None:
+    raw = across_two(fleet_raw)
+    change(raw)
+    assert message in error_of(raw)

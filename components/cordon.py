@@ -1,0 +1,90 @@
+"""Cordoned hosts: what the stack last applied there stays as it is, and no step runs there.
+
+A cordoned host (`hosts[].cordon: true`) is never contacted by the program (no SSH probe, no survey), its
+steps ignore every input change (pulumi's `ignoreChanges`), and a step that would be created or deleted
+there is refused before anything runs, naming the steps. To know which steps exist, the program reads the
+stack's last checkpoint with `pulumi stack export` (the engine's own command; the state has no other
+read API for a running program): a step belongs to a host by the address, port and user in its
+`triggers` (components/remote.py puts them there).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from functools import cache
+
+import pulumi
+
+from models.config import Host
+
+COMMAND_TYPE = "command:remote:Command"
+# Every input of pulumi-command's remote.Command, as the engine names them.
+COMMAND_INPUTS = [
+    "connection",
+    "create",
+    "update",
+    "delete",
+    "environment",
+    "stdin",
+    "triggers",
+    "logging",
+    "addPreviousOutputInEnv",
+]
+
+
+class CordonViolation(pulumi.RunError):
+    pass
+
+
+def host_identity(host: Host) -> tuple[str, int, str]:
+    return (host.address, host.port, host.user)
+
+
+@cache
+def applied_steps() -> dict[tuple[str, int, str], frozenset[str]]:
+    """The steps in the stack's last checkpoint, by the host they ran on."""
+    cli = shutil.which("pulumi") or "pulumi"
+    result = subprocess.run(
+        [cli, "stack", "export", "--stack", pulumi.get_stack()],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        env={**os.environ, "PULUMI_SKIP_UPDATE_CHECK": "true"},
+    )
+    if result.returncode != 0:
+        raise CordonViolation(
+            f"cannot read the stack's last checkpoint to keep cordoned hosts as they are "
+            f"(`pulumi stack export` exited {result.returncode}: {result.stderr.strip()[:300]})"
+        )
+    resources = json.loads(result.stdout).get("deployment", {}).get("resources") or []
+    by_host: dict[tuple[str, int, str], set[str]] = {}
+    for resource in resources:
+        triggers = (resource.get("inputs") or {}).get("triggers")
+        if resource.get("type") != COMMAND_TYPE or not isinstance(triggers, list) or len(triggers) < 3:
+            continue
+        key = (str(triggers[0]), int(triggers[1]), str(triggers[2]))
+        by_host.setdefault(key, set()).add(str(resource["urn"]).rsplit("::", 1)[-1])
+    return {key: frozenset(names) for key, names in by_host.items()}
+
+
+def check_step(host: Host, name: str) -> None:
+    """Refuse a step that would be created on a cordoned host (it has no such step in the state)."""
+    if name not in applied_steps().get(host_identity(host), frozenset()):
+        raise CordonViolation(
+            f"host {host.name!r} is cordoned (vllm-fleet:hosts[].cordon: true), but the stack would create step "
+            f"{name!r} there; nothing was changed. Put back what that host serves, or lift the cordon to apply it"
+        )
+
+
+def check_removals(host: Host, registered: set[str]) -> None:
+    """Refuse steps of a cordoned host that the program no longer declares (they would be deleted there)."""
+    gone = sorted(applied_steps().get(host_identity(host), frozenset()) - registered)
+    if gone:
+        raise CordonViolation(
+            f"host {host.name!r} is cordoned (vllm-fleet:hosts[].cordon: true), but the stack would delete "
+            f"{', '.join(gone)} there; nothing was changed. Put back what that host serves, or lift the cordon"
+        )
