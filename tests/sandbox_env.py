@@ -20,6 +20,18 @@ MIRROR_SH = ROOT / "scripts" / "mirror.sh"
 MIRROR_URL = "http://127.0.0.1:18080"
 MIRROR_TOKEN = "hf_sandboxMirrorToken0000000000000000"
 SSH_KEY = ROOT / ".sandbox" / "ssh" / "id_ed25519"
+# The sandbox host the single-host end-to-end tests use: the dev sandbox, or (VLLM_FLEET_SANDBOX_NAME=fleet-N,
+# as sandbox/host.sh reads it) another one, so a second checkout can run them beside the first.
+TEST_HOST = os.environ.get("VLLM_FLEET_SANDBOX_NAME", "sandbox")
+_INDEX = 0 if TEST_HOST == "sandbox" else int(TEST_HOST.removeprefix("fleet-"))
+SSH_PORT = 2222 if _INDEX == 0 else 2230 + _INDEX
+
+
+def api_url(port: int) -> str:
+    """Where this machine reaches the test host's port 8000 or 8001 (sandbox/host.sh forwards them)."""
+    return f"http://127.0.0.1:{port + 10000 + 100 * _INDEX}/v1"
+
+
 PHASES_FILE = ROOT / ".run" / "e2e-phases.json"
 
 
@@ -35,7 +47,7 @@ def take_down(script: Path) -> None:
     subprocess.run([str(script), "down"], check=False, timeout=300)
 
 
-def on_host(command: str, check: bool = True, timeout: float = 120, host: str = "sandbox") -> str:
+def on_host(command: str, check: bool = True, timeout: float = 120, host: str = TEST_HOST) -> str:
     """Run a shell command on a sandbox host (the dev one, or fleet-N) over SSH and return its stdout."""
     result = subprocess.run(
         [str(HOST_SH), "ssh", command],
@@ -110,13 +122,14 @@ def e2e_stack_file(
     }
     # The sandbox's stand-in GPUs 2 and 3 are the tests' (0 and 1 are the dev stack's).
     raw["hosts"][0]["gpus"]["count"] = 4
+    raw["hosts"][0]["port"] = SSH_PORT
     deployment = raw["deployments"][0]
     deployment.pop("servedModelName", None)  # each model serves under its own name here
     deployment.update(
         model=model,
         gpus=gpus if gpus is not None else [3],
         port=port,
-        publicUrl=f"http://127.0.0.1:{port + 10000}/v1",
+        publicUrl=api_url(port),
     )
     return yaml.safe_dump({"config": {f"vllm-fleet:{k}": v for k, v in raw.items()}}, sort_keys=False)
 

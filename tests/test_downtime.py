@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
 
 STACK = "downtime"
 PORT = 8001
-ENDPOINT = f"http://127.0.0.1:{PORT + 10000}/v1"
+ENDPOINT = sandbox_env.api_url(PORT)
 SERVED = "dt-chat"
 MODELS = {
     "dt-tiny-a": {"preset": "tiny-chat-a", "dir": "dt-tiny-a", "revision": "main", "keep": True},

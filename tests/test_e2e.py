@@ -18,7 +18,7 @@ from tests.sandbox_env import on_host
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
 
 STACK = "e2e"
-ENDPOINT = "http://127.0.0.1:18001/v1"
+ENDPOINT = sandbox_env.api_url(8001)
 
 
 class E2E:

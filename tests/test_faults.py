@@ -25,7 +25,7 @@ from tests.sandbox_env import on_host
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
 
 STACK = "faults"
-ENDPOINT = "http://127.0.0.1:18001/v1"
+ENDPOINT = sandbox_env.api_url(8001)
 PYTHON = "/opt/vllm-env/bin/python3"
 MODEL_SYNC = f"{PYTHON} /usr/local/lib/vllm-fleet/model-sync"
 SHARD = "model-00002-of-00003.safetensors"
