@@ -161,6 +161,10 @@ for rd in resolved:
             hf_token=hf_token,
             # Config order puts a group's earlier members first, so the one waited for exists already.
             after=[services[waits_for[rd.deployment.name]]] if rd.deployment.name in waits_for else [],
+            nodes=[
+                (hosts[node.name], downloads[(stack.storage_for_host(node.name).name, rd.model_name)])
+                for node in rd.node_hosts[1:]
+            ],
         ),
     )
 for host_config in stack.hosts:

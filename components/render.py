@@ -128,11 +128,48 @@ def vllm_arguments(rd: ResolvedDeployment, port: int | None = None) -> list[str]
         args += ["--load-format", s.load_format]
     if s.model_loader_extra_config is not None:
         args += ["--model-loader-extra-config", json.dumps(s.model_loader_extra_config, sort_keys=True)]
+    args += node_arguments(rd, 0)
     args += ["--host", ENGINE_ADDRESS, "--port", ENGINE_PORT_VARIABLE if port is None else str(port)]
     args += list(s.extra_args)
     if s.enable_auto_tool_choice:
         args.append("--enable-auto-tool-choice")
     return args
+
+
+def node_arguments(rd: ResolvedDeployment, rank: int) -> list[str]:
+    """vLLM's own multi-node flags for node `rank` (0: the head) of a deployment across hosts."""
+    if not rd.multi_node:
+        return []
+    head = rd.node_hosts[0].cluster
+    assert head is not None  # validated: every node has a cluster network
+    return [
+        "--nnodes",
+        str(len(rd.node_hosts)),
+        "--node-rank",
+        str(rank),
+        "--master-addr",
+        head.address,
+        "--master-port",
+        str(rd.deployment.master_port),
+    ]
+
+
+def worker_arguments(rd: ResolvedDeployment, rank: int) -> list[str]:
+    """The command line of node `rank` > 0: `vllm serve --headless` with the head's model and engine flags
+    (the API server's own flags, name and address, are the head's alone)."""
+    head = vllm_arguments(rd, port=rd.deployment.engine_ports[0])[2:]
+    dropped = {"--served-model-name", "--host", "--port", "--node-rank"}
+    args: list[str] = []
+    skip = False
+    for arg in head:
+        if skip:
+            skip = False
+            continue
+        if arg in dropped:
+            skip = True
+            continue
+        args.append(arg)
+    return ["-m", "vllm.entrypoints.cli.main", "serve", *args, "--node-rank", str(rank), "--headless"]
 
 
 def attention_backend_as_env(rd: ResolvedDeployment) -> bool:
@@ -197,8 +234,9 @@ def vllm_argument_origins(rd: ResolvedDeployment) -> dict[str, str]:
     return origins
 
 
-def engine_environment(rd: ResolvedDeployment) -> dict[str, str]:
-    """Non-secret environment of the engine; shown in the unit so a preview diff reveals changes."""
+def engine_environment(rd: ResolvedDeployment, rank: int = 0) -> dict[str, str]:
+    """Non-secret environment of the engine (on node `rank` of a multi-node deployment); shown in the
+    unit so a preview diff reveals changes."""
     env: dict[str, str] = {
         "HF_HOME": rd.storage.effective_hf_home,
         "TRANSFORMERS_CACHE": f"{rd.storage.effective_hf_home}/hub",
@@ -212,6 +250,12 @@ def engine_environment(rd: ResolvedDeployment) -> dict[str, str]:
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     if rd.serving.attention_backend and attention_backend_as_env(rd):
         env["VLLM_ATTENTION_BACKEND"] = rd.serving.attention_backend
+    cluster = rd.node_hosts[rank].cluster if rd.multi_node else None
+    if cluster is not None:
+        # The address this node's engine announces and the interface torch.distributed and NCCL use.
+        env.update(
+            VLLM_HOST_IP=cluster.address, GLOO_SOCKET_IFNAME=cluster.interface, NCCL_SOCKET_IFNAME=cluster.interface
+        )
     env.update(rd.serving.extra_env)
     env.update(rd.deployment.environment)
     return env
@@ -252,6 +296,47 @@ def render_unit(rd: ResolvedDeployment, stack: str) -> RenderedUnit:
         start_timeout_total=start_timeout_total,
     )
     return RenderedUnit(name=rd.unit_name, text=text, state_dir=state_dir)
+
+
+def node_state_dir(stack: str, rd: ResolvedDeployment, rank: int) -> str:
+    return deployment_state_dir(stack, f"{rd.deployment.name}.node{rank}")
+
+
+def render_node_unit(rd: ResolvedDeployment, stack: str, rank: int) -> RenderedUnit:
+    """The unit of a headless engine on node `rank` > 0; its GPUs are the deployment's list (exactly
+    what one node's share takes), so no placement is chosen there."""
+    host = rd.node_hosts[rank]
+    python = host.runtime.python
+    unit = rd.worker_unit_name(rank)
+    start_timeout_total = rd.start_timeout_seconds + rd.deployment.gpu_release_timeout_seconds + 60
+    gpus = ",".join(str(g) for g in rd.deployment.gpus)
+    env = engine_environment(rd, rank)
+    if rd.deployment.gpus:
+        env["CUDA_VISIBLE_DEVICES"] = gpus
+    text = Template((FILES / "vllm-node.service.tmpl").read_text(encoding="utf-8")).substitute(
+        stack=stack,
+        deployment=rd.deployment.name,
+        rank=rank,
+        nodes=len(rd.node_hosts),
+        head=rd.node_hosts[0].name,
+        model=rd.model_name,
+        user=host.user,
+        state_dir=node_state_dir(stack, rd, rank),
+        environment_lines=environment_lines(env),
+        env_file=f"{ETC_DIR}/{unit.removesuffix('.service')}.env",
+        python=python,
+        tools_dir=TOOLS_DIR,
+        model_path=rd.load_path,
+        gpus=gpus or "none",
+        release_threshold=rd.deployment.gpu_release_threshold_mib,
+        release_timeout=rd.deployment.gpu_release_timeout_seconds,
+        unit=unit,
+        unit_stem=unit.removesuffix(".service"),
+        foreign=rd.deployment.foreign_gpu_processes.value,
+        exec_start=" ".join(systemd_quote(a) for a in [python, *worker_arguments(rd, rank)]),
+        start_timeout_total=start_timeout_total,
+    )
+    return RenderedUnit(name=unit, text=text, state_dir=node_state_dir(stack, rd, rank))
 
 
 def placement_file(rd: ResolvedDeployment) -> str:
@@ -465,18 +550,69 @@ def args_check_spec(rd: ResolvedDeployment) -> str:
 
 
 def stage_script(rd: ResolvedDeployment, stack: str) -> str:
-    unit = render_unit(rd, stack)
+    return _stage(rd.deployment.name, render_unit(rd, stack), rd.host.runtime.python, args_check_spec(rd))
+
+
+def node_args_check_spec(rd: ResolvedDeployment, rank: int) -> str:
+    """vllm-args-check's input for a headless node: the arguments after `-m vllm.entrypoints.cli.main serve`,
+    which the same server parser reads."""
+    args = worker_arguments(rd, rank)[3:]
+    unit = rd.worker_unit_name(rank)
+    return json.dumps({"unit": unit, "args": args, "origins": vllm_argument_origins(rd)}, sort_keys=True)
+
+
+def node_stage_script(rd: ResolvedDeployment, stack: str, rank: int) -> str:
+    """Stage node `rank`'s headless unit like the head's, checked by that node's own vLLM."""
+    unit = render_node_unit(rd, stack, rank)
+    python = rd.node_hosts[rank].runtime.python
+    return _stage(f"{rd.deployment.name}.node{rank}", unit, python, node_args_check_spec(rd, rank))
+
+
+def _stage(deployment: str, unit: RenderedUnit, python: str, spec: str) -> str:
     return render_script(
         "stage.sh",
         {
-            "DEPLOYMENT": rd.deployment.name,
+            "DEPLOYMENT": deployment,
             "STATE_DIR": unit.state_dir,
             "UNIT_NAME": unit.name,
-            "UNIT_STEM": rd.unit_stem,
+            "UNIT_STEM": unit.name.removesuffix(".service"),
             "UNIT_TEXT": unit.text,
-            "PYTHON": rd.host.runtime.python,
+            "PYTHON": python,
             "TOOLS_DIR": TOOLS_DIR,
-            "ARGS_CHECK_SPEC": args_check_spec(rd),
+            "ARGS_CHECK_SPEC": spec,
+        },
+    )
+
+
+def node_activate_script(rd: ResolvedDeployment, stack: str, rank: int) -> str:
+    unit = render_node_unit(rd, stack, rank)
+    return render_script(
+        "node-activate.sh",
+        {
+            "STACK": stack,
+            "DEPLOYMENT": f"{rd.deployment.name}.node{rank}",
+            "STATE_DIR": unit.state_dir,
+            "UNIT_NAME": unit.name,
+            "UNIT_STEM": unit.name.removesuffix(".service"),
+            "GPUS": " ".join(str(g) for g in rd.deployment.gpus),
+            "GPUS_JSON": json.dumps(list(rd.deployment.gpus)),
+            "UNIT_SHA256": hashlib.sha256(unit.text.encode()).hexdigest(),
+        },
+    )
+
+
+def node_deactivate_script(rd: ResolvedDeployment, stack: str, rank: int) -> str:
+    return render_script(
+        "deactivate.sh",
+        {
+            "STACK": stack,
+            "DEPLOYMENT": f"{rd.deployment.name}.node{rank}",
+            "STATE_DIR": node_state_dir(stack, rd, rank),
+            "UNIT_NAME": rd.worker_unit_name(rank),
+            "TOOLS_DIR": TOOLS_DIR,
+            "FRONT_DOOR_DIR": FRONT_DOOR_DIR,
+            "FRONT_DOOR_UNIT": FRONT_DOOR_UNIT,
+            "STAGING_PATH": "",
         },
     )
 
@@ -485,6 +621,13 @@ def stage_delete_script(rd: ResolvedDeployment, stack: str) -> str:
     return render_script(
         "stage-delete.sh",
         {"DEPLOYMENT": rd.deployment.name, "STATE_DIR": deployment_state_dir(stack, rd.deployment.name)},
+    )
+
+
+def node_stage_delete_script(rd: ResolvedDeployment, stack: str, rank: int) -> str:
+    return render_script(
+        "stage-delete.sh",
+        {"DEPLOYMENT": f"{rd.deployment.name}.node{rank}", "STATE_DIR": node_state_dir(stack, rd, rank)},
     )
 
 
@@ -511,7 +654,8 @@ def swap_plan(rd: ResolvedDeployment, stack: str) -> dict[str, object]:
         "backend_ports": list(rd.deployment.engine_ports),
         "bind_address": rd.deployment.bind_address,
         "readiness_address": rd.deployment.readiness_address,
-        "swap_mode": rd.deployment.swap_mode.value,
+        # The nodes of a multi-node deployment hold one engine each: its swaps stop before they start.
+        "swap_mode": "stop-start" if rd.multi_node else rd.deployment.swap_mode.value,
         "drain_seconds": rd.deployment.drain_seconds,
         "prewarm_margin_gib": rd.deployment.prewarm_margin_gib,
         "model_dir": rd.model_path,

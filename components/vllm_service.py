@@ -28,6 +28,8 @@ class VllmServiceArgs:
     # Rolling swaps: deployments whose activation (a swap, when the model changed) must have finished,
     # so this one stops serving only once they serve again.
     after: Sequence[VllmService] = ()
+    # A deployment across hosts: the host and the model download of every node after the head, in rank order.
+    nodes: Sequence[tuple[GpuHost, ModelDownload]] = ()
 
 
 def endpoint_url(rd: ResolvedDeployment) -> str:
@@ -67,13 +69,43 @@ class VllmService(pulumi.ComponentResource):
         )
         # Start, readiness and a possible rollback (which waits for the old model again) must all fit.
         activation_minutes = math.ceil(2 * render.activation_timeout(rd) / 60) + 5
+        earlier = [e.serving for e in args.after]
+        # Every node stages and checks its unit while the old model serves; then the headless engines are
+        # replaced, node by node, and the head's swap starts the API server they join.
+        node_stages = [
+            remote_step(
+                f"{name}-node{rank}-unit",
+                node.target,
+                create=render.node_stage_script(rd, args.stack, rank),
+                delete=render.node_stage_delete_script(rd, args.stack, rank),
+                stdin=env_file,
+                parent=self,
+                depends_on=[download.files, *node.installed],
+                timeout_seconds=300,
+                owns_singleton=True,
+            )
+            for rank, (node, download) in enumerate(args.nodes, start=1)
+        ]
+        self.node_servings = [
+            remote_step(
+                f"{name}-node{rank}-serving",
+                node.target,
+                create=render.node_activate_script(rd, args.stack, rank),
+                delete=render.node_deactivate_script(rd, args.stack, rank),
+                parent=self,
+                depends_on=[self.unit, *node_stages, *earlier],
+                timeout_seconds=60 * activation_minutes,
+                owns_singleton=True,
+            )
+            for rank, (node, _) in enumerate(args.nodes, start=1)
+        ]
         self.serving = remote_step(
             f"{name}-serving",
             target,
             create=render.activate_script(rd, args.stack),
             delete=render.deactivate_script(rd, args.stack),
             parent=self,
-            depends_on=[self.unit, *(earlier.serving for earlier in args.after)],
+            depends_on=[self.unit, *self.node_servings, *earlier],
             timeout_seconds=60 * activation_minutes,
             owns_singleton=True,
         )

@@ -747,6 +747,11 @@ class StackConfig(LocalBaseModel):
                         f"{storage_by_host[dep.host].path} of the head {dep.host!r}; every node must see the model "
                         "at the same path"
                     )
+            if dep.distributed_backend is DistributedBackend.RAY:
+                errors.append(
+                    f"vllm-fleet:deployments[{i}].distributedBackend: ray is not built yet (no Ray on the sandbox to "
+                    "test it against); use mp, vLLM's own multi-node engine"
+                )
             gpu_counts = {hosts[n].gpus.count for n in dep.nodes if n in hosts}
             if len(gpu_counts) > 1:
                 errors.append(f"{key}: the nodes have different GPU counts {sorted(gpu_counts)}; use equal hosts")

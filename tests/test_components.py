@@ -247,3 +247,16 @@ def test_cordoned_host_refuses_creates_and_deletes(
         expected = r"'fleet-2' is cordoned .* would delete .*chat-2-serving"
     with pytest.raises(Exception, match=expected):
         run_program("fleet", fleet_raw)
+
+
+def test_a_deployment_across_hosts_has_a_step_pair_per_node(fleet_raw: dict[str, Any]) -> None:
+    fleet = run_program("fleet", fleet_raw)
+    steps = commands(fleet)
+    on = {name: step.inputs["triggers"][1] for name, step in steps.items() if name.startswith("across")}
+    assert on == {"across-unit": 2231, "across-serving": 2231, "across-node1-unit": 2232, "across-node1-serving": 2232}
+    deps = {name: step.options["depends_on"] for name, step in steps.items()}
+    # fleet-2 downloads the model to its own storage and stages its headless unit there ...
+    assert "shared-2-tiny-chat-a-files" in deps["across-node1-unit"]
+    # ... nothing stops before both nodes staged (and checked) their units; the head starts last.
+    assert deps["across-node1-serving"] == ["across-node1-unit", "across-unit"]
+    assert deps["across-serving"] == ["across-node1-serving", "across-unit"]

@@ -435,6 +435,7 @@ def test_a_deployment_across_two_hosts_resolves_every_node(fleet_raw: dict[str, 
         (lambda r: r["deployments"][0].update(gpus=[2, 3]), "= 2 GPUs must equal 2 GPUs per node x 2 nodes"),
         (lambda r: r["deployments"][0].update(gpus=[4]), "GPU 4 does not exist on host 'fleet-2'"),
         (lambda r: r["hosts"][1]["gpus"].update(count=8), "different GPU counts [4, 8]"),
+        (lambda r: r["deployments"][0].update(distributedBackend="ray"), "distributedBackend: ray is not built yet"),
         (
             lambda r: r["deployments"].append(
                 {**r["deployments"][0], "name": "other", "host": "fleet-2", "nodes": [], "port": 8100, "overrides": {}}

@@ -20,7 +20,7 @@ from models.loader import load_stack_file, parse_stack_config
 from tests.conftest import ROOT
 
 GOLDEN = Path(__file__).with_name("golden")
-STACKS = ("dev", "prod")
+STACKS = ("dev", "prod", "fleet")
 
 
 def stack(name: str) -> StackConfig:
@@ -52,12 +52,21 @@ def rendered_scripts(name: str) -> dict[str, str]:
         scripts[f"stage-delete-{rd.deployment.name}.sh"] = render.stage_delete_script(rd, name)
         scripts[f"activate-{rd.deployment.name}.sh"] = render.activate_script(rd, name)
         scripts[f"deactivate-{rd.deployment.name}.sh"] = render.deactivate_script(rd, name)
+        for rank in range(1, len(rd.node_hosts)):
+            node = f"{rd.deployment.name}-node{rank}"
+            scripts[f"stage-{node}.sh"] = render.node_stage_script(rd, name, rank)
+            scripts[f"stage-delete-{node}.sh"] = render.node_stage_delete_script(rd, name, rank)
+            scripts[f"activate-{node}.sh"] = render.node_activate_script(rd, name, rank)
+            scripts[f"deactivate-{node}.sh"] = render.node_deactivate_script(rd, name, rank)
     return scripts
 
 
 def rendered_units(name: str) -> dict[str, str]:
     """Each deployment's unit, and the front door's (the same for every stack)."""
     units = {rd.unit_name: render.render_unit(rd, name).text for rd in stack(name).resolved_deployments()}
+    for rd in stack(name).resolved_deployments():
+        for rank in range(1, len(rd.node_hosts)):
+            units[rd.worker_unit_name(rank)] = render.render_node_unit(rd, name, rank).text
     front_door = render.front_door_files()[f"{render.UNIT_DIR}/{render.FRONT_DOOR_UNIT}"]
     return {**units, render.FRONT_DOOR_UNIT: front_door}
 

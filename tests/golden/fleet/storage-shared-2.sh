@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# vllm-fleet storage.sh: parameters rendered from the stack config
+readonly STORAGE_PATH=/shared
+readonly HF_HOME_DIR=/shared/huggingface
+readonly OWNER=root
+KEEP_DIRS=()
+readonly KEEP_DIRS
+# vllm-fleet storage: make the shared model storage's layout exist with the right owner, and report
+# its size. Safe to run again: it only creates what is missing.
+set -euo pipefail
+
+install -d -m 0755 -o "$OWNER" "$STORAGE_PATH"
+install -d -m 0755 -o "$OWNER" "$HF_HOME_DIR" "$HF_HOME_DIR/hub"
+# The model directories the current stack keeps (keep: true); model removals read it.
+printf '%s\n' "${KEEP_DIRS[@]}" > "$STORAGE_PATH/.vllm-fleet-keep.tmp"
+mv -f "$STORAGE_PATH/.vllm-fleet-keep.tmp" "$STORAGE_PATH/.vllm-fleet-keep"
+read -r total used free < <(df -B1 --output=size,used,avail "$STORAGE_PATH" | tail -n 1)
+echo "storage $STORAGE_PATH: $((free / 1000000000)) GB free of $((total / 1000000000)) GB"
+printf '{"bytesTotal": %s, "bytesUsed": %s, "bytesFree": %s}\n' "$total" "$used" "$free"
