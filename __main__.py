@@ -12,7 +12,7 @@ from components import host_survey, render
 from components.front_door import FrontDoor, FrontDoorArgs
 from components.host import GpuHost, GpuHostArgs
 from components.model_download import ModelDownload, ModelDownloadArgs
-from components.remote import HostUnreachable, probe_ssh
+from components.remote import HostUnreachable, probe_all
 from components.storage import SharedStorage, SharedStorageArgs
 from components.vllm_service import VllmService, VllmServiceArgs
 from models.config import StackTier
@@ -91,19 +91,17 @@ for rd in resolved:
 
 # Contacting a host while the program runs makes an unreachable one fail fast, in previews too, and
 # lets the preview name what already runs there (hand-made units, stray GPU processes).
+# All hosts at once; an error names every host that failed.
 if not offline:
-    for host_config in stack.hosts:
-        try:
-            probe_ssh(host_config)
-        except HostUnreachable as error:
-            raise pulumi.RunError(str(error)) from None
+    try:
+        probe_all(stack.hosts)
+        surveys = host_survey.survey_all(pulumi.get_stack(), stack.hosts, resolved, key_text, SURVEY_CACHE)
+    except (HostUnreachable, host_survey.SurveyFailed) as error:
+        raise pulumi.RunError(str(error)) from None
     conflicts: list[str] = []
     for host_config in stack.hosts:
         on_host = [rd for rd in resolved if rd.host.name == host_config.name]
-        try:
-            found = host_survey.survey(pulumi.get_stack(), host_config, on_host, key_text, SURVEY_CACHE)
-        except host_survey.SurveyFailed as error:
-            raise pulumi.RunError(str(error)) from None
+        found = surveys[host_config.name]
         errors, notes = host_survey.assess(pulumi.get_stack(), host_config, on_host, found)
         for note in notes:
             pulumi.log.warn(note)
