@@ -12,7 +12,7 @@ from components import cordon, host_survey, render
 from components.front_door import FrontDoor, FrontDoorArgs
 from components.host import GpuHost, GpuHostArgs
 from components.model_download import ModelDownload, ModelDownloadArgs
-from components.remote import CORDONED_STEPS, HostUnreachable, probe_ssh
+from components.remote import CORDONED_STEPS, HostUnreachable, probe_all
 from components.storage import SharedStorage, SharedStorageArgs
 from components.vllm_service import VllmService, VllmServiceArgs
 from models.config import StackTier
@@ -97,19 +97,17 @@ reachable = [h for h in stack.hosts if not h.cordon]
 for host_config in stack.hosts:
     if host_config.cordon:
         pulumi.log.info(f"host {host_config.name!r} is cordoned: not contacted, no step runs there")
+# All hosts at once; an error names every host that failed.
 if not offline:
-    for host_config in reachable:
-        try:
-            probe_ssh(host_config)
-        except HostUnreachable as error:
-            raise pulumi.RunError(str(error)) from None
+    try:
+        probe_all(reachable)
+        surveys = host_survey.survey_all(pulumi.get_stack(), reachable, resolved, key_text, SURVEY_CACHE)
+    except (HostUnreachable, host_survey.SurveyFailed) as error:
+        raise pulumi.RunError(str(error)) from None
     conflicts: list[str] = []
     for host_config in reachable:
         on_host = [rd for rd in resolved if rd.host.name == host_config.name]
-        try:
-            found = host_survey.survey(pulumi.get_stack(), host_config, on_host, key_text, SURVEY_CACHE)
-        except host_survey.SurveyFailed as error:
-            raise pulumi.RunError(str(error)) from None
+        found = surveys[host_config.name]
         errors, notes = host_survey.assess(pulumi.get_stack(), host_config, on_host, found)
         for note in notes:
             pulumi.log.warn(note)

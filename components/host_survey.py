@@ -21,6 +21,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,8 @@ from models.config import GIB_PER_GB, ForeignGpuProcesses, Host, LoadStrategy, R
 
 SURVEY_SOURCE = HOST_PROGRAMS / "survey.py"
 CACHE_SECONDS = 3600
+# Surveys at once: each is one `ssh` process, so a fleet's surveys take about as long as its slowest.
+SURVEY_WORKERS = 16
 # vLLM prefetches on its own only when the checkpoint is at most this share of the available RAM.
 PAGE_CACHE_SHARE = 0.9
 
@@ -97,6 +100,28 @@ def survey(
     temporary.write_text(json.dumps({"key": key, "at": time.time(), "survey": found}))
     temporary.replace(path)
     return found
+
+
+def survey_all(
+    stack: str, hosts: Sequence[Host], deployments: Sequence[ResolvedDeployment], private_key: str, cache_dir: Path
+) -> dict[str, dict[str, Any]]:
+    """`survey` of every host at once, by host name; one SurveyFailed naming each host that failed."""
+    by_host: dict[str, list[ResolvedDeployment]] = {host.name: [] for host in hosts}
+    for rd in deployments:
+        by_host.setdefault(rd.host.name, []).append(rd)
+
+    def one(host: Host) -> dict[str, Any] | SurveyFailed:
+        try:
+            return survey(stack, host, by_host[host.name], private_key, cache_dir)
+        except SurveyFailed as error:
+            return error
+
+    with ThreadPoolExecutor(max_workers=max(1, min(SURVEY_WORKERS, len(hosts)))) as pool:
+        results = dict(zip((host.name for host in hosts), pool.map(one, hosts), strict=True))
+    failures = [str(result) for result in results.values() if isinstance(result, SurveyFailed)]
+    if failures:
+        raise SurveyFailed("\n".join(failures))
+    return {name: result for name, result in results.items() if not isinstance(result, SurveyFailed)}
 
 
 def _holder(entry: dict[str, Any]) -> str:

@@ -24,6 +24,8 @@ wrong):
 from __future__ import annotations
 
 import socket
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pulumi
@@ -137,3 +139,24 @@ def probe_ssh(host: Host, timeout: float = 5.0) -> str:
             f"host {host.name!r} ({host.address}:{host.port}) answered, but not as an SSH server: {banner[:60]!r}"
         )
     return banner
+
+
+# Hosts probed at once: each probe is one socket waiting on the network, so a fleet's probes take about
+# as long as its slowest host's, not the sum of them.
+PROBE_WORKERS = 64
+
+
+def probe_all(hosts: Sequence[Host], timeout: float = 5.0) -> None:
+    """Probe every host at once; one HostUnreachable naming each host that failed, in config order."""
+
+    def one(host: Host) -> str | None:
+        try:
+            probe_ssh(host, timeout)
+        except HostUnreachable as error:
+            return str(error)
+        return None
+
+    with ThreadPoolExecutor(max_workers=max(1, min(PROBE_WORKERS, len(hosts)))) as pool:
+        failures = [message for message in pool.map(one, hosts) if message is not None]
+    if failures:
+        raise HostUnreachable("\n".join(failures))

@@ -8,6 +8,7 @@ in front of its body, so no value from config is ever spliced into shell syntax.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -438,6 +439,7 @@ def remote_invocation(script: str, step: str, time_limit_seconds: int, kill_afte
 # ---- the scripts of each step, with their parameters bound ---------------------------------------
 
 
+@functools.cache
 def tools_script() -> str:
     """The tools' directory; the tools themselves install in groups (tool_group_script)."""
     return render_script("tools.sh", {"TOOLS_DIR": TOOLS_DIR})
@@ -452,9 +454,11 @@ TOOL_GROUPS: dict[str, tuple[str, ...]] = {
 }
 
 
+@functools.cache
 def tool_group_script(group: str) -> str:
     """Install a group of host tools. Their sources are part of the script, so a change shows in the
-    preview's diff as an update of that group's step."""
+    preview's diff as an update of that group's step. Rendered once per run: every host gets the same
+    script (about 70 KB a group), which a fleet's preview otherwise renders again for each host."""
     tools = TOOL_GROUPS[group]
     script = f"#!/usr/bin/env bash\n# vllm-fleet tools ({group}): {', '.join(tools)}, installed in {TOOLS_DIR}\nset -euo pipefail\n"
     for tool in tools:

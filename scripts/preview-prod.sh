@@ -13,6 +13,8 @@ trap 'rm -rf "$work"' EXIT
 cp -r Pulumi.yaml Pulumi.prod.yaml __main__.py components models host "$work/"
 ln -s "$VLLM_FLEET_ROOT/.venv" "$work/.venv"
 mkdir -p "$work/state"
+# A preview stores no state: only the final snapshot is made (README "Previewing a fleet").
+export PULUMI_SKIP_CHECKPOINTS=true
 export PULUMI_BACKEND_URL="file://$work/state" PULUMI_CONFIG_PASSPHRASE=offline-preview-only VLLM_FLEET_OFFLINE=1
 cd "$work"
 pulumi stack init prod --non-interactive >/dev/null

@@ -1,0 +1,92 @@
+"""Issue 13 item 4: the program contacts a fleet's hosts at once, so one slow host does not hold up the
+others, and an error still names every host that failed. Loopback only: no sandbox, no SSH login."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components import host_survey
+from components.remote import HostUnreachable, probe_all
+from models.config import Host
+
+DELAY = 1.0
+
+
+def host(name: str, port: int) -> Host:
+    return Host(name=name, address="127.0.0.1", port=port, gpus={"count": 0})
+
+
+@pytest.fixture
+def slow_sshd() -> Iterator[list[int]]:
+    """Two ports that accept at once and send an SSH banner only after DELAY seconds."""
+    servers = [socket.create_server(("127.0.0.1", 0)) for _ in range(2)]
+    stop = threading.Event()
+
+    def serve(server: socket.socket) -> None:
+        server.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            threading.Timer(DELAY, lambda c=conn: (c.sendall(b"SSH-2.0-slow\r\n"), c.close())).start()
+
+    threads = [threading.Thread(target=serve, args=(s,), daemon=True) for s in servers]
+    for thread in threads:
+        thread.start()
+    yield [int(s.getsockname()[1]) for s in servers]
+    stop.set()
+    for thread in threads:
+        thread.join()
+    for server in servers:
+        server.close()
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_slow_hosts_are_probed_at_once(slow_sshd: list[int]) -> None:
+    started = time.monotonic()
+    probe_all([host("slow-a", slow_sshd[0]), host("slow-b", slow_sshd[1])])
+    elapsed = time.monotonic() - started
+    assert DELAY <= elapsed < 1.6 * DELAY, f"two {DELAY:g} s probes took {elapsed:.2f} s: serialized"
+
+
+def test_every_unreachable_host_is_named(slow_sshd: list[int]) -> None:
+    hosts = [host("down-a", closed_port()), host("slow-a", slow_sshd[0]), host("down-b", closed_port())]
+    with pytest.raises(HostUnreachable) as raised:
+        probe_all(hosts)
+    message = str(raised.value)
+    assert "'down-a'" in message and "'down-b'" in message
+    assert "slow-a" not in message
+    assert message.index("'down-a'") < message.index("'down-b'")
+
+
+def test_surveys_run_at_once_and_every_failure_is_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    def fake_ssh_survey(h: Host, private_key: str, timeout: float = 60) -> dict[str, Any]:
+        time.sleep(DELAY)
+        if h.name.startswith("bad"):
+            raise host_survey.SurveyFailed(f"host {h.name!r}: the survey of what runs there failed (exit 255)")
+        return {"host": h.name}
+
+    monkeypatch.setattr(host_survey, "ssh_survey", fake_ssh_survey)
+    good = [host("good-a", 22), host("good-b", 22)]
+    started = time.monotonic()
+    found = host_survey.survey_all("fleet", good, [], "", tmp_path)
+    elapsed = time.monotonic() - started
+    assert found == {"good-a": {"host": "good-a"}, "good-b": {"host": "good-b"}}
+    assert elapsed < 1.6 * DELAY, f"two {DELAY:g} s surveys took {elapsed:.2f} s: serialized"
+
+    with pytest.raises(host_survey.SurveyFailed) as raised:
+        host_survey.survey_all("fleet", [host("bad-a", 22), *good, host("bad-b", 22)], [], "", tmp_path)
+    assert "'bad-a'" in str(raised.value) and "'bad-b'" in str(raised.value)
