@@ -36,7 +36,8 @@ if [ "$EXPECTED_GPUS" -gt 0 ]; then
   gpu_lines=$(nvidia-smi --query-gpu=index,uuid,name,memory.total,memory.used,memory.free,driver_version,pci.bus_id,compute_cap --format=csv,noheader,nounits)
   found=$(printf '%s\n' "$gpu_lines" | grep -c . || true)
   [ "$found" -ge "$EXPECTED_GPUS" ] || fail "nvidia-smi lists $found GPUs, the stack file says $EXPECTED_GPUS (hosts[].gpus.count)"
-  driver=$(printf '%s\n' "$gpu_lines" | head -n 1 | cut -d, -f7 | tr -d ' ')
+  # awk reads every line: with pipefail, `head -n 1` closing the pipe early fails the step with SIGPIPE.
+  driver=$(awk -F, 'NR == 1 { gsub(/ /, "", $7); print $7 }' <<<"$gpu_lines")
 fi
 mem_available_kb=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)
 echo "preflight of host $HOST_NAME: vLLM $vllm_version, ${EXPECTED_GPUS} GPU(s) expected, driver ${driver:-none}"
