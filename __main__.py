@@ -15,6 +15,7 @@ from components.model_download import ModelDownload, ModelDownloadArgs
 from components.remote import CORDONED_STEPS, HostUnreachable, probe_all
 from components.storage import SharedStorage, SharedStorageArgs
 from components.vllm_service import VllmService, VllmServiceArgs
+from models.backend import refusal
 from models.config import StackTier
 from models.loader import CONTROLLER_KEYS, KNOWN_KEYS, SECRET_KEYS, STRUCTURED_KEYS, ConfigError, parse_stack_config
 
@@ -56,6 +57,9 @@ if (
         "passphrase of your own before `pulumi stack init`, or use a cloud secrets provider "
         "(`pulumi stack change-secrets-provider`)"
     )
+# A production stack's state must be where every operator sees it and its lock holds (models/backend.py).
+if (backend_refusal := refusal(stack.tier, os.environ)) is not None:
+    raise pulumi.RunError(backend_refusal)
 
 # VLLM_FLEET_OFFLINE=1 renders without touching any host: previews of stacks this machine must not reach.
 offline = os.environ.get("VLLM_FLEET_OFFLINE") == "1"

@@ -465,7 +465,11 @@ def bench_fleet(tmp: Path, sizes: tuple[int, ...] = (1, 8, 32, 128)) -> dict[str
     project = engine.project_copy(tmp / "fleet")
     # A backend of its own: the fleet stacks never touch the sandbox nor the repository's state.
     (tmp / "fleet-state").mkdir()
-    env = engine.engine_env(tmp / "fleet-state", {"PULUMI_CONFIG_PASSPHRASE": "bench", "VLLM_FLEET_OFFLINE": "1"})
+    # A throwaway local backend for production-tier fleets: the single-operator opt-out of the shared-backend rule.
+    env = engine.engine_env(
+        tmp / "fleet-state",
+        {"PULUMI_CONFIG_PASSPHRASE": "bench", "VLLM_FLEET_OFFLINE": "1", "VLLM_FLEET_SINGLE_OPERATOR": "1"},
+    )
     results: dict[str, Any] = {}
     for hosts in sizes:
         stack = f"fleet{hosts}"
@@ -498,6 +502,49 @@ def bench_fleet(tmp: Path, sizes: tuple[int, ...] = (1, 8, 32, 128)) -> dict[str
 
 
 # ---- report -------------------------------------------------------------------------------------------
+
+
+def bench_backend(tmp: Path) -> dict[str, Any]:
+    """No-op `pulumi up` of one stack (a host and its storage on the sandbox) with its state in PostgreSQL
+    (sandbox/postgres.py, TLS on loopback) vs the same stack on a local file backend, interleaved."""
+    from sandbox.postgres import Cluster
+    from tests.test_team_state import on_target, stack_file
+
+    db = Cluster().start()
+    backends = {"postgres": db.url(), "file": f"file://{tmp / 'backend-file'}"}
+    (tmp / "backend-file").mkdir()
+    project = engine.project_copy(tmp / "backend")
+    envs = {
+        kind: engine.engine_env(
+            tmp, {"PULUMI_BACKEND_URL": url, "PULUMI_CONFIG_PASSPHRASE": "bench", **db.client_env()}
+        )
+        for kind, url in backends.items()
+    }
+    results: dict[str, Any] = {kind: [] for kind in backends}
+    try:
+        for kind, env in envs.items():
+            config = yaml.safe_load(stack_file(f"/srv/vllm-fleet-bench-{kind}"))
+            config["config"]["vllm-fleet:sshPrivateKeyFile"] = str(sandbox_env.SSH_KEY)
+            (project / f"Pulumi.bench-{kind}.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+            subprocess.run(["pulumi", "stack", "init", f"bench-{kind}"], cwd=project, env=env, check=True)
+            subprocess.run(["pulumi", "up", "--yes", "--stack", f"bench-{kind}"], cwd=project, env=env, check=True)
+        for _ in range(RUNS):
+            for kind, env in envs.items():
+                command = ["pulumi", "up", "--yes", "--expect-no-changes", "--stack", f"bench-{kind}"]
+                results[kind].append(timed(command, project, env))
+    finally:
+        for kind, env in envs.items():
+            subprocess.run(
+                ["pulumi", "destroy", "--yes", "--stack", f"bench-{kind}"], cwd=project, env=env, check=False
+            )
+            subprocess.run(["pulumi", "stack", "rm", "--yes", f"bench-{kind}"], cwd=project, env=env, check=False)
+            on_target(f"rm -rf /srv/vllm-fleet-bench-{kind}")
+        db.stop()
+    return {
+        "runs": RUNS,
+        "median_s": {kind: median(runs) for kind, runs in results.items()},
+        "runs_s": results,
+    }
 
 
 def machine() -> str:
@@ -685,6 +732,7 @@ def main() -> int:
         "prewarm": lambda _t: bench_prewarm(),
         "download": lambda _t: bench_download(),
         "fleet": bench_fleet,
+        "backend": bench_backend,
     }
     results_path = OUT / "results.json"
     # Only this run's figures: a partial run (`make bench ARGS=noop`) reports just what it measured.

@@ -5,6 +5,8 @@ set -euo pipefail
 # shellcheck source=scripts/env.sh
 source "$(dirname "$0")/env.sh"
 cd "$VLLM_FLEET_ROOT"
+# The dev stack lives on the local backend, whatever backend the shell chose for shared stacks.
+export PULUMI_BACKEND_URL="$VLLM_FLEET_DEV_BACKEND_URL"
 
 if [ -x .tools/bin/pulumi ] && sandbox/host.sh status >/dev/null 2>&1; then
   pulumi destroy --stack dev --yes || echo "==> down: destroy failed; the sandbox is discarded anyway"

@@ -9,7 +9,13 @@ export VLLM_FLEET_ROOT
 export PATH="$VLLM_FLEET_ROOT/.tools/bin:$PATH"
 VENV="$VLLM_FLEET_ROOT/.venv/bin"
 export PULUMI_HOME="$VLLM_FLEET_ROOT/.tools/pulumi-home"
-export PULUMI_BACKEND_URL="file://$VLLM_FLEET_ROOT/.state"
+# State: the backend the operator chose (PULUMI_BACKEND_URL, or `pulumi login` under this PULUMI_HOME) is
+# kept; otherwise the local folder .state. The dev stack's scripts (make setup/up/down) always use the
+# local folder: shared stacks go to a shared backend (README, "State backend").
+VLLM_FLEET_DEV_BACKEND_URL="file://$VLLM_FLEET_ROOT/.state"
+if [ -z "${PULUMI_BACKEND_URL:-}" ] && ! grep -qs '"current": *"[^"]' "$PULUMI_HOME/credentials.json"; then
+  export PULUMI_BACKEND_URL="$VLLM_FLEET_DEV_BACKEND_URL"
+fi
 export PULUMI_SKIP_UPDATE_CHECK=true
 export PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION=true
 export PULUMI_AUTOMATION_API_SKIP_VERSION_CHECK=false

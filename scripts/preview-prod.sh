@@ -15,7 +15,9 @@ ln -s "$VLLM_FLEET_ROOT/.venv" "$work/.venv"
 mkdir -p "$work/state"
 # A preview stores no state: only the final snapshot is made (README "Previewing a fleet").
 export PULUMI_SKIP_CHECKPOINTS=true
+# The throwaway backend holds nothing anyone shares: opt out of the production stack's shared-backend rule.
 export PULUMI_BACKEND_URL="file://$work/state" PULUMI_CONFIG_PASSPHRASE=offline-preview-only VLLM_FLEET_OFFLINE=1
+export VLLM_FLEET_SINGLE_OPERATOR=1
 cd "$work"
 pulumi stack init prod --non-interactive >/dev/null
 pulumi preview --stack prod --diff --non-interactive

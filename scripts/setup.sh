@@ -6,12 +6,14 @@ set -euo pipefail
 # shellcheck source=scripts/env.sh
 source "$(dirname "$0")/env.sh"
 cd "$VLLM_FLEET_ROOT"
+# The dev stack lives on the local backend, whatever backend the shell chose for shared stacks.
+export PULUMI_BACKEND_URL="$VLLM_FLEET_DEV_BACKEND_URL"
 
 started=$(date +%s)
 step() { echo "==> setup: $*"; }
 
 # System packages the tests and the sandbox need; apt runs only when one is missing.
-packages=(shellcheck systemd systemd-container debootstrap socat iproute2 openssh-client zstd curl ca-certificates)
+packages=(shellcheck systemd systemd-container debootstrap socat iproute2 openssh-client zstd curl ca-certificates openssl)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
@@ -21,6 +23,17 @@ if [ "${#missing[@]}" -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# PostgreSQL for the shared-state tests (sandbox/postgres.py runs a throwaway cluster of its own): Debian's
+# packages, told not to create their default cluster, so nothing of it runs as a service.
+if ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || ! command -v psql >/dev/null; then
+  step "installing PostgreSQL (binaries only: no default cluster, no service)"
+  mkdir -p /etc/postgresql-common/createcluster.d
+  echo "create_main_cluster = false" >/etc/postgresql-common/createcluster.d/vllm-fleet-no-main-cluster.conf
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends postgresql postgresql-client >/dev/null
 fi
 
 # The venv, keyed on the pinned dependencies in pyproject.toml.

@@ -4,6 +4,8 @@ set -euo pipefail
 # shellcheck source=scripts/env.sh
 source "$(dirname "$0")/env.sh"
 cd "$VLLM_FLEET_ROOT"
+# The dev stack lives on the local backend, whatever backend the shell chose for shared stacks.
+export PULUMI_BACKEND_URL="$VLLM_FLEET_DEV_BACKEND_URL"
 
 # State written by vllm-fleet's old dynamic provider (before pulumi-command) describes steps the engine
 # can no longer run. The sandbox is disposable: discard it and the dev state, and deploy afresh.

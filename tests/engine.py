@@ -35,6 +35,8 @@ def engine_env(backend: Path, extra: Mapping[str, str] | None = None) -> dict[st
         "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
         # Hosts are probed unless a test asks otherwise, whatever the calling environment says.
         "VLLM_FLEET_OFFLINE": "0",
+        # A production stack on a test's local backend is refused unless a test opts out itself.
+        "VLLM_FLEET_SINGLE_OPERATOR": "0",
         # Only the engine: the language host finds the program's Python through Pulumi.yaml's virtualenv.
         "PATH": f"{TOOLS / 'bin'}:{os.environ['PATH']}",
     }

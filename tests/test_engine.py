@@ -16,7 +16,12 @@ from tests.conftest import ROOT
 pytestmark = pytest.mark.usefixtures("pulumi_engine")
 
 # An operator's own passphrase: production stacks refuse the dev sandbox's.
-PROD_ENV = {"VLLM_FLEET_OFFLINE": "1", "PULUMI_CONFIG_PASSPHRASE": "an-operators-own-passphrase"}
+PROD_ENV = {
+    "VLLM_FLEET_OFFLINE": "1",
+    "PULUMI_CONFIG_PASSPHRASE": "an-operators-own-passphrase",
+    # A local backend per test: the single-operator opt-out of a production stack (README, "State backend").
+    "VLLM_FLEET_SINGLE_OPERATOR": "1",
+}
 
 
 def test_engine_versions_and_registered_provider(tmp_path: Path) -> None:
