@@ -56,6 +56,7 @@ HOST_TOOLS: dict[str, Path] = {
     "swap": HOST_PROGRAMS / "swap.py",
     "survey": HOST_PROGRAMS / "survey.py",
     "prewarm": HOST_PROGRAMS / "prewarm.py",
+    "node-watch": HOST_PROGRAMS / "node_watch.py",
     "clean-shm": FILES / "clean-shm.sh",
 }
 HEREDOC_DELIMITER = "VLLM_FLEET_EOF"
@@ -173,6 +174,22 @@ def worker_arguments(rd: ResolvedDeployment, rank: int) -> list[str]:
     return ["-m", "vllm.entrypoints.cli.main", "serve", *args, "--node-rank", str(rank), "--headless"]
 
 
+def node_watch_command(rd: ResolvedDeployment, rank: int) -> list[str]:
+    """Node `rank`'s engine under node-watch, which ends it when the head it joined goes away (a headless
+    engine waits forever for a head that died, and the next head cannot use it)."""
+    head = rd.node_hosts[0].cluster
+    assert head is not None
+    python = rd.node_hosts[rank].runtime.python
+    watch = [python, f"{TOOLS_DIR}/node-watch", "--head", head.address, "--grace", str(NODE_WATCH_GRACE_SECONDS)]
+    return [*watch, "--", python, *worker_arguments(rd, rank)]
+
+
+# How long one model step of a multi-node engine may take before the engine gives up on its nodes.
+MULTI_NODE_STEP_TIMEOUT_SECONDS = 60
+# How long a node's engine may hold no connection to its head before node-watch ends it.
+NODE_WATCH_GRACE_SECONDS = 10
+
+
 def attention_backend_as_env(rd: ResolvedDeployment) -> bool:
     """Whether the host's vLLM predates `--attention-backend` and reads VLLM_ATTENTION_BACKEND instead.
 
@@ -257,6 +274,9 @@ def engine_environment(rd: ResolvedDeployment, rank: int = 0) -> dict[str, str]:
         env.update(
             VLLM_HOST_IP=cluster.address, GLOO_SOCKET_IFNAME=cluster.interface, NCCL_SOCKET_IFNAME=cluster.interface
         )
+        # A node that died leaves the head answering /health while requests hang (300 s by default):
+        # fail the step sooner, so the head exits and its unit restarts it to meet the restarted node.
+        env["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"] = str(MULTI_NODE_STEP_TIMEOUT_SECONDS)
     env.update(rd.serving.extra_env)
     env.update(rd.deployment.environment)
     return env
@@ -334,7 +354,7 @@ def render_node_unit(rd: ResolvedDeployment, stack: str, rank: int) -> RenderedU
         unit=unit,
         unit_stem=unit.removesuffix(".service"),
         foreign=rd.deployment.foreign_gpu_processes.value,
-        exec_start=" ".join(systemd_quote(a) for a in [python, *worker_arguments(rd, rank)]),
+        exec_start=" ".join(systemd_quote(a) for a in node_watch_command(rd, rank)),
         start_timeout_total=start_timeout_total,
     )
     return RenderedUnit(name=unit, text=text, state_dir=node_state_dir(stack, rd, rank))
@@ -450,7 +470,7 @@ def tools_script() -> str:
 # `pulumi up` a resource each. The swap's own programs form one group, the unit's the other.
 TOOL_GROUPS: dict[str, tuple[str, ...]] = {
     "engine": ("clean-shm", "gpu-release-guard", "model-sync", "survey", "vllm-args-check", "wait-ready"),
-    "swap": ("prewarm", "swap"),
+    "swap": ("node-watch", "prewarm", "swap"),
 }
 
 

@@ -120,6 +120,18 @@ def test_swap_replaces_the_model_on_every_node(multinode: MultiNode) -> None:
     print(f"multi-node swap as a client saw it: {report}")
 
 
+def test_a_restarted_head_finds_its_node_again(multinode: MultiNode) -> None:
+    """A head that restarts alone (a crash, a rollback): node-watch ends the node's engine, which had
+    lost its head, and systemd starts a fresh one that joins the new head."""
+    restarts = on_host(f"systemctl show -p NRestarts --value {NODE_UNIT}", host="fleet-2").strip()
+    started = time.monotonic()
+    on_host(f"systemctl restart {HEAD_UNIT}", host="fleet-1", timeout=600)
+    serves("mn-tiny-b")
+    print(f"head restarted alone, serving again after {time.monotonic() - started:.1f} s")
+    assert int(on_host(f"systemctl show -p NRestarts --value {NODE_UNIT}", host="fleet-2")) > int(restarts)
+    assert "lost the head at 10.77.0.11" in on_host(f"journalctl -u {NODE_UNIT} -o cat --no-pager", host="fleet-2")
+
+
 def test_no_op_changes_nothing(multinode: MultiNode) -> None:
     preview = multinode.configure("mn-tiny-b").preview()
     assert set(preview.change_summary) == {"same"}, preview.change_summary

@@ -7,7 +7,7 @@ readonly UNIT_NAME=vllm-across-node1.service
 readonly UNIT_STEM=vllm-across-node1
 readonly GPUS=2
 readonly GPUS_JSON='[2]'
-readonly UNIT_SHA256=22de49bd2767cd50e4d9d390eecbf74abbb4d2ebd8b0ba68672be53f96fec74c
+readonly UNIT_SHA256=673b334fcd1fe170bf67e4540a7f0b35d4e97c8be4815daca767c534f97aed9c
 # vllm-fleet node-activate: make a worker node of a multi-node deployment run its staged headless engine.
 #
 # Runs after every node staged and checked its unit (while the old model served) and before the head's

@@ -27,6 +27,7 @@ Environment=NCCL_SOCKET_IFNAME=fabric0
 Environment=TRANSFORMERS_CACHE=/shared/huggingface/hub
 Environment=VLLM_CPU_KVCACHE_SPACE=1
 Environment=VLLM_CPU_OMP_THREADS_BIND=nobind
+Environment=VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=60
 Environment=VLLM_HOST_IP=10.77.0.12
 Environment=VLLM_NO_USAGE_STATS=1
 CacheDirectory=vllm-fleet/fleet.across
@@ -38,15 +39,16 @@ EnvironmentFile=-/etc/vllm-fleet/vllm-across-node1.env
 ExecStartPre=/opt/vllm-env/bin/python3 /usr/local/lib/vllm-fleet/model-sync check --dir /shared/tiny-chat-a
 ExecStartPre=/opt/vllm-env/bin/python3 /usr/local/lib/vllm-fleet/gpu-release-guard --gpus 2 --threshold-mib 1000 --timeout 120 --unit vllm-across-node1.service --foreign refuse
 ExecStartPre=/usr/local/lib/vllm-fleet/clean-shm
-ExecStart=/opt/vllm-env/bin/python3 -m vllm.entrypoints.cli.main serve --model /shared/tiny-chat-a --tensor-parallel-size 1 --pipeline-parallel-size 2 --max-model-len 512 --gpu-memory-utilization 0.9 --nnodes 2 --master-addr 10.77.0.11 --master-port 29500 --dtype float32 --compilation-config "{\"mode\": 2, \"backend\": \"eager\"}" --node-rank 1 --headless
+ExecStart=/opt/vllm-env/bin/python3 /usr/local/lib/vllm-fleet/node-watch --head 10.77.0.11 --grace 10 -- /opt/vllm-env/bin/python3 -m vllm.entrypoints.cli.main serve --model /shared/tiny-chat-a --tensor-parallel-size 1 --pipeline-parallel-size 2 --max-model-len 512 --gpu-memory-utilization 0.9 --nnodes 2 --master-addr 10.77.0.11 --master-port 29500 --dtype float32 --compilation-config "{\"mode\": 2, \"backend\": \"eager\"}" --node-rank 1 --headless
 ExecStopPost=/usr/local/lib/vllm-fleet/clean-shm
 TimeoutStartSec=480
 TimeoutStopSec=120
 KillMode=control-group
 KillSignal=SIGTERM
 SendSIGKILL=yes
-# A headless engine ends when the head'"'"'s engine goes (a swap restarts the head): it starts again and
-# waits for the next head at the master address, as vLLM'"'"'s multi-node engine expects.
+# A headless engine does not notice that its head died and the next head cannot use it: node-watch (the
+# main process, the engine its child) ends it once it lost the head, and systemd starts a fresh one
+# that waits for the next head at the master address.
 Restart=always
 RestartSec=5
 LimitNOFILE=65536

@@ -29,6 +29,7 @@ Environment=NCCL_SOCKET_IFNAME=fabric0
 Environment=TRANSFORMERS_CACHE=/shared/huggingface/hub
 Environment=VLLM_CPU_KVCACHE_SPACE=1
 Environment=VLLM_CPU_OMP_THREADS_BIND=nobind
+Environment=VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=60
 Environment=VLLM_HOST_IP=10.77.0.11
 Environment=VLLM_NO_USAGE_STATS=1
 # torch.compile'"'"'s cache on host-local disk, kept across restarts and swaps of this deployment.

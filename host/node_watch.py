@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""vllm-fleet node-watch: run a headless vLLM engine of a multi-node deployment, and end it when the head
+it joined goes away.
+
+vLLM's headless engine (`vllm serve --headless`, vLLM's own multi-node mode) does not notice that the head
+it joined has died: it waits forever without a word, and a new head cannot form a group with it (seen on
+the CPU build 0.32: the new head blocks at start-up). So a head that restarts (a crash, a swap, a
+rollback) would find its nodes stuck. This program is the unit's main process: it starts the engine as
+its child and watches the engine's TCP connections to the head's address (from /proc, no tools needed).
+Once the engine has been connected and then holds no connection to the head for --grace seconds, it
+stops the engine (SIGTERM, then SIGKILL: a stuck engine ignores SIGTERM) and exits 1, so systemd's
+Restart=always starts a fresh engine that waits for the next head. When the engine exits by itself,
+this program exits with its status.
+
+Usage: node-watch --head ADDRESS [--grace SECONDS] [--poll SECONDS] -- COMMAND [ARGS...]
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ipaddress
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+ESTABLISHED = "01"  # the state column of /proc/net/tcp{,6}
+
+
+def _address(hex_address: str) -> str:
+    """An address as /proc/net/tcp{,6} prints it (host byte order in 32-bit words) in its usual form."""
+    raw = bytes.fromhex(hex_address)
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+    address = ipaddress.ip_address(words)
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    return str(address)
+
+
+def established_to(head: str, tables: Iterable[str]) -> set[str]:
+    """Socket inodes of established TCP connections whose remote address is `head`, from the text of
+    /proc/net/tcp and /proc/net/tcp6."""
+    inodes: set[str] = set()
+    for table in tables:
+        for line in table.splitlines()[1:]:
+            fields = line.split()
+            if len(fields) < 10 or fields[3] != ESTABLISHED:
+                continue
+            remote = fields[2].rsplit(":", 1)[0]
+            if _address(remote) == head:
+                inodes.add(fields[9])
+    return inodes
+
+
+def process_tree(root: int, proc: Path = Path("/proc")) -> set[int]:
+    """`root` and all its descendants."""
+    children: dict[int, list[int]] = {}
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(parent, []).append(int(entry.name))
+    tree, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        tree.add(pid)
+        todo.extend(children.get(pid, []))
+    return tree
+
+
+def socket_inodes(pids: Iterable[int], proc: Path = Path("/proc")) -> set[str]:
+    inodes: set[str] = set()
+    for pid in pids:
+        try:
+            fds = list((proc / str(pid) / "fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[len("socket:[") : -1])
+    return inodes
+
+
+def connected_to_head(root: int, head: str, proc: Path = Path("/proc")) -> bool:
+    tables = []
+    for name in ("tcp", "tcp6"):
+        with contextlib.suppress(OSError):
+            tables.append((proc / "net" / name).read_text())
+    return bool(established_to(head, tables) & socket_inodes(process_tree(root, proc), proc))
+
+
+class Watch:
+    """The decision, apart from the processes: fed one observation per poll, it says when to stop."""
+
+    def __init__(self, grace: float) -> None:
+        self.grace = grace
+        self.joined = False
+        self.lost_since: float | None = None
+
+    def observe(self, connected: bool, now: float) -> bool:
+        """True once the engine, having joined the head, has had no connection to it for `grace` s."""
+        if connected:
+            self.joined, self.lost_since = True, None
+            return False
+        if not self.joined:
+            return False  # still waiting for a head: that is what a fresh engine does
+        if self.lost_since is None:
+            self.lost_since = now
+        return now - self.lost_since >= self.grace
+
+
+def stop(child: subprocess.Popen[bytes], wait: float = 10.0) -> None:
+    try:
+        os.killpg(child.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        child.wait(timeout=wait)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--head", required=True, help="the head's cluster address (the master address)")
+    parser.add_argument("--grace", type=float, default=10.0, help="seconds without the head before stopping")
+    parser.add_argument("--poll", type=float, default=2.0)
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("give the engine's command after --")
+    head = str(ipaddress.ip_address(args.head))
+    # Its own process group, so a stop reaches the engine's workers too.
+    child = subprocess.Popen(command, start_new_session=True)
+
+    def stopped_by_systemd(signum: int, _frame: object) -> None:
+        stop(child)
+        sys.exit(128 + signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, stopped_by_systemd)
+    watch = Watch(args.grace)
+    while child.poll() is None:
+        time.sleep(args.poll)
+        if watch.observe(connected_to_head(child.pid, head), time.monotonic()):
+            print(
+                f"node-watch: the engine lost the head at {head} {args.grace:g} s ago; stopping it so that "
+                "systemd starts a fresh one, which waits for the next head",
+                flush=True,
+            )
+            stop(child)
+            return 1
+    return child.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
