@@ -60,8 +60,10 @@ def run_program(stack: str, raw_config: dict[str, Any]) -> dict[str, Registered]
     config.setdefault("vllm-fleet:hfToken", "hf_mocktoken")
     config.pop("vllm-fleet:sshPrivateKeyFile", None)
     pulumi.runtime.set_all_config(config, secret_keys=["vllm-fleet:sshPrivateKey", "vllm-fleet:hfToken"])
-    previous_offline = os.environ.get("VLLM_FLEET_OFFLINE")
-    os.environ["VLLM_FLEET_OFFLINE"] = "1"  # mocks contact no host; restored below
+    # Mocks contact no host and keep no state, on whatever backend the shell names; restored below.
+    overrides = {"VLLM_FLEET_OFFLINE": "1", "VLLM_FLEET_SINGLE_OPERATOR": "1"}
+    previous = {name: os.environ.get(name) for name in overrides}
+    os.environ.update(overrides)
 
     options: dict[str, pulumi.ResourceOptions] = {}
     original = remote.Command.__init__
@@ -80,10 +82,11 @@ def run_program(stack: str, raw_config: dict[str, Any]) -> dict[str, Registered]
         evaluate()
     finally:
         command_class.__init__ = original
-        if previous_offline is None:
-            os.environ.pop("VLLM_FLEET_OFFLINE", None)
-        else:
-            os.environ["VLLM_FLEET_OFFLINE"] = previous_offline
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     for name, opts in options.items():
         depends_on: Any = opts.depends_on or []
         parent: Any = opts.parent
