@@ -152,7 +152,7 @@ def node_arguments(rd: ResolvedDeployment, rank: int) -> list[str]:
         "--master-addr",
         head.address,
         "--master-port",
-        str(rd.deployment.master_port),
+        str(rd.master_port),
     ]
 
 

@@ -7,6 +7,7 @@ Secrets (the SSH key, the Hugging Face token) are never fields here: they travel
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import json
 import re
@@ -237,6 +238,10 @@ class ClusterNetwork(LocalBaseModel):
         return ip_address(value, "")
 
 
+# How many ports above masterPort a deployment's rendezvous may use (one per model, by a digest).
+MASTER_PORT_SPREAD = 100
+
+
 class DistributedBackend(StrEnum):
     # vLLM's own multi-node engine: `--nnodes/--node-rank/--master-addr/--master-port`, `--headless` workers.
     MP = "mp"
@@ -418,8 +423,9 @@ class Deployment(LocalBaseModel):
     # other node a headless engine; tensorParallel x pipelineParallel GPUs in all, `gpus` on every node.
     nodes: tuple[Name, ...] = ()
     distributed_backend: DistributedBackend = DistributedBackend.MP
-    # The head's rendezvous port (torch.distributed for mp, the Ray head for ray), on its cluster address.
-    master_port: Annotated[int, Field(ge=1024, le=65535)] = 29500
+    # The head's rendezvous ports (torch.distributed), on its cluster address: masterPort plus 0-99, a number
+    # derived from the model, so engines of two models never join each other.
+    master_port: Annotated[int, Field(ge=1024, le=65535 - MASTER_PORT_SPREAD)] = 29500
 
     @property
     def node_names(self) -> tuple[str, ...]:
@@ -478,6 +484,13 @@ class ResolvedDeployment(LocalBaseModel):
     @property
     def multi_node(self) -> bool:
         return len(self.node_hosts) > 1
+
+    @property
+    def master_port(self) -> int:
+        """The head's rendezvous port for this model: a node that still runs another model (the head rolled
+        back after the nodes took the new one) cannot join this head and serve a mix of two models."""
+        digest = hashlib.sha256(f"{self.model.repo}@{self.model.revision}".encode()).hexdigest()
+        return self.deployment.master_port + int(digest[:8], 16) % MASTER_PORT_SPREAD
 
     def worker_unit_name(self, rank: int) -> str:
         return f"{self.unit_stem}-node{rank}.service"

@@ -448,3 +448,13 @@ def test_multi_node_rules(fleet_raw: dict[str, Any], change: Any, message: str) 
     raw = across_two(fleet_raw)
     change(raw)
     assert message in error_of(raw)
+
+
+def test_each_model_meets_at_its_own_master_port(fleet_raw: dict[str, Any]) -> None:
+    """A node still running the old model must not join a head that rolled back, or the other way round."""
+    raw = across_two(fleet_raw)
+    (a,) = parse_stack_config(raw).resolved_deployments()
+    raw["deployments"][0]["model"] = "tiny-chat-b"
+    (b,) = parse_stack_config(raw).resolved_deployments()
+    assert a.master_port != b.master_port
+    assert all(29500 <= rd.master_port < 29600 for rd in (a, b))

@@ -7,7 +7,7 @@ readonly UNIT_NAME=vllm-across-node1.service
 readonly UNIT_STEM=vllm-across-node1
 readonly GPUS=2
 readonly GPUS_JSON='[2]'
-readonly UNIT_SHA256=673b334fcd1fe170bf67e4540a7f0b35d4e97c8be4815daca767c534f97aed9c
+readonly UNIT_SHA256=d4158694000dae36793f75ce43ccd811bfa09595b859de828b15f3724f9c32ad
 # vllm-fleet node-activate: make a worker node of a multi-node deployment run its staged headless engine.
 #
 # Runs after every node staged and checked its unit (while the old model served) and before the head's

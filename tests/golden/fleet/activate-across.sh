@@ -3,7 +3,7 @@
 readonly STATE_DIR=/var/lib/vllm-fleet/deployments/fleet.across
 readonly PYTHON=/opt/vllm-env/bin/python3
 readonly TOOLS_DIR=/usr/local/lib/vllm-fleet
-readonly UNIT_SHA256=1cc6d5b9815f1aba4b390f46727d2e21ef0035ee920e4dd7efd0a958dff324a0
+readonly UNIT_SHA256=f248b52dd251cde33631409f76b0ed8562708c4063b501db07d4b64eec9c2503
 readonly PLAN='{
  "backend_ports": [
   18002,
@@ -33,7 +33,7 @@ readonly PLAN='{
  "swap_mode": "stop-start",
  "tools_dir": "/usr/local/lib/vllm-fleet",
  "unit_name": "vllm-across.service",
- "unit_sha256": "1cc6d5b9815f1aba4b390f46727d2e21ef0035ee920e4dd7efd0a958dff324a0",
+ "unit_sha256": "f248b52dd251cde33631409f76b0ed8562708c4063b501db07d4b64eec9c2503",
  "unit_stem": "vllm-across"
 }'
 # vllm-fleet activate: make a deployment serve its staged unit (a swap, when the model changed).
