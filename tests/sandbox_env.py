@@ -33,6 +33,7 @@ def api_url(port: int) -> str:
 
 
 PHASES_FILE = ROOT / ".run" / "e2e-phases.json"
+FLEET_PHASES_FILE = ROOT / ".run" / "fleet-phases.json"
 
 
 def is_up(script: Path) -> bool:
@@ -158,3 +159,10 @@ class _Timer:
     def __exit__(self, *exc: object) -> None:
         self.phases.durations[self.name] = round(time.monotonic() - self.start, 2)
         self.phases.save()
+
+
+def record_phase(phase: str, numbers: dict[str, Any]) -> None:
+    """What a client saw in a fleet or multi-node test, kept in .run/fleet-phases.json for the notes."""
+    done = json.loads(FLEET_PHASES_FILE.read_text()) if FLEET_PHASES_FILE.exists() else {}
+    FLEET_PHASES_FILE.parent.mkdir(parents=True, exist_ok=True)
+    FLEET_PHASES_FILE.write_text(json.dumps({**done, phase: numbers}, indent=1, sort_keys=True))

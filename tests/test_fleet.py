@@ -167,7 +167,17 @@ def test_rolling_swap_keeps_one_host_answering(fleet_stack: Fleet) -> None:
     assert second[0] > first[1], windows
     # ... so a client that tries both always had one answering.
     answers = [a for probe in fleet_stack.probes.values() for a in probe.answers]
-    assert longest_gap_of_either(answers, start, end) < 2.0, windows
+    gap = longest_gap_of_either(answers, start, end)
+    sandbox_env.record_phase(
+        "rolling_swap",
+        {
+            "up_s": round(end - start, 1),
+            "down": {h: [round(w[0] - start, 1), round(w[1] - start, 1)] for h, w in windows.items() if w},
+            "longest_gap_either_s": round(gap, 3),
+            "per_endpoint": {h: p.report(start, end) for h, p in fleet_stack.probes.items()},
+        },
+    )
+    assert gap < 2.0, windows
 
 
 def test_no_op_changes_nothing(fleet_stack: Fleet) -> None:

@@ -117,7 +117,7 @@ def test_swap_replaces_the_model_on_every_node(multinode: MultiNode) -> None:
     assert report["requests"] > 0 and report["longest_gap_s"] is not None, report
     for host, unit in (("fleet-1", HEAD_UNIT), ("fleet-2", NODE_UNIT)):
         assert on_host(f"systemctl is-failed {unit} || true", host=host).strip() == "active"
-    print(f"multi-node swap as a client saw it: {report}")
+    sandbox_env.record_phase("multi_node_swap", report)
 
 
 def test_a_restarted_head_finds_its_node_again(multinode: MultiNode) -> None:
@@ -127,7 +127,7 @@ def test_a_restarted_head_finds_its_node_again(multinode: MultiNode) -> None:
     started = time.monotonic()
     on_host(f"systemctl restart {HEAD_UNIT}", host="fleet-1", timeout=600)
     serves("mn-tiny-b")
-    print(f"head restarted alone, serving again after {time.monotonic() - started:.1f} s")
+    sandbox_env.record_phase("head_restarted_alone", {"serving_again_after_s": round(time.monotonic() - started, 1)})
     assert int(on_host(f"systemctl show -p NRestarts --value {NODE_UNIT}", host="fleet-2")) > int(restarts)
     assert "lost the head at 10.77.0.11" in on_host(f"journalctl -u {NODE_UNIT} -o cat --no-pager", host="fleet-2")
 
