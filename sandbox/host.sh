@@ -459,6 +459,8 @@ nspawn_args() {
 
 supervise() { # runs detached (setsid), output to nspawn.log
   echo "$$" >"$PIDS/supervisor"
+  local own
+  while IFS= read -r own; do echo "$$" >"$own/cgroup.procs"; done <"$STATE/cgroups"
   local child="" rc boots=0 args
   mapfile -t args < <(nspawn_args)
   trap 'touch "$STATE/stopping"; [[ -n "$child" ]] && kill -TERM "$child" 2>/dev/null' TERM INT HUP
@@ -719,9 +721,14 @@ up_failed() { # EXIT trap of `up` between the first change and success: show why
 # attaches in the named "systemd" one ("Failed to attach ... to compat systemd cgroup //payload: No such
 # file or directory", exit 1), so they are made here first. The ones that did not exist (and
 # /run/systemd/nspawn) are noted, so that `down` removes them once empty.
+#
+# Each host gets a cgroup of its own first (vllmfleet-<name>, where the supervisor moves itself, listed in
+# $STATE/cgroups): hosts whose payloads shared one cgroup managed each other's units' cgroups (one host's
+# systemd saw the other's engine in "its" unit, could not stop the unit, and never unloaded it).
 record_nspawn_dirs() {
-  local line path mnt d
+  local line path mnt d own
   : >"$STATE/created-dirs"
+  : >"$STATE/cgroups"
   while IFS= read -r line; do
     path="${line#*:*:}"
     case "$line" in
@@ -730,7 +737,13 @@ record_nspawn_dirs() {
       *) continue ;;
     esac
     [[ -n "$mnt" ]] || continue
-    for d in "$mnt${path%/}/payload" "$mnt${path%/}/supervisor"; do
+    own="$mnt${path%/}/vllmfleet-$INSTANCE"
+    if [[ ! -e "$own" ]]; then
+      echo "$own" >>"$STATE/created-dirs"
+      mkdir "$own"
+    fi
+    echo "$own" >>"$STATE/cgroups"
+    for d in "$own/payload" "$own/supervisor"; do
       [[ -e "$d" ]] && continue
       echo "$d" >>"$STATE/created-dirs"
       if [[ "$line" == *:name=systemd:* ]]; then mkdir "$d"; fi
