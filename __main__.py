@@ -9,6 +9,7 @@ import pulumi
 from pulumi.runtime import config as runtime_config
 
 from components import cordon, host_survey, render
+from components.access import build_access, read_access
 from components.front_door import FrontDoor, FrontDoorArgs
 from components.host import GpuHost, GpuHostArgs
 from components.model_download import ModelDownload, ModelDownloadArgs
@@ -83,6 +84,7 @@ else:
         "(or set vllm-fleet:sshPrivateKeyFile to a key file on this machine)"
     )
 hf_token = config.get_secret("hfToken")
+access = read_access(config, stack)
 resolved = stack.resolved_deployments()
 for rd in resolved:
     load_note = render.load_strategy_note(rd)
@@ -123,6 +125,7 @@ if not offline:
 
 hosts = {h.name: GpuHost(h.name, GpuHostArgs(host=h, private_key=private_key)) for h in stack.hosts}
 front_doors = {name: FrontDoor(f"{name}-front-door", FrontDoorArgs(host=host)) for name, host in hosts.items()}
+access_steps = build_access(access, resolved, pulumi.get_stack(), hosts, front_doors)
 storages = {
     s.name: SharedStorage(
         s.name,
@@ -161,6 +164,7 @@ for rd in resolved:
             hf_token=hf_token,
             # Config order puts a group's earlier members first, so the one waited for exists already.
             after=[services[waits_for[rd.deployment.name]]] if rd.deployment.name in waits_for else [],
+            access=access_steps[rd.deployment.name],
         ),
     )
 for host_config in stack.hosts:

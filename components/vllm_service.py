@@ -28,12 +28,15 @@ class VllmServiceArgs:
     # Rolling swaps: deployments whose activation (a swap, when the model changed) must have finished,
     # so this one stops serving only once they serve again.
     after: Sequence[VllmService] = ()
+    # Its access step (components/access.py): the site the swap writes includes its files.
+    access: pulumi.Resource | None = None
 
 
 def endpoint_url(rd: ResolvedDeployment) -> str:
     if rd.deployment.public_url:
         return rd.deployment.public_url
-    return f"http://{rd.host.address}:{rd.deployment.port}/v1"
+    scheme = "https" if rd.access.tls is not None else "http"
+    return f"{scheme}://{rd.host.address}:{rd.deployment.port}/v1"
 
 
 class VllmService(pulumi.ComponentResource):
@@ -73,7 +76,11 @@ class VllmService(pulumi.ComponentResource):
             create=render.activate_script(rd, args.stack),
             delete=render.deactivate_script(rd, args.stack),
             parent=self,
-            depends_on=[self.unit, *(earlier.serving for earlier in args.after)],
+            depends_on=[
+                self.unit,
+                *(earlier.serving for earlier in args.after),
+                *([args.access] if args.access is not None else []),
+            ],
             timeout_seconds=60 * activation_minutes,
             owns_singleton=True,
         )
