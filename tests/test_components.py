@@ -88,7 +88,7 @@ def test_secrets_only_travel_on_stdin(prod: dict[str, Registered]) -> None:
     assert secret and '"~^Bearer mock-api-key-0123456789$" 1;  # mock-client' in access
     assert "mock-api-key-0123456789" not in steps["primary-access-files"].inputs["create"]
     for name in ("shared-kimi-k2.5-int4-files", "primary-unit", "primary-access-files"):
-        assert {"stdout", "stderr"} <= set(steps[name].options["additional_secret_outputs"]), name
+        assert {"stdin", "stdout", "stderr"} <= set(steps[name].options["additional_secret_outputs"]), name
     for name in ("gpu-01-preflight", "gpu-01-tools", "shared-layout", "primary-serving"):
         assert steps[name].inputs.get("stdin") is None, name
 
