@@ -9,6 +9,7 @@ import pulumi
 from pulumi.runtime import config as runtime_config
 
 from components import cordon, host_survey, render
+from components.access import build_access, read_access
 from components.front_door import FrontDoor, FrontDoorArgs
 from components.host import GpuHost, GpuHostArgs
 from components.model_download import ModelDownload, ModelDownloadArgs
@@ -87,6 +88,7 @@ else:
         "(or set vllm-fleet:sshPrivateKeyFile to a key file on this machine)"
     )
 hf_token = config.get_secret("hfToken")
+access = read_access(config, stack)
 resolved = stack.resolved_deployments()
 for rd in resolved:
     load_note = render.load_strategy_note(rd)
@@ -125,6 +127,7 @@ if not offline:
 
 hosts = {h.name: GpuHost(h.name, GpuHostArgs(host=h, private_key=private_key)) for h in stack.hosts}
 front_doors = {name: FrontDoor(f"{name}-front-door", FrontDoorArgs(host=host)) for name, host in hosts.items()}
+access_steps = build_access(access, resolved, pulumi.get_stack(), hosts, front_doors)
 storages = {
     s.name: SharedStorage(
         s.name,
@@ -167,6 +170,7 @@ for rd in resolved:
                 (hosts[node.name], downloads[(stack.storage_for_host(node.name).name, rd.model_name)])
                 for node in rd.node_hosts[1:]
             ],
+            access=access_steps[rd.deployment.name],
         ),
     )
 for host_config in stack.hosts:

@@ -104,7 +104,9 @@ def remote_step(
             delete_before_replace=owns_singleton,
             # On a cordoned host the state's inputs stand, whatever the program now renders: no step runs.
             ignore_changes=cordon.COMMAND_INPUTS if host.cordon else None,
-            additional_secret_outputs=["stdout", "stderr"] if carries_secret else [],
+            # The provider echoes its inputs as outputs; stdin is named too, so an update that changes it (a
+            # rotated API key) stores and logs it as a secret as well.
+            additional_secret_outputs=["stdin", "stdout", "stderr"] if carries_secret else [],
             custom_timeouts=pulumi.CustomTimeouts(
                 create=f"{timeout_seconds + KILL_AFTER_SECONDS}s",
                 update=f"{timeout_seconds + KILL_AFTER_SECONDS}s",

@@ -489,7 +489,9 @@ def tool_group_script(group: str) -> str:
 def front_door_files() -> dict[str, str]:
     """The front door's nginx configuration and unit, by the path they are installed at."""
     conf = f"{FRONT_DOOR_DIR}/nginx.conf"
-    nginx = Template(script_body("frontdoor-nginx.conf")).substitute(sites_dir=f"{FRONT_DOOR_DIR}/sites")
+    nginx = Template(script_body("frontdoor-nginx.conf")).substitute(
+        sites_dir=f"{FRONT_DOOR_DIR}/sites", keys_dir=f"{FRONT_DOOR_DIR}/keys"
+    )
     unit = Template(script_body(FRONT_DOOR_UNIT)).substitute(conf=conf)
     return {conf: nginx, f"{UNIT_DIR}/{FRONT_DOOR_UNIT}": unit}
 
@@ -665,6 +667,8 @@ def activation_timeout(rd: ResolvedDeployment) -> int:
 
 def swap_plan(rd: ResolvedDeployment, stack: str) -> dict[str, object]:
     """What host/swap.py's transaction does for this deployment (its Plan fields)."""
+    from components import render_access  # it renders with this module's helpers
+
     return {
         "stack": stack,
         "deployment": rd.deployment.name,
@@ -693,6 +697,8 @@ def swap_plan(rd: ResolvedDeployment, stack: str) -> dict[str, object]:
         "foreign_gpu_processes": rd.deployment.foreign_gpu_processes.value,
         "report_every": 15,
         "journal_lines": 40,
+        # Where the site includes who may call it from, and the keys the swap's check through it uses.
+        **render_access.plan_fields(rd, stack),
     }
 
 

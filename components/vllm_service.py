@@ -30,12 +30,15 @@ class VllmServiceArgs:
     after: Sequence[VllmService] = ()
     # A deployment across hosts: the host and the model download of every node after the head, in rank order.
     nodes: Sequence[tuple[GpuHost, ModelDownload]] = ()
+    # Its access step (components/access.py): the site the swap writes includes its files.
+    access: pulumi.Resource | None = None
 
 
 def endpoint_url(rd: ResolvedDeployment) -> str:
     if rd.deployment.public_url:
         return rd.deployment.public_url
-    return f"http://{rd.host.address}:{rd.deployment.port}/v1"
+    scheme = "https" if rd.access.tls is not None else "http"
+    return f"{scheme}://{rd.host.address}:{rd.deployment.port}/v1"
 
 
 class VllmService(pulumi.ComponentResource):
@@ -105,7 +108,12 @@ class VllmService(pulumi.ComponentResource):
             create=render.activate_script(rd, args.stack),
             delete=render.deactivate_script(rd, args.stack),
             parent=self,
-            depends_on=[self.unit, *self.node_servings, *earlier],
+            depends_on=[
+                self.unit,
+                *self.node_servings,
+                *earlier,
+                *([args.access] if args.access is not None else []),
+            ],
             timeout_seconds=60 * activation_minutes,
             owns_singleton=True,
         )

@@ -41,6 +41,7 @@ import json
 import os
 import re
 import shutil
+import ssl
 import subprocess
 import sys
 import time
@@ -95,6 +96,11 @@ class Plan:
     prewarm_margin_gib: float | None = 8.0
     # Where the engine loads from: model_dir, or a copy on the host's staging disk made before the stop.
     load_dir: str = ""
+    # Who may call it: the directory of its access files (listen, TLS, key check, /metrics) that the site
+    # includes, and the 0600 map of its API keys (the check through the front door uses one). Empty: a
+    # plan from before access control, whose site listens and proxies everything itself.
+    access_dir: str = ""
+    keys_file: str = ""
 
     @property
     def staged_copy(self) -> str | None:
@@ -330,8 +336,38 @@ def nginx_listen(address: str, port: int) -> str:
     return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
 
+# What the front door passes to the engine: the OpenAI API, its health and (to listed addresses) its
+# metrics. Nothing else: vLLM's development endpoints (sleep, wake_up, collective_rpc, ...) stay on the host.
+PROXIED_LOCATIONS = (("/v1/", "api.conf"), ("= /health", None), ("= /metrics", "metrics.conf"))
+
+
 def front_door_site(plan: Plan, placement: Placement) -> str:
-    """The deployment's server block: its public address and port, passed to the engine that serves now."""
+    """The deployment's server block: its public address and port, passed to the engine that serves now.
+
+    With access control (plan.access_dir) the address, TLS, key check and /metrics allow list are files
+    the site includes, which the access step rewrites without the site (or the engine) changing."""
+    if plan.access_dir:
+        proxy = (
+            f"        proxy_pass http://127.0.0.1:{placement.port};\n"
+            "        proxy_set_header Host $host;\n"
+            '        proxy_set_header Connection "";\n'
+            f"        add_header {BACKEND_HEADER} {plan.unit_name} always;\n"
+        )
+        text = (
+            f"# Managed by vllm-fleet: front door of deployment {plan.owner}, written by its swap.\n"
+            f"# Who may call it (address, TLS, API keys, /metrics): {plan.access_dir}, written by its access step.\n"
+            "server {\n"
+            f"    include {plan.access_dir}/server.conf;\n"
+        )
+        for location, include in PROXIED_LOCATIONS:
+            text += f"    location {location} {{\n"
+            if include is not None:
+                text += f"        include {plan.access_dir}/{include};\n"
+            text += proxy + "    }\n"
+        return (
+            text
+            + "    # Every other path, vLLM's development endpoints among them, stays on the host.\n    location / {\n        return 404;\n    }\n}\n"
+        )
     return (
         f"# Managed by vllm-fleet: front door of deployment {plan.owner}, written by its swap.\n"
         "server {\n"
@@ -344,6 +380,16 @@ def front_door_site(plan: Plan, placement: Placement) -> str:
         "    }\n"
         "}\n"
     )
+
+
+_MAP_KEY = re.compile(r'^\s*"~\^Bearer ([A-Za-z0-9_\[\].-]+)\$"\s+1;', re.M)
+
+
+def first_key(keys_map: str) -> str | None:
+    """One accepted API key from a deployment's keys' map (components/render_access.py), for the check
+    through the front door; None when the map lists none (an open deployment)."""
+    match = _MAP_KEY.search(keys_map)
+    return match.group(1).replace("[.]", ".") if match else None
 
 
 _SS_PEER_PORT = re.compile(r":(\d+)\s*$")
@@ -379,9 +425,18 @@ class SystemdHost:
         result = subprocess.run(args, capture_output=True, text=True, check=False)
         return result.returncode, (result.stdout + result.stderr).strip()
 
-    def backend_behind(self, url: str) -> str:
-        """The engine unit the front door says answered a GET of `url` (its header); "" when none did."""
-        with urllib.request.urlopen(url, timeout=5) as response:
+    def backend_behind(self, url: str, headers: Mapping[str, str] | None = None, cafile: str | None = None) -> str:
+        """The engine unit the front door says answered a GET of `url` (its header); "" when none did.
+
+        Over TLS the front door's own certificate (`cafile`) is the trust anchor: the check reaches it on
+        a loopback address its certificate need not name."""
+        context = None
+        if cafile is not None:
+            context = ssl.create_default_context(cafile=cafile)
+            context.check_hostname = False
+            context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+        request = urllib.request.Request(url, headers=dict(headers or {}))
+        with urllib.request.urlopen(request, timeout=5, context=context) as response:
             return str(response.headers.get(BACKEND_HEADER, ""))
 
     def show(self, unit: str, *props: str) -> dict[str, str]:
@@ -681,12 +736,24 @@ class Transaction:
             and _same(staged_env, env_path)
             and self.host.running(plan.unit_name)
             and not replaces_running
-            and _text(self.site_path) == front_door_site(plan, old.placement)
         ):
-            state = self.host.state(plan.unit_name)
+            if _text(self.site_path) == front_door_site(plan, old.placement):
+                state = self.host.state(plan.unit_name)
+                return Result(
+                    "unchanged",
+                    f"{plan.unit_name} already serves {plan.served_name} with this configuration ({state})",
+                    plan.digest,
+                )
+            # Only the site changes (the way it is written, e.g. when access control came): rewrite it with
+            # a graceful reload; the engine keeps running.
+            problem = self.switch_front_door(old.placement)
+            if problem is not None:
+                return Result(
+                    "rolled-back", f"the front door's new site failed, the old one is back: {problem}", plan.digest
+                )
             return Result(
                 "unchanged",
-                f"{plan.unit_name} already serves {plan.served_name} with this configuration ({state})",
+                f"{plan.unit_name} already serves {plan.served_name}; its front door site was rewritten",
                 plan.digest,
             )
         self.log(f"swap mode: {decision.mode}: {decision.reason}; new engine on {decision.placement.describe()}")
@@ -889,12 +956,14 @@ class Transaction:
         if placement is None:
             return None
         host = self.plan.readiness_address
-        url = f"http://{'[' + host + ']' if ':' in host else host}:{self.plan.port}/v1/models"
+        cafile, headers = self.front_door_credentials()
+        scheme = "https" if cafile is not None else "http"
+        url = f"{scheme}://{'[' + host + ']' if ':' in host else host}:{self.plan.port}/v1/models"
         deadline = now() + timeout
         seen = "no answer"
         while True:
             try:
-                backend = self.host.backend_behind(url)
+                backend = self.host.backend_behind(url, headers, cafile)
                 if backend == self.plan.unit_name:
                     return None
                 seen = f"answered by {backend or 'no engine of ours'}"
@@ -903,6 +972,18 @@ class Transaction:
             if now() >= deadline:
                 return f"{url} did not answer from {self.plan.unit_name} within {timeout:g} s ({seen})"
             self.sleep(0.2)
+
+    def front_door_credentials(self) -> tuple[str | None, dict[str, str]]:
+        """The certificate to trust (None: plain HTTP) and the headers (an API key) of the check through
+        the front door, read from the deployment's access files: no key on a command line or in a unit."""
+        plan = self.plan
+        if not plan.access_dir:
+            return None, {}
+        certificate = Path(plan.access_dir) / "tls.crt"
+        keys = _text(Path(plan.keys_file)) if plan.keys_file else None
+        key = first_key(keys) if keys is not None else None
+        headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
+        return (str(certificate) if certificate.is_file() else None), headers
 
     def wait_active(self, unit: str, timeout: float) -> bool:
         """Until `unit` is active (its ExecStartPost saw it serve), failed, restarting, or out of time."""

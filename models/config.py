@@ -16,6 +16,7 @@ from typing import Annotated, Any, Self
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
+from models.access import Access
 from models.types import (
     HOSTNAME_PATTERN,
     PINNED_REVISION,
@@ -480,6 +481,8 @@ class ResolvedDeployment(LocalBaseModel):
     serving: ServingDefaults
     # Every node of a multi-node deployment, the head first; just the host otherwise.
     node_hosts: tuple[Host, ...] = ()
+    # Who may call it (the stack's vllm-fleet:access): TLS, API keys, /metrics.
+    access: Access = Access()
 
     @property
     def multi_node(self) -> bool:
@@ -568,6 +571,7 @@ class StackConfig(LocalBaseModel):
     storage: tuple[Storage, ...]
     models: dict[Name, ModelSpec]
     deployments: tuple[Deployment, ...] = ()
+    access: Access = Access()
 
     @model_validator(mode="after")
     def _cross_key_rules(self) -> Self:
@@ -860,6 +864,7 @@ class StackConfig(LocalBaseModel):
                     model=model,
                     serving=dep.overrides.apply(model.serving),
                     node_hosts=tuple(hosts[n] for n in dep.node_names),
+                    access=self.access,
                 )
             )
         return out

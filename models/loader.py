@@ -18,11 +18,11 @@ from models.config import StackConfig
 NAMESPACE = "vllm-fleet"
 CATALOG_PATH = Path(__file__).with_name("catalog.yaml")
 # The stack keys this program reads; any other `vllm-fleet:` key is a typo worth stopping for.
-KNOWN_KEYS = ("tier", "hfEndpoint", "hosts", "storage", "models", "deployments")
-STRUCTURED_KEYS = ("hosts", "storage", "models", "deployments")
-SECRET_KEYS = ("sshPrivateKey", "hfToken")
-# Keys read by the controller only: a path to the SSH key file (the sandbox generates one per machine).
-CONTROLLER_KEYS = ("sshPrivateKeyFile",)
+KNOWN_KEYS = ("tier", "hfEndpoint", "hosts", "storage", "models", "deployments", "access")
+STRUCTURED_KEYS = ("hosts", "storage", "models", "deployments", "access")
+SECRET_KEYS = ("sshPrivateKey", "hfToken", "apiKeys", "tlsPrivateKey")
+# Keys read by the controller only: paths to the SSH and TLS key files (the sandbox generates both per machine).
+CONTROLLER_KEYS = ("sshPrivateKeyFile", "tlsPrivateKeyFile")
 
 
 class ConfigError(Exception):
@@ -109,6 +109,13 @@ def _format_validation_error(error: ValidationError) -> str:
     return "\n".join(lines)
 
 
+def _encrypted(value: Any) -> bool:
+    """An encrypted config value: `{secure: ...}`, or an object whose every leaf is one (`config set --path`)."""
+    if not isinstance(value, Mapping) or not value:
+        return False
+    return "secure" in value or all(_encrypted(v) for v in value.values())
+
+
 def parse_stack_config(raw: Mapping[str, Any], catalog: Mapping[str, Mapping[str, Any]] | None = None) -> StackConfig:
     """Validate the `vllm-fleet:` values (namespace stripped) of one stack."""
     unknown = sorted(set(raw) - set(KNOWN_KEYS) - set(SECRET_KEYS) - set(CONTROLLER_KEYS))
@@ -120,7 +127,7 @@ def parse_stack_config(raw: Mapping[str, Any], catalog: Mapping[str, Mapping[str
         )
     for key in SECRET_KEYS:
         value = raw.get(key)
-        if value is not None and not (isinstance(value, Mapping) and "secure" in value):
+        if value is not None and not _encrypted(value):
             raise ConfigError(
                 f"{NAMESPACE}:{key}: stored in plaintext; remove it and run "
                 f"`pulumi config set --secret {NAMESPACE}:{key}` so it is encrypted"

@@ -665,6 +665,7 @@ up() {
   mkdir -p "$STATE" "$PIDS" "$SOCK"
   rm -f "$STATE/stopping"
   prepare_ssh_client "$lower"
+  "$VLLM_FLEET_ROOT/sandbox/tls.sh"
   echo "$lower" >"$STATE/base"
   mount_root "$lower"
   install -d -m 0700 "$ROOT/root/.ssh"

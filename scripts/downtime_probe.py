@@ -18,9 +18,10 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from openai import OpenAI
+from scripts.api_client import client, default_ca_file
 
 
 @dataclass(frozen=True)
@@ -38,16 +39,22 @@ class DowntimeProbe:
     interval: float = 0.1
     timeout: float = 10.0
     stall_seconds: float = 1.0
+    # The key each request sends (a client that switches keys sets it while the probe runs), and the CA
+    # its TLS is verified against (None: the system's).
+    api_key: str | None = None
+    ca_file: str | None = None
     answers: list[Answer] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
     def run(self) -> None:
-        client = OpenAI(base_url=self.base_url, api_key="unused", max_retries=0, timeout=self.timeout)
+        openai = client(self.base_url, self.api_key, self.ca_file, max_retries=0, timeout=self.timeout)
         while not self._stop.is_set():
             started = time.monotonic()
             try:
-                completion = client.completions.create(model=self.model, prompt="hello", max_tokens=1)
+                completion = openai.with_options(api_key=self.api_key or "none").completions.create(
+                    model=self.model, prompt="hello", max_tokens=1
+                )
                 answer = Answer(started, time.monotonic(), bool(completion.choices))
             except Exception as error:  # every way a request can fail is a failed request
                 answer = Answer(started, time.monotonic(), False, f"{type(error).__name__}: {error}"[:200])
@@ -93,8 +100,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=0.1)
     parser.add_argument("--stall", type=float, default=1.0)
     parser.add_argument("--seconds", type=float, default=0, help="stop after this long (default: at Ctrl-C)")
+    parser.add_argument("--api-key-file", default=None, help="a file holding the API key to send")
+    parser.add_argument("--ca-file", default=None, help="CA to verify TLS against (default: the sandbox's, locally)")
     args = parser.parse_args(argv)
-    probe = DowntimeProbe(args.url, args.model, args.interval, stall_seconds=args.stall).start()
+    key = Path(args.api_key_file).read_text().strip() if args.api_key_file else None
+    ca_file = args.ca_file or default_ca_file(args.url)
+    probe = DowntimeProbe(
+        args.url,
+        args.model,
+        args.interval,
+        stall_seconds=args.stall,
+        api_key=key,
+        ca_file=str(ca_file) if ca_file else None,
+    ).start()
     began = time.monotonic()
     try:
         while not args.seconds or time.monotonic() - began < args.seconds:

@@ -20,4 +20,6 @@ export PULUMI_BACKEND_URL="file://$work/state" PULUMI_CONFIG_PASSPHRASE=offline-
 export VLLM_FLEET_SINGLE_OPERATOR=1
 cd "$work"
 pulumi stack init prod --non-interactive >/dev/null
+# A production stack on a public address is refused without API keys: a throwaway one, on stdin.
+openssl rand -hex 32 | pulumi config set --secret --path 'vllm-fleet:apiKeys.preview-only' --stack prod
 pulumi preview --stack prod --diff --non-interactive

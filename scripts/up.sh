@@ -34,4 +34,4 @@ fi
 echo "$instance" > "$recorded"
 
 pulumi up --stack dev --yes --diff
-"$VENV/python" scripts/chat.py --stack dev
+"$VENV/python" -m scripts.chat --stack dev

@@ -25,6 +25,10 @@ SSH_KEY = ROOT / ".sandbox" / "ssh" / "id_ed25519"
 TEST_HOST = os.environ.get("VLLM_FLEET_SANDBOX_NAME", "sandbox")
 _INDEX = 0 if TEST_HOST == "sandbox" else int(TEST_HOST.removeprefix("fleet-"))
 SSH_PORT = 2222 if _INDEX == 0 else 2230 + _INDEX
+# The test host's address on the fabric (sandbox/host.sh), from which it reaches its own front door.
+FABRIC_ADDRESS = f"10.77.0.{10 + _INDEX}"
+# The sandbox's throwaway CA and the front door certificate it signed (sandbox/tls.sh, run by `up`).
+TLS_DIR = ROOT / ".sandbox" / "tls"
 
 
 def api_url(port: int) -> str:

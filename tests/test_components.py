@@ -37,6 +37,7 @@ def test_prod_graph(prod: dict[str, Registered]) -> None:
         "gpu-01-preflight",
         "gpu-01-tools",
         *(f"gpu-01-tools-{group}" for group in sorted(render.TOOL_GROUPS)),
+        "primary-access-files",
         "primary-serving",
         "primary-unit",
         "shared-kimi-k2.5-int4-files",
@@ -49,6 +50,7 @@ def test_prod_graph(prod: dict[str, Registered]) -> None:
 def test_dev_graph() -> None:
     dev = run_program("dev", read_stack_file(ROOT / "Pulumi.dev.yaml"))
     assert sorted(commands(dev)) == [
+        "chat-access-files",
         "chat-serving",
         "chat-unit",
         "sandbox-front-door-proxy",
@@ -82,8 +84,11 @@ def test_secrets_only_travel_on_stdin(prod: dict[str, Registered]) -> None:
     steps = commands(prod)
     assert unsecret(steps["shared-kimi-k2.5-int4-files"].inputs["stdin"]) == ("hf_mocktoken\n", True)
     assert unsecret(steps["primary-unit"].inputs["stdin"]) == ("HF_TOKEN=hf_mocktoken\n", True)
-    for name in ("shared-kimi-k2.5-int4-files", "primary-unit"):
-        assert {"stdout", "stderr"} <= set(steps[name].options["additional_secret_outputs"]), name
+    access, secret = unsecret(steps["primary-access-files"].inputs["stdin"])
+    assert secret and '"~^Bearer mock-api-key-0123456789$" 1;  # mock-client' in access
+    assert "mock-api-key-0123456789" not in steps["primary-access-files"].inputs["create"]
+    for name in ("shared-kimi-k2.5-int4-files", "primary-unit", "primary-access-files"):
+        assert {"stdin", "stdout", "stderr"} <= set(steps[name].options["additional_secret_outputs"]), name
     for name in ("gpu-01-preflight", "gpu-01-tools", "shared-layout", "primary-serving"):
         assert steps[name].inputs.get("stdin") is None, name
 
@@ -92,7 +97,7 @@ def test_singletons_are_deleted_before_replacement_and_long_steps_have_timeouts(
     steps = commands(prod)
     owners = {name for name, step in steps.items() if step.options["delete_before_replace"]}
     # The unit name, the port and the GPUs; the front door's unit and configuration.
-    assert owners == {"primary-unit", "primary-serving", "gpu-01-front-door-proxy"}
+    assert owners == {"primary-unit", "primary-serving", "gpu-01-front-door-proxy", "primary-access-files"}
     config = load_stack_file(ROOT / "Pulumi.prod.yaml")
     (rd,) = config.resolved_deployments()
     # A 36-minute load, then a rollback that waits for the old model again, must fit.
@@ -178,7 +183,8 @@ def test_dependency_order(prod: dict[str, Registered]) -> None:
     assert deps["shared-kimi-k2.5-int4-files"] == ["shared-layout"]
     assert deps["shared-minimax-m2.5-files"] == ["shared-layout"]
     assert deps["primary-unit"] == sorted(["gpu-01-front-door-proxy", *tools, "shared-kimi-k2.5-int4-files"])
-    assert deps["primary-serving"] == ["primary-unit"]
+    assert deps["primary-access-files"] == ["gpu-01-front-door-proxy"]
+    assert deps["primary-serving"] == ["primary-access-files", "primary-unit"]
     parents = {name: step.options["parent"] for name, step in commands(prod).items()}
     assert parents["primary-serving"] == "primary" and parents["shared-kimi-k2.5-int4-files"] == "shared-kimi-k2.5-int4"
 
@@ -197,8 +203,8 @@ def test_rollout_group_swaps_one_host_after_the_other(fleet_raw: dict[str, Any])
     # Staging (downloads, the unit file, the args check) runs on both hosts at once, while both serve;
     # chat-2's activation, which stops its old engine, waits for chat-1's to finish.
     assert "chat-1-serving" not in deps["chat-2-unit"]
-    assert deps["chat-2-serving"] == ["chat-1-serving", "chat-2-unit"]
-    assert deps["chat-1-serving"] == ["chat-1-unit"]
+    assert deps["chat-2-serving"] == ["chat-1-serving", "chat-2-access-files", "chat-2-unit"]
+    assert deps["chat-1-serving"] == ["chat-1-access-files", "chat-1-unit"]
 
 
 def test_max_unavailable_runs_that_many_lanes(fleet_raw: dict[str, Any]) -> None:
@@ -253,10 +259,16 @@ def test_a_deployment_across_hosts_has_a_step_pair_per_node(fleet_raw: dict[str,
     fleet = run_program("fleet", fleet_raw)
     steps = commands(fleet)
     on = {name: step.inputs["triggers"][1] for name, step in steps.items() if name.startswith("across")}
-    assert on == {"across-unit": 2231, "across-serving": 2231, "across-node1-unit": 2232, "across-node1-serving": 2232}
+    assert on == {
+        "across-unit": 2231,
+        "across-serving": 2231,
+        "across-access-files": 2231,
+        "across-node1-unit": 2232,
+        "across-node1-serving": 2232,
+    }
     deps = {name: step.options["depends_on"] for name, step in steps.items()}
     # fleet-2 downloads the model to its own storage and stages its headless unit there ...
     assert "shared-2-tiny-chat-a-files" in deps["across-node1-unit"]
     # ... nothing stops before both nodes staged (and checked) their units; the head starts last.
     assert deps["across-node1-serving"] == ["across-node1-unit", "across-unit"]
-    assert deps["across-serving"] == ["across-node1-serving", "across-unit"]
+    assert deps["across-serving"] == ["across-access-files", "across-node1-serving", "across-unit"]

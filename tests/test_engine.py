@@ -62,16 +62,18 @@ def test_real_engine_previews_the_dev_stack(tmp_path: Path) -> None:
     (work / ".sandbox" / "ssh" / "id_ed25519").write_text("placeholder, never used offline\n")
     dev = engine.stack(work, tmp_path / "state", "dev", env={"VLLM_FLEET_OFFLINE": "1"})
     result = dev.preview()
-    # The stack, 5 components (host, front door, storage, model, service) and their steps: 7, and one per
-    # group of tools.
-    expected = 1 + 5 + 7 + len(render.TOOL_GROUPS)
+    # The stack, 6 components (host, front door, storage, model, service, access) and their steps: 8, and
+    # one per group of tools.
+    expected = 1 + 6 + 8 + len(render.TOOL_GROUPS)
     assert result.change_summary.get(auto.OpType.CREATE) == expected, result.change_summary
     dev.workspace.remove_stack("dev")
 
 
 def test_real_engine_previews_prod_without_contacting_it(tmp_path: Path) -> None:
     work = engine.project_copy(tmp_path / "project", {"Pulumi.prod.yaml": (ROOT / "Pulumi.prod.yaml").read_text()})
-    prod = engine.stack(work, tmp_path / "state", "prod", env=PROD_ENV)
+    # A production stack on a public address needs API keys (a throwaway one here, as a secret).
+    keys = '{"preview": "0123456789abcdef0123456789abcdef"}'
+    prod = engine.stack(work, tmp_path / "state", "prod", secrets={"vllm-fleet:apiKeys": keys}, env=PROD_ENV)
     result = prod.preview(diff=True)
     shown = " ".join(result.stdout.split())
     for flag in (

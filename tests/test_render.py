@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from components import render
+from components import render, render_access
 from models.config import StackConfig
 from models.loader import load_stack_file, parse_stack_config
 from tests.conftest import ROOT
@@ -58,7 +58,14 @@ def rendered_scripts(name: str) -> dict[str, str]:
             scripts[f"stage-delete-{node}.sh"] = render.node_stage_delete_script(rd, name, rank)
             scripts[f"activate-{node}.sh"] = render.node_activate_script(rd, name, rank)
             scripts[f"deactivate-{node}.sh"] = render.node_deactivate_script(rd, name, rank)
+        # The certificate is a file of the machine that runs the program (the sandbox makes its own).
+        certificate = GOLDEN_CERTIFICATE if rd.access.tls is not None else None
+        scripts[f"access-{rd.deployment.name}.sh"] = render_access.access_script(rd, name, certificate)
+        scripts[f"access-delete-{rd.deployment.name}.sh"] = render_access.access_delete_script(rd, name)
     return scripts
+
+
+GOLDEN_CERTIFICATE = "-----BEGIN CERTIFICATE-----\n(the stack's certificate chain)\n-----END CERTIFICATE-----\n"
 
 
 def rendered_units(name: str) -> dict[str, str]:

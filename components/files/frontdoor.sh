@@ -21,4 +21,4 @@ if [ ! -x /usr/sbin/nginx ]; then
   apt-get install -y -qq --no-install-recommends nginx >/dev/null
   systemctl disable --quiet nginx.service 2>/dev/null || true
 fi
-install -d -m 0755 "$FRONT_DOOR_DIR" "$FRONT_DOOR_DIR/sites"
+install -d -m 0755 "$FRONT_DOOR_DIR" "$FRONT_DOOR_DIR/sites" "$FRONT_DOOR_DIR/access" "$FRONT_DOOR_DIR/keys"

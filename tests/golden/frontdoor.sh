@@ -24,7 +24,7 @@ if [ ! -x /usr/sbin/nginx ]; then
   apt-get install -y -qq --no-install-recommends nginx >/dev/null
   systemctl disable --quiet nginx.service 2>/dev/null || true
 fi
-install -d -m 0755 "$FRONT_DOOR_DIR" "$FRONT_DOOR_DIR/sites"
+install -d -m 0755 "$FRONT_DOOR_DIR" "$FRONT_DOOR_DIR/sites" "$FRONT_DOOR_DIR/access" "$FRONT_DOOR_DIR/keys"
 install -d -m 0755 /etc/vllm-fleet/frontdoor
 cat > /etc/vllm-fleet/frontdoor/nginx.conf.vllm-fleet-tmp <<'VLLM_FLEET_EOF'
 # Managed by vllm-fleet: the front door of this host's vLLM deployments. `pulumi up` overwrites this
@@ -52,6 +52,8 @@ http {
     proxy_connect_timeout 5s;
     proxy_read_timeout 3600s;
     proxy_send_timeout 3600s;
+    # Each deployment's accepted API keys (a map per deployment, 0600), written by its access step.
+    include /etc/vllm-fleet/frontdoor/keys/*.conf;
     include /etc/vllm-fleet/frontdoor/sites/*.conf;
 }
 VLLM_FLEET_EOF

@@ -15,7 +15,7 @@ chmod 0755 /usr/local/lib/vllm-fleet/prewarm.vllm-fleet-tmp
 mv -f /usr/local/lib/vllm-fleet/prewarm.vllm-fleet-tmp /usr/local/lib/vllm-fleet/prewarm
 install -d -m 0755 /usr/local/lib/vllm-fleet
 cat > /usr/local/lib/vllm-fleet/swap.vllm-fleet-tmp <<'VLLM_FLEET_EOF'
-<1155 lines, 52895 bytes, sha256 167591d74457ce884b59d0781cf48530cd4dd61a7fdb059b3b79a7e751d28d0b>
+<1236 lines, 57334 bytes, sha256 a5b617b872b49a12effea2e24b4eabf89b75b0bf716ba9ce35fac282c4b331cf>
 VLLM_FLEET_EOF
 chmod 0755 /usr/local/lib/vllm-fleet/swap.vllm-fleet-tmp
 mv -f /usr/local/lib/vllm-fleet/swap.vllm-fleet-tmp /usr/local/lib/vllm-fleet/swap

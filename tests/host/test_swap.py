@@ -7,6 +7,7 @@ import json
 import re
 import sys
 import urllib.error
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,7 +57,7 @@ class RecordingSystemd(swap.SystemdHost):
         self.run(*args)
         return 0, ""
 
-    def backend_behind(self, url: str) -> str:
+    def backend_behind(self, url: str, headers: Mapping[str, str] | None = None, cafile: str | None = None) -> str:
         """Like nginx: the site's proxy_pass port, answered by the active unit placed on that port."""
         site = self.front_door_dir / "sites" / "dev.chat.conf"
         if self.units.get(swap.FRONT_DOOR_UNIT, FakeUnit()).state != "active" or not site.is_file():

@@ -5,6 +5,7 @@ readonly PYTHON=/opt/vllm-env/bin/python3
 readonly TOOLS_DIR=/usr/local/lib/vllm-fleet
 readonly UNIT_SHA256=b617508586512d68d56b6a9cb46e7dfd3b4a9f3f90e4715d2e9b66a89402e251
 readonly PLAN='{
+ "access_dir": "/etc/vllm-fleet/frontdoor/access/dev.chat",
  "backend_ports": [
   18000,
   28000
@@ -19,6 +20,7 @@ readonly PLAN='{
  ],
  "gpus_needed": 1,
  "journal_lines": 40,
+ "keys_file": "/etc/vllm-fleet/frontdoor/keys/dev.chat.conf",
  "load_dir": "/shared/tiny-chat-a",
  "model_dir": "/shared/tiny-chat-a",
  "port": 8000,

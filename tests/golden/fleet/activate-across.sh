@@ -5,6 +5,7 @@ readonly PYTHON=/opt/vllm-env/bin/python3
 readonly TOOLS_DIR=/usr/local/lib/vllm-fleet
 readonly UNIT_SHA256=f248b52dd251cde33631409f76b0ed8562708c4063b501db07d4b64eec9c2503
 readonly PLAN='{
+ "access_dir": "/etc/vllm-fleet/frontdoor/access/fleet.across",
  "backend_ports": [
   18002,
   28002
@@ -18,6 +19,7 @@ readonly PLAN='{
  ],
  "gpus_needed": 1,
  "journal_lines": 40,
+ "keys_file": "/etc/vllm-fleet/frontdoor/keys/fleet.across.conf",
  "load_dir": "/shared/tiny-chat-a",
  "model_dir": "/shared/tiny-chat-a",
  "port": 8002,

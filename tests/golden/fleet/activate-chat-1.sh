@@ -5,6 +5,7 @@ readonly PYTHON=/opt/vllm-env/bin/python3
 readonly TOOLS_DIR=/usr/local/lib/vllm-fleet
 readonly UNIT_SHA256=a2191fc44d0a63b223f892fb5db5f6915d163212984a9840f2937d71b40fe035
 readonly PLAN='{
+ "access_dir": "/etc/vllm-fleet/frontdoor/access/fleet.chat-1",
  "backend_ports": [
   18000,
   28000
@@ -19,6 +20,7 @@ readonly PLAN='{
  ],
  "gpus_needed": 1,
  "journal_lines": 40,
+ "keys_file": "/etc/vllm-fleet/frontdoor/keys/fleet.chat-1.conf",
  "load_dir": "/shared/tiny-chat-a",
  "model_dir": "/shared/tiny-chat-a",
  "port": 8000,

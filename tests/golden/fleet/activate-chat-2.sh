@@ -5,6 +5,7 @@ readonly PYTHON=/opt/vllm-env/bin/python3
 readonly TOOLS_DIR=/usr/local/lib/vllm-fleet
 readonly UNIT_SHA256=2afcf331d733040bf30dcb5bf1fe18dbec1405a5beac9f414dc76fb0fce917bb
 readonly PLAN='{
+ "access_dir": "/etc/vllm-fleet/frontdoor/access/fleet.chat-2",
  "backend_ports": [
   18000,
   28000
@@ -19,6 +20,7 @@ readonly PLAN='{
  ],
  "gpus_needed": 1,
  "journal_lines": 40,
+ "keys_file": "/etc/vllm-fleet/frontdoor/keys/fleet.chat-2.conf",
  "load_dir": "/shared/tiny-chat-a",
  "model_dir": "/shared/tiny-chat-a",
  "port": 8000,

@@ -5,6 +5,7 @@ readonly PYTHON=/root/ml-env/bin/python3
 readonly TOOLS_DIR=/usr/local/lib/vllm-fleet
 readonly UNIT_SHA256=0ac4faaa1f17e48be70574fd57ea4cd3e67ed523605b24cd6d9bd7e1bf6e2c2f
 readonly PLAN='{
+ "access_dir": "/etc/vllm-fleet/frontdoor/access/prod.primary",
  "backend_ports": [
   18000,
   28000
@@ -25,6 +26,7 @@ readonly PLAN='{
  ],
  "gpus_needed": 8,
  "journal_lines": 40,
+ "keys_file": "/etc/vllm-fleet/frontdoor/keys/prod.primary.conf",
  "load_dir": "/shared/kimi-k2.5-int4",
  "model_dir": "/shared/kimi-k2.5-int4",
  "port": 8000,
