@@ -12,6 +12,7 @@ import pytest
 from openai import OpenAI
 from pulumi import automation as auto
 
+from sandbox import tiny_models
 from tests import engine, sandbox_env
 from tests.sandbox_env import on_host
 
@@ -55,16 +56,16 @@ def served_models() -> list[str]:
         return [m["id"] for m in json.load(response)["data"]]
 
 
-def chat(model: str) -> None:
-    """A chat completion through the real OpenAI client; the tiny model's random weights make the text
-    gibberish (possibly empty once special tokens are stripped), so check what the server did."""
+def chat(model: str, repo: str) -> None:
+    """A chat completion through the real OpenAI client: the tiny model answers with the sentence of the
+    repo it was generated as (sandbox/tiny_models.py), so the answer says which model serves."""
     client = OpenAI(base_url=ENDPOINT, api_key="unused", timeout=60, max_retries=1)
     reply = client.chat.completions.create(
-        model=model, messages=[{"role": "user", "content": "Hello!"}], max_tokens=8, temperature=0
+        model=model, messages=[{"role": "user", "content": "Hello!"}], max_tokens=32, temperature=0
     )
     assert reply.model == model
-    assert reply.usage is not None and reply.usage.completion_tokens >= 1
-    assert reply.choices[0].finish_reason in ("stop", "length")
+    assert reply.choices[0].message.content == tiny_models.SENTENCES[repo]
+    assert reply.choices[0].finish_reason == "stop"
 
 
 def test_deploy_from_scratch(e2e: E2E) -> None:
@@ -77,7 +78,7 @@ def test_deploy_from_scratch(e2e: E2E) -> None:
     assert outputs["endpoint"] == ENDPOINT and outputs["servedModelName"] == "e2e-tiny-a"
     assert outputs["unitName"] == "vllm-e2e-tiny-a.service" and outputs["modelPath"] == "/shared/e2e-tiny-a"
     assert served_models() == ["e2e-tiny-a"]
-    chat("e2e-tiny-a")
+    chat("e2e-tiny-a", "acme/tiny-chat-a")
     # The secret environment file exists and only root can read it.
     assert on_host("stat -c %a /etc/vllm-fleet/vllm-e2e-tiny-a.env").strip() == "600"
 
@@ -94,7 +95,7 @@ def test_swap_to_the_second_model(e2e: E2E) -> None:
         result = e2e.up()
     assert result.summary.result == "succeeded"
     assert served_models() == ["e2e-tiny-b"]
-    chat("e2e-tiny-b")
+    chat("e2e-tiny-b", "acme/tiny-chat-b")
     assert on_host("systemctl is-active vllm-e2e-tiny-b.service").strip() == "active"
     # The old unit is gone from the host, and so is every process it ran.
     assert on_host("test -e /etc/systemd/system/vllm-e2e-tiny-a.service || echo gone").strip() == "gone"
@@ -126,6 +127,7 @@ def test_swap_back_downloads_nothing(e2e: E2E) -> None:
     with e2e.phases.measure("swap_back"):
         e2e.up()
     assert served_models() == ["e2e-tiny-a"]
+    chat("e2e-tiny-a", "acme/tiny-chat-a")
     assert sandbox_env.resolve_requests(sandbox_env.mirror("/_mirror/stats")) == []
     assert on_host("test -e /shared/e2e-tiny-b || echo gone").strip() == "gone"
     assert on_host("test -d /shared/e2e-tiny-a && echo kept").strip() == "kept"
