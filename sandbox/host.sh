@@ -136,13 +136,20 @@ die() {
 }
 elapsed() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1fs", b - a }'; }
 
-# timed LABEL CMD...: run CMD, print how long it took.
+# The build's stages in the order build runs them, so each progress line can say what comes next.
+BUILD_STAGES=("debootstrap" "system config" "openssh-server" "CA certificates" "nvidia-smi stand-in"
+  "vLLM (sandbox/install-vllm.sh)")
+# timed LABEL CMD...: run CMD; say what it is and what comes next, then how long it and the build took.
 timed() {
-  local label="$1" t0="$EPOCHREALTIME"
+  local label="$1" t0="$EPOCHREALTIME" next="" i
   shift
-  say "$label ..."
+  for i in "${!BUILD_STAGES[@]}"; do
+    [[ "${BUILD_STAGES[i]}" == "$label" ]] && next="${BUILD_STAGES[i + 1]:-}"
+  done
+  TIMED_T0="${TIMED_T0:-$t0}"
+  say "$label ...${next:+ (next: $next)}"
   "$@"
-  say "$label: done in $(elapsed "$t0")"
+  say "$label: done in $(elapsed "$t0"), $(elapsed "$TIMED_T0") so far${next:+; next: $next}"
 }
 
 need_root() { [[ $EUID -eq 0 ]] || die "must run as root (debootstrap, mount, ip netns, systemd-nspawn)"; }
