@@ -28,6 +28,8 @@ class VllmServiceArgs:
     # Rolling swaps: deployments whose activation (a swap, when the model changed) must have finished,
     # so this one stops serving only once they serve again.
     after: Sequence[VllmService] = ()
+    # Drift repairs (components/host_survey.repairs): a count one above the host's re-activates.
+    repairs: int = 0
 
 
 def endpoint_url(rd: ResolvedDeployment) -> str:
@@ -70,7 +72,7 @@ class VllmService(pulumi.ComponentResource):
         self.serving = remote_step(
             f"{name}-serving",
             target,
-            create=render.activate_script(rd, args.stack),
+            create=render.activate_script(rd, args.stack, args.repairs),
             delete=render.deactivate_script(rd, args.stack),
             parent=self,
             depends_on=[self.unit, *(earlier.serving for earlier in args.after)],

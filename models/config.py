@@ -373,6 +373,16 @@ class Rollout(LocalBaseModel):
     max_unavailable: Annotated[int, Field(ge=1, le=1000)] = 1
 
 
+class SmokeBenchmark(LocalBaseModel):
+    """A short `vllm bench serve` (random prompts) through the front door after each deploy; its output
+    tokens/s, median TTFT and TPOT become the deployment's stack outputs."""
+
+    requests: Annotated[int, Field(ge=1, le=500)] = 8
+    input_len: Annotated[int, Field(ge=1, le=32768)] = 32
+    output_len: Annotated[int, Field(ge=1, le=8192)] = 16
+    concurrency: Annotated[int, Field(ge=1, le=256)] = 2
+
+
 class Deployment(LocalBaseModel):
     name: Name
     host: Name
@@ -420,6 +430,8 @@ class Deployment(LocalBaseModel):
     distributed_backend: DistributedBackend = DistributedBackend.MP
     # The head's rendezvous port (torch.distributed for mp, the Ray head for ray), on its cluster address.
     master_port: Annotated[int, Field(ge=1024, le=65535)] = 29500
+    # After each deploy: a smoke benchmark (null: none); see SmokeBenchmark.
+    smoke_benchmark: SmokeBenchmark | None = None
 
     @property
     def node_names(self) -> tuple[str, ...]:

@@ -132,6 +132,7 @@ def e2e_stack_file(
         gpus=gpus if gpus is not None else [3],
         port=port,
         publicUrl=api_url(port),
+        smokeBenchmark={"requests": 8, "inputLen": 32, "outputLen": 16, "concurrency": 2},
     )
     return yaml.safe_dump({"config": {f"vllm-fleet:{k}": v for k, v in raw.items()}}, sort_keys=False)
 

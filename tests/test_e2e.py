@@ -13,6 +13,7 @@ from openai import OpenAI
 from pulumi import automation as auto
 
 from sandbox import tiny_models
+from scripts import status
 from tests import engine, sandbox_env
 from tests.sandbox_env import on_host
 
@@ -83,13 +84,43 @@ def test_deploy_from_scratch(e2e: E2E) -> None:
     assert on_host("stat -c %a /etc/vllm-fleet/vllm-e2e-tiny-a.env").strip() == "600"
 
 
+def test_outputs_say_what_was_deployed(e2e: E2E) -> None:
+    report = e2e.stack.outputs()["deployments"].value["chat"]["report"]
+    assert report["endpoint"] == ENDPOINT and report["metricsUrl"] == ENDPOINT.removesuffix("/v1") + "/metrics"
+    assert report["vllmVersion"] == "0.32.0"
+    assert len(report["modelRevision"]) == 40 and report["modelState"] == "verified"
+    assert report["lastLoadSeconds"] > 0
+    bench = report["smokeBenchmark"]
+    assert bench["requests"] == 8 and bench["outputTokensPerSecond"] > 0 and bench["ttftMs"] > 0, bench
+    print(f"post-deploy numbers: {report}")
+
+
+def test_status_sees_a_hand_edit_and_up_restores_it(e2e: E2E) -> None:
+    deployments = e2e.stack.outputs()["deployments"].value
+    key = sandbox_env.SSH_KEY.read_text()
+    cache = e2e.work / ".cache" / "survey"
+    assert status.collect(STACK, deployments, key, cache)["chat"]["drift"] == []
+    unit = "/etc/systemd/system/vllm-e2e-tiny-a.service"
+    on_host(f"sed -i 's/^Description=.*/&, edited by hand/' {unit} && systemctl daemon-reload")
+    found = status.collect(STACK, deployments, key, cache)["chat"]
+    assert any("was edited on the host" in line for line in found["drift"]), found["drift"]
+    print(status.show("chat", found))
+    result = e2e.up()
+    assert result.summary.result == "succeeded"
+    assert "edited by hand" not in on_host(f"cat {unit}")
+    assert status.collect(STACK, deployments, key, cache)["chat"]["drift"] == []
+    chat("e2e-tiny-a", "acme/tiny-chat-a")
+    e2e.stack.preview(expect_no_changes=True)
+
+
 def test_swap_to_the_second_model(e2e: E2E) -> None:
     old_pids = on_host("systemctl show -p MainPID --value vllm-e2e-tiny-a.service").strip()
     e2e.set_model("e2e-tiny-b")
     preview = e2e.stack.preview(diff=True)
     # The new model's download (a component and its step), and the deployment's two steps; nothing else.
     assert preview.change_summary.get(auto.OpType.CREATE) == 2, preview.change_summary
-    assert preview.change_summary.get(auto.OpType.UPDATE) == 2, preview.change_summary
+    # ... and the report step, which runs again after the swap.
+    assert preview.change_summary.get(auto.OpType.UPDATE) == 3, preview.change_summary
     assert set(preview.change_summary) <= {auto.OpType.CREATE, auto.OpType.UPDATE, auto.OpType.SAME}
     with e2e.phases.measure("swap"):
         result = e2e.up()
@@ -122,7 +153,7 @@ def test_swap_back_downloads_nothing(e2e: E2E) -> None:
     preview = e2e.stack.preview()
     # Back to the kept model: the deployment's two steps change, and tiny-b, served by nothing and not
     # kept, is removed (component and step) once the swap succeeded.
-    assert preview.change_summary.get(auto.OpType.UPDATE) == 2, preview.change_summary
+    assert preview.change_summary.get(auto.OpType.UPDATE) == 3, preview.change_summary
     assert preview.change_summary.get(auto.OpType.DELETE) == 2, preview.change_summary
     with e2e.phases.measure("swap_back"):
         e2e.up()
