@@ -87,7 +87,7 @@ def test_deploy_from_scratch(e2e: E2E) -> None:
 def test_outputs_say_what_was_deployed(e2e: E2E) -> None:
     report = e2e.stack.outputs()["deployments"].value["chat"]["report"]
     assert report["endpoint"] == ENDPOINT and report["metricsUrl"] == ENDPOINT.removesuffix("/v1") + "/metrics"
-    assert report["vllmVersion"] == "0.32.0"
+    assert report["vllmVersion"].startswith("0.32.0")  # the CPU build says 0.32.0+cpu
     assert len(report["modelRevision"]) == 40 and report["modelState"] == "verified"
     assert report["lastLoadSeconds"] > 0
     bench = report["smokeBenchmark"]
