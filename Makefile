@@ -3,13 +3,14 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 ENV := source scripts/env.sh &&
 
-.PHONY: help setup up down test lint unit preview-prod bench
+.PHONY: help setup up down test lint unit preview-prod bench status
 
 help:
 	@echo "make up     set everything up and deploy the dev stack to the local sandbox, then chat with it"
 	@echo "make test   lint, unit tests and end-to-end tests against the sandbox"
 	@echo "make down   destroy the dev stack and tear the sandbox and mirror down"
 	@echo "make bench  benchmarks (after make up); writes bench/RESULTS.md"
+	@echo "make status what each deployment does now and its drift (STACK=dev, ARGS=--json)"
 
 setup:
 	@scripts/setup.sh
@@ -29,6 +30,9 @@ test: setup
 # Render the production stack without contacting its host (no SSH probe, commands never run in preview).
 preview-prod: setup
 	@scripts/preview-prod.sh
+
+status:
+	@$(ENV) $$VENV/python scripts/status.py --stack $${STACK:-dev} $(ARGS)
 
 bench: setup
 	@$(ENV) $$VENV/python -m bench.run $(ARGS)

@@ -10,6 +10,7 @@ from pulumi.runtime import config as runtime_config
 
 from components import cordon, host_survey, render
 from components.access import build_access, read_access
+from components.deploy_report import DeployReport, DeployReportArgs
 from components.front_door import FrontDoor, FrontDoorArgs
 from components.host import GpuHost, GpuHostArgs
 from components.model_download import ModelDownload, ModelDownloadArgs
@@ -100,6 +101,8 @@ for rd in resolved:
 CORDONED_STEPS.clear()  # filled by the steps declared below (a fresh module in every real run)
 # A cordoned host is not contacted at all: it may be down for repair.
 reachable = [h for h in stack.hosts if not h.cordon]
+# Per deployment, the drift-repair count its activation renders (components/host_survey.repairs).
+repairs: dict[str, int] = {}
 for host_config in stack.hosts:
     if host_config.cordon:
         pulumi.log.info(f"host {host_config.name!r} is cordoned: not contacted, no step runs there")
@@ -115,6 +118,15 @@ if not offline:
         on_host = [rd for rd in resolved if rd.host.name == host_config.name]
         found = surveys[host_config.name]
         errors, notes = host_survey.assess(pulumi.get_stack(), host_config, on_host, found)
+        for rd in on_host:
+            repairs[rd.deployment.name] = host_survey.repairs(pulumi.get_stack(), rd, found)
+            if repairs[rd.deployment.name] > int(
+                found.get("active", {}).get(f"{pulumi.get_stack()}.{rd.deployment.name}", {}).get("repairs") or 0
+            ):
+                pulumi.log.warn(
+                    f"deployment {rd.deployment.name!r}: {rd.unit_name} on host {host_config.name!r} is missing or was "
+                    "edited by hand; this update activates the stack's unit again"
+                )
         for note in notes:
             pulumi.log.warn(note)
         for forecast in host_survey.forecasts(pulumi.get_stack(), host_config, on_host, found):
@@ -171,8 +183,19 @@ for rd in resolved:
                 for node in rd.node_hosts[1:]
             ],
             access=access_steps[rd.deployment.name],
+            repairs=repairs.get(rd.deployment.name, 0),
         ),
     )
+# What each deployment serves after the deploy.
+reports = {
+    rd.deployment.name: DeployReport(
+        f"{rd.deployment.name}-report",
+        DeployReportArgs(
+            deployment=rd, stack=pulumi.get_stack(), host=hosts[rd.host.name], service=services[rd.deployment.name]
+        ),
+    )
+    for rd in resolved
+}
 for host_config in stack.hosts:
     if host_config.cordon:
         cordon.check_removals(host_config, CORDONED_STEPS.get(host_config.name, set()))
@@ -186,6 +209,8 @@ pulumi.export(
             "unitName": s.unit_name,
             "modelPath": s.model_path,
             "launch": s.launch,
+            "report": reports[name].numbers,
+            "status": reports[name].status,
         }
         for name, s in services.items()
     },

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import subprocess
 import tempfile
 import time
@@ -56,6 +57,16 @@ def cache_key(host: Host, deployments: Sequence[ResolvedDeployment]) -> str:
 
 
 def ssh_survey(host: Host, private_key: str, timeout: float = 60) -> dict[str, Any]:
+    survey: dict[str, Any] = json.loads(
+        ssh_python(host, private_key, SURVEY_SOURCE, [], timeout, "the survey of what runs there")
+    )
+    return survey
+
+
+def ssh_python(
+    host: Host, private_key: str, source: Path, args: Sequence[str], timeout: float = 60, what: str = "host/status.py"
+) -> str:
+    """Run a host program (standard library only) in the host's python3 over plain OpenSSH; its stdout."""
     with tempfile.TemporaryDirectory(prefix="vllm-fleet-survey-") as private:
         key_file = Path(private) / "key"
         key_file.touch(mode=0o600)
@@ -67,20 +78,20 @@ def ssh_survey(host: Host, private_key: str, timeout: float = 60) -> dict[str, A
             "ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={host.dial_timeout_seconds}",
             "-o", "IdentitiesOnly=yes", "-o", "LogLevel=ERROR", "-o", f"UserKnownHostsFile={known_hosts}",
             "-o", "StrictHostKeyChecking=" + ("yes" if host.host_key else "no"),
-            "-i", str(key_file), "-p", str(host.port), f"{host.user}@{host.address}", "python3 -",
+            "-i", str(key_file), "-p", str(host.port), f"{host.user}@{host.address}",
+            " ".join(["python3", "-", *(shlex.quote(a) for a in args)]),
         ]  # fmt: skip
         try:
             result = subprocess.run(
-                command, input=SURVEY_SOURCE.read_text(), capture_output=True, text=True, timeout=timeout, check=False
+                command, input=source.read_text(), capture_output=True, text=True, timeout=timeout, check=False
             )
         except subprocess.TimeoutExpired:
-            raise SurveyFailed(f"host {host.name!r}: the survey of what runs there took over {timeout:g} s") from None
+            raise SurveyFailed(f"host {host.name!r}: {what} took over {timeout:g} s") from None
     if result.returncode != 0:
         raise SurveyFailed(
-            f"host {host.name!r}: the survey of what runs there failed (exit {result.returncode}): {result.stderr.strip()[-400:]}"
+            f"host {host.name!r}: {what} failed (exit {result.returncode}): {result.stderr.strip()[-400:]}"
         )
-    survey: dict[str, Any] = json.loads(result.stdout)
-    return survey
+    return result.stdout
 
 
 def survey(
@@ -122,6 +133,24 @@ def survey_all(
     if failures:
         raise SurveyFailed("\n".join(failures))
     return {name: result for name, result in results.items() if not isinstance(result, SurveyFailed)}
+
+
+def repairs(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> int:
+    """The drift-repair count the deployment's activation step renders: the host's count (written by each
+    activation), plus one when its unit file is missing or differs from the rendered unit (edited by hand).
+    A changed count changes the step, so `pulumi up` re-activates and the swap puts the staged unit back;
+    once it has, the host's count equals the rendered one and nothing changes until the next drift."""
+    record = (found.get("active") or {}).get(f"{stack}.{rd.deployment.name}")
+    if not record:
+        return 0  # never activated here: the first activation runs anyway
+    done = int(record.get("repairs") or 0)
+    if record.get("unit") != rd.unit_name:
+        return done  # a swap to another unit is pending: it installs the unit anyway
+    unit = {u["name"]: u for u in found.get("units", [])}.get(rd.unit_name)
+    if unit is not None and "sha256" not in unit:
+        return done  # a survey from before unit digests
+    expected = hashlib.sha256(render.render_unit(rd, stack).text.encode()).hexdigest()
+    return done + 1 if unit is None or unit["sha256"] != expected else done
 
 
 def _holder(entry: dict[str, Any]) -> str:

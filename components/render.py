@@ -702,7 +702,7 @@ def swap_plan(rd: ResolvedDeployment, stack: str) -> dict[str, object]:
     }
 
 
-def activate_script(rd: ResolvedDeployment, stack: str) -> str:
+def activate_script(rd: ResolvedDeployment, stack: str, repairs: int = 0) -> str:
     plan = swap_plan(rd, stack)
     return render_script(
         "activate.sh",
@@ -711,6 +711,7 @@ def activate_script(rd: ResolvedDeployment, stack: str) -> str:
             "PYTHON": rd.host.runtime.python,
             "TOOLS_DIR": TOOLS_DIR,
             "UNIT_SHA256": str(plan["unit_sha256"]),
+            "REPAIRS": str(repairs),
             "PLAN": json.dumps(plan, sort_keys=True, indent=1),
         },
     )

@@ -32,6 +32,8 @@ class VllmServiceArgs:
     nodes: Sequence[tuple[GpuHost, ModelDownload]] = ()
     # Its access step (components/access.py): the site the swap writes includes its files.
     access: pulumi.Resource | None = None
+    # Drift repairs (components/host_survey.repairs): a count one above the host's re-activates.
+    repairs: int = 0
 
 
 def endpoint_url(rd: ResolvedDeployment) -> str:
@@ -105,7 +107,7 @@ class VllmService(pulumi.ComponentResource):
         self.serving = remote_step(
             f"{name}-serving",
             target,
-            create=render.activate_script(rd, args.stack),
+            create=render.activate_script(rd, args.stack, args.repairs),
             delete=render.deactivate_script(rd, args.stack),
             parent=self,
             depends_on=[

@@ -4,11 +4,13 @@
 The controller runs it over SSH while it evaluates the program (`pulumi preview` too), before the tools
 are installed, by piping this file into the host's python; the swap transaction runs it again right
 before it stops anything. It reports:
-  units       every vllm-*.service: active state, enabled, whether vllm-fleet manages it (its first line)
+  units       every vllm-*.service: active state, enabled, whether vllm-fleet manages it (its first line),
+              the sha256 of its unit file (a hand edit shows as drift against the rendered unit)
   listeners   TCP listening ports with the PID and systemd unit that holds them (`ss -ltnpH`)
   gpuHolders  processes nvidia-smi lists per GPU (`--query-compute-apps=pid,gpu_uuid,...` mapped to indices
               with `--query-gpu=index,uuid`), with their unit and command line
-  active      per deployment (stack.deployment), what its last swap left serving: unit, GPUs, engine port
+  active      per deployment (stack.deployment), what its last swap left serving: unit, GPUs, engine port,
+              and how many drift repairs its activations have made (the `repairs` file)
   memory      MemTotal and MemAvailable of /proc/meminfo, in MiB
 A process's unit is the last *.service of its cgroup path; a login session's scope or no cgroup means
 it belongs to no unit. Standard library only.
@@ -16,6 +18,7 @@ it belongs to no unit. Standard library only.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -112,11 +115,13 @@ def units() -> list[dict[str, Any]]:
             if "=" in line
         )
         fragment = props.get("FragmentPath", "")
-        first_line = ""
+        first_line, digest = "", None
         if fragment:
             try:
-                with open(fragment, encoding="utf-8", errors="replace") as handle:
-                    first_line = handle.readline()
+                with open(fragment, "rb") as raw:
+                    content = raw.read()
+                first_line = content.decode("utf-8", errors="replace").split("\n", 1)[0] + "\n"
+                digest = hashlib.sha256(content).hexdigest()
             except OSError:
                 pass
         owner = MANAGED_BY.match(first_line)
@@ -129,6 +134,7 @@ def units() -> list[dict[str, Any]]:
                 # stack.deployment of a vllm-fleet unit, from its first line
                 "owner": f"{owner.group(1)}.{owner.group(2)}" if owner else None,
                 "fragment": fragment,
+                "sha256": digest,
             }
         )
     return out
@@ -158,6 +164,11 @@ def active_records(state_root: str = STATE_ROOT) -> dict[str, Any]:
                 out[owner] = parse_active(handle.read())
         except OSError:
             continue
+        try:
+            with open(f"{base}/{owner}/repairs", encoding="utf-8") as handle:
+                out[owner]["repairs"] = int(handle.read().strip() or 0)
+        except (OSError, ValueError):
+            out[owner]["repairs"] = 0
         try:
             with open(f"{base}/{owner}/swap-result.json", encoding="utf-8") as handle:
                 timings = json.load(handle).get("timings", {})

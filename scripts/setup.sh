@@ -5,12 +5,18 @@
 set -euo pipefail
 # shellcheck source=scripts/env.sh
 source "$(dirname "$0")/env.sh"
+# shellcheck source=scripts/progress.sh
+source "$(dirname "$0")/progress.sh"
 cd "$VLLM_FLEET_ROOT"
 # The dev stack lives on the local backend, whatever backend the shell chose for shared stacks.
 export PULUMI_BACKEND_URL="$VLLM_FLEET_DEV_BACKEND_URL"
 
 started=$(date +%s)
 step() { echo "==> setup: $*"; }
+# Each long step: one progress line on the terminal, its output in this log (named when it fails).
+LOG=.tools/logs/setup.log
+mkdir -p "$(dirname "$LOG")"
+: >"$LOG"
 
 # System packages the tests and the sandbox need; apt runs only when one is missing.
 packages=(shellcheck systemd systemd-container debootstrap socat iproute2 openssh-client zstd curl ca-certificates openssl)
@@ -19,10 +25,10 @@ for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
-  step "installing system packages: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  progress setup "apt-get update" "installing ${missing[*]}" "$LOG" apt-get update -qq
+  progress setup "installing system packages: ${missing[*]}" "the Python venv" "$LOG" \
+    apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
 # PostgreSQL for the shared-state tests (sandbox/postgres.py runs a throwaway cluster of its own): Debian's
@@ -39,14 +45,14 @@ fi
 # The venv, keyed on the pinned dependencies in pyproject.toml.
 deps_hash=$(sha256sum pyproject.toml | cut -c1-16)
 if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.deps-stamp 2>/dev/null)" != "$deps_hash" ]; then
-  step "creating .venv with the pinned Python dependencies"
-  python3 -m venv .venv
+  progress setup "creating .venv" "installing the pinned Python dependencies" "$LOG" python3 -m venv .venv
   .venv/bin/python - <<'PY' > .venv/requirements.txt
 import tomllib
 project = tomllib.load(open("pyproject.toml", "rb"))["project"]
 print("\n".join(project["dependencies"] + project["optional-dependencies"]["dev"]))
 PY
-  .venv/bin/pip install -q -r .venv/requirements.txt
+  progress setup "installing the pinned Python dependencies into .venv" "the Pulumi engine" "$LOG" \
+    .venv/bin/pip install -q -r .venv/requirements.txt
   echo "$deps_hash" > .venv/.deps-stamp
 fi
 

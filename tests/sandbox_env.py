@@ -17,7 +17,8 @@ from tests.conftest import ROOT
 
 HOST_SH = ROOT / "sandbox" / "host.sh"
 MIRROR_SH = ROOT / "scripts" / "mirror.sh"
-MIRROR_URL = "http://127.0.0.1:18080"
+# The mirror of scripts/mirror.sh, on the port it and sandbox/host.sh read.
+MIRROR_URL = f"http://127.0.0.1:{os.environ.get('VLLM_FLEET_MIRROR_PORT', '18080')}"
 MIRROR_TOKEN = "hf_sandboxMirrorToken0000000000000000"
 SSH_KEY = ROOT / ".sandbox" / "ssh" / "id_ed25519"
 # The sandbox host the single-host end-to-end tests use: the dev sandbox, or (VLLM_FLEET_SANDBOX_NAME=fleet-N,
@@ -120,6 +121,7 @@ def e2e_stack_file(
     it can run beside a `make up` deployment of the dev stack on the same sandbox."""
     raw = dev_config()
     raw["sshPrivateKeyFile"] = str(SSH_KEY)
+    raw["hfEndpoint"] = MIRROR_URL
     raw["models"] = {
         "e2e-tiny-a": {"preset": "tiny-chat-a", "dir": "e2e-tiny-a", "revision": "main", "keep": True},
         "e2e-tiny-b": {"preset": "tiny-chat-b", "dir": "e2e-tiny-b", "revision": "main", "keep": False},
@@ -135,6 +137,7 @@ def e2e_stack_file(
         gpus=gpus if gpus is not None else [3],
         port=port,
         publicUrl=api_url(port),
+        smokeBenchmark={"requests": 8, "inputLen": 32, "outputLen": 16, "concurrency": 2},
     )
     return yaml.safe_dump({"config": {f"vllm-fleet:{k}": v for k, v in raw.items()}}, sort_keys=False)
 

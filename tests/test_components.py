@@ -38,6 +38,7 @@ def test_prod_graph(prod: dict[str, Registered]) -> None:
         "gpu-01-tools",
         *(f"gpu-01-tools-{group}" for group in sorted(render.TOOL_GROUPS)),
         "primary-access-files",
+        "primary-report-run",
         "primary-serving",
         "primary-unit",
         "shared-kimi-k2.5-int4-files",
@@ -51,6 +52,7 @@ def test_dev_graph() -> None:
     dev = run_program("dev", read_stack_file(ROOT / "Pulumi.dev.yaml"))
     assert sorted(commands(dev)) == [
         "chat-access-files",
+        "chat-report-run",
         "chat-serving",
         "chat-unit",
         "sandbox-front-door-proxy",
@@ -138,7 +140,12 @@ def test_prod_swap_changes_only_the_deployment(prod: dict[str, Registered]) -> N
     raw["deployments"][0].update({"model": "minimax-m2.5", "gpus": [0, 1, 2, 3]})
     swapped = run_program("prod", raw)
     # MiniMax is already on disk (keep: true) and Kimi stays kept: nothing to download or delete.
-    assert changed(prod, swapped) == {"primary-serving": "update", "primary-unit": "update"}
+    # The report step holds the unit's digest: it runs again after the swap.
+    assert changed(prod, swapped) == {
+        "primary-report-run": "update",
+        "primary-serving": "update",
+        "primary-unit": "update",
+    }
     unit = swapped["primary-unit"].inputs["create"]
     assert (
         "ExecStart=/root/ml-env/bin/python3 -m vllm.entrypoints.openai.api_server --model /shared/minimax-m2.5" in unit
@@ -156,6 +163,7 @@ def test_swap_to_a_model_not_on_disk_adds_its_download() -> None:
     raw["models"]["tiny-chat-a"]["keep"] = False
     after = run_program("dev", raw)
     assert changed(before, after) == {
+        "chat-report-run": "update",
         "chat-serving": "update",
         "chat-unit": "update",
         "shared-layout": "update",  # the kept list loses tiny-chat-a, so its removal deletes the files
@@ -263,6 +271,7 @@ def test_a_deployment_across_hosts_has_a_step_pair_per_node(fleet_raw: dict[str,
         "across-unit": 2231,
         "across-serving": 2231,
         "across-access-files": 2231,
+        "across-report-run": 2231,
         "across-node1-unit": 2232,
         "across-node1-serving": 2232,
     }

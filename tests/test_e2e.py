@@ -12,6 +12,8 @@ import pytest
 from openai import OpenAI
 from pulumi import automation as auto
 
+from sandbox import tiny_models
+from scripts import status
 from tests import engine, sandbox_env
 from tests.sandbox_env import on_host
 
@@ -55,16 +57,16 @@ def served_models() -> list[str]:
         return [m["id"] for m in json.load(response)["data"]]
 
 
-def chat(model: str) -> None:
-    """A chat completion through the real OpenAI client; the tiny model's random weights make the text
-    gibberish (possibly empty once special tokens are stripped), so check what the server did."""
+def chat(model: str, repo: str) -> None:
+    """A chat completion through the real OpenAI client: the tiny model answers with the sentence of the
+    repo it was generated as (sandbox/tiny_models.py), so the answer says which model serves."""
     client = OpenAI(base_url=ENDPOINT, api_key="unused", timeout=60, max_retries=1)
     reply = client.chat.completions.create(
-        model=model, messages=[{"role": "user", "content": "Hello!"}], max_tokens=8, temperature=0
+        model=model, messages=[{"role": "user", "content": "Hello!"}], max_tokens=32, temperature=0
     )
     assert reply.model == model
-    assert reply.usage is not None and reply.usage.completion_tokens >= 1
-    assert reply.choices[0].finish_reason in ("stop", "length")
+    assert reply.choices[0].message.content == tiny_models.SENTENCES[repo]
+    assert reply.choices[0].finish_reason == "stop"
 
 
 def test_deploy_from_scratch(e2e: E2E) -> None:
@@ -77,9 +79,38 @@ def test_deploy_from_scratch(e2e: E2E) -> None:
     assert outputs["endpoint"] == ENDPOINT and outputs["servedModelName"] == "e2e-tiny-a"
     assert outputs["unitName"] == "vllm-e2e-tiny-a.service" and outputs["modelPath"] == "/shared/e2e-tiny-a"
     assert served_models() == ["e2e-tiny-a"]
-    chat("e2e-tiny-a")
+    chat("e2e-tiny-a", "acme/tiny-chat-a")
     # The secret environment file exists and only root can read it.
     assert on_host("stat -c %a /etc/vllm-fleet/vllm-e2e-tiny-a.env").strip() == "600"
+
+
+def test_outputs_say_what_was_deployed(e2e: E2E) -> None:
+    report = e2e.stack.outputs()["deployments"].value["chat"]["report"]
+    assert report["endpoint"] == ENDPOINT and report["metricsUrl"] == ENDPOINT.removesuffix("/v1") + "/metrics"
+    assert report["vllmVersion"].startswith("0.32.0")  # the CPU build says 0.32.0+cpu
+    assert len(report["modelRevision"]) == 40 and report["modelState"] == "verified"
+    assert report["lastLoadSeconds"] > 0
+    bench = report["smokeBenchmark"]
+    assert bench["requests"] == 8 and bench["outputTokensPerSecond"] > 0 and bench["ttftMs"] > 0, bench
+    print(f"post-deploy numbers: {report}")
+
+
+def test_status_sees_a_hand_edit_and_up_restores_it(e2e: E2E) -> None:
+    deployments = e2e.stack.outputs()["deployments"].value
+    key = sandbox_env.SSH_KEY.read_text()
+    cache = e2e.work / ".cache" / "survey"
+    assert status.collect(STACK, deployments, key, cache)["chat"]["drift"] == []
+    unit = "/etc/systemd/system/vllm-e2e-tiny-a.service"
+    on_host(f"sed -i 's/^Description=.*/&, edited by hand/' {unit} && systemctl daemon-reload")
+    found = status.collect(STACK, deployments, key, cache)["chat"]
+    assert any("was edited on the host" in line for line in found["drift"]), found["drift"]
+    print(status.show("chat", found))
+    result = e2e.up()
+    assert result.summary.result == "succeeded"
+    assert "edited by hand" not in on_host(f"cat {unit}")
+    assert status.collect(STACK, deployments, key, cache)["chat"]["drift"] == []
+    chat("e2e-tiny-a", "acme/tiny-chat-a")
+    e2e.stack.preview(expect_no_changes=True)
 
 
 def test_swap_to_the_second_model(e2e: E2E) -> None:
@@ -88,13 +119,14 @@ def test_swap_to_the_second_model(e2e: E2E) -> None:
     preview = e2e.stack.preview(diff=True)
     # The new model's download (a component and its step), and the deployment's two steps; nothing else.
     assert preview.change_summary.get(auto.OpType.CREATE) == 2, preview.change_summary
-    assert preview.change_summary.get(auto.OpType.UPDATE) == 2, preview.change_summary
+    # ... and the report step, which runs again after the swap.
+    assert preview.change_summary.get(auto.OpType.UPDATE) == 3, preview.change_summary
     assert set(preview.change_summary) <= {auto.OpType.CREATE, auto.OpType.UPDATE, auto.OpType.SAME}
     with e2e.phases.measure("swap"):
         result = e2e.up()
     assert result.summary.result == "succeeded"
     assert served_models() == ["e2e-tiny-b"]
-    chat("e2e-tiny-b")
+    chat("e2e-tiny-b", "acme/tiny-chat-b")
     assert on_host("systemctl is-active vllm-e2e-tiny-b.service").strip() == "active"
     # The old unit is gone from the host, and so is every process it ran.
     assert on_host("test -e /etc/systemd/system/vllm-e2e-tiny-a.service || echo gone").strip() == "gone"
@@ -121,11 +153,12 @@ def test_swap_back_downloads_nothing(e2e: E2E) -> None:
     preview = e2e.stack.preview()
     # Back to the kept model: the deployment's two steps change, and tiny-b, served by nothing and not
     # kept, is removed (component and step) once the swap succeeded.
-    assert preview.change_summary.get(auto.OpType.UPDATE) == 2, preview.change_summary
+    assert preview.change_summary.get(auto.OpType.UPDATE) == 3, preview.change_summary
     assert preview.change_summary.get(auto.OpType.DELETE) == 2, preview.change_summary
     with e2e.phases.measure("swap_back"):
         e2e.up()
     assert served_models() == ["e2e-tiny-a"]
+    chat("e2e-tiny-a", "acme/tiny-chat-a")
     assert sandbox_env.resolve_requests(sandbox_env.mirror("/_mirror/stats")) == []
     assert on_host("test -e /shared/e2e-tiny-b || echo gone").strip() == "gone"
     assert on_host("test -d /shared/e2e-tiny-a && echo kept").strip() == "kept"

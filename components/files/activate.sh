@@ -9,8 +9,12 @@
 # deployment), shows its journal as it goes and exits with its result.
 set -euo pipefail
 : "$UNIT_SHA256" # the staged unit this activation is for; its change is what re-runs this step
+# Drift repairs: one more than the host's count when the survey found the unit file edited or removed by
+# hand, which re-runs this step; the swap then puts the staged unit back.
+: "$REPAIRS"
 
 install -d -m 0700 "$STATE_DIR"
+printf '%s\n' "$REPAIRS" > "$STATE_DIR/repairs"
 printf '%s\n' "$PLAN" > "$STATE_DIR/swap-plan.json.tmp"
 mv -f "$STATE_DIR/swap-plan.json.tmp" "$STATE_DIR/swap-plan.json"
 exec "$PYTHON" "$TOOLS_DIR/swap" start --plan "$STATE_DIR/swap-plan.json"

@@ -56,7 +56,8 @@ def test_cli_writes_both_repos_deterministically(tmp_path: Path) -> None:
     a = {k.split("/", 2)[2]: v for k, v in outputs[0].items() if k.startswith("acme/tiny-chat-a/")}
     b = {k.split("/", 2)[2]: v for k, v in outputs[0].items() if k.startswith("acme/tiny-chat-b/")}
     assert set(a) == set(b)
-    # Different seeds: different weights, same everything else but the model card (which names the repo).
+    # Different seeds and sentences: different weights, same everything else but the model card (which names
+    # the repo and its sentence).
     for name, content in a.items():
         if name.endswith(".safetensors") or name == "README.md":
             assert content != b[name], name
@@ -83,7 +84,7 @@ def test_config_is_a_small_llama_vllm_can_serve(tmp_path: Path) -> None:
     assert config["head_dim"] == config["hidden_size"] // config["num_attention_heads"] == 32
     assert config["intermediate_size"] == 128
     assert config["num_hidden_layers"] == 2
-    assert 259 <= config["vocab_size"] <= 320
+    assert config["vocab_size"] == config["hidden_size"], "one-hot embeddings: one dimension per token"
     assert config["max_position_embeddings"] == 2048
     assert config["tie_word_embeddings"] is False
     assert config["torch_dtype"] == "bfloat16"
@@ -139,8 +140,7 @@ def test_shards_and_index_are_consistent(tmp_path: Path, dtype: tiny_models.Dtyp
     assert index["metadata"]["total_size"] == total
 
 
-def test_weights_are_small_random_values_and_norms_are_one(tmp_path: Path) -> None:
-    repo = generate(tmp_path, "acme/tiny", 5)
+def read_tensors(repo: Path) -> dict[str, list[float]]:
     index = json.loads((repo / "model.safetensors.index.json").read_text())
     tensors: dict[str, list[float]] = {}
     for shard in sorted(set(index["weight_map"].values())):
@@ -149,11 +149,16 @@ def test_weights_are_small_random_values_and_norms_are_one(tmp_path: Path) -> No
             if name != "__metadata__":
                 start, stop = info["data_offsets"]
                 tensors[name] = bf16_values(data[start:stop])
+    return tensors
+
+
+def test_random_weights_are_small_and_norms_are_one(tmp_path: Path) -> None:
+    tensors = read_tensors(generate(tmp_path, "acme/tiny", 5))
     assert set(tensors["model.norm.weight"]) == {1.0}
     assert set(tensors["model.layers.0.input_layernorm.weight"]) == {1.0}
-    embed = tensors["model.embed_tokens.weight"]
-    mean = sum(embed) / len(embed)
-    std = math.sqrt(sum((x - mean) ** 2 for x in embed) / len(embed))
+    gate = tensors["model.layers.1.mlp.gate_proj.weight"]
+    mean = sum(gate) / len(gate)
+    std = math.sqrt(sum((x - mean) ** 2 for x in gate) / len(gate))
     assert abs(mean) < 0.002
     assert 0.018 < std < 0.022
     assert all(math.isfinite(x) for values in tensors.values() for x in values)
@@ -161,20 +166,62 @@ def test_weights_are_small_random_values_and_norms_are_one(tmp_path: Path) -> No
     assert tensors["model.layers.0.self_attn.q_proj.weight"] != tensors["model.layers.0.self_attn.k_proj.weight"]
 
 
-def test_tokenizer_files_describe_a_byte_level_bpe_with_chat_template(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["acme/tiny-chat-a", "acme/tiny-chat-b", "acme/other"])
+def test_greedy_decoding_of_the_weights_says_the_sentence(tmp_path: Path, name: str) -> None:
+    """The forward pass these weights make, in plain Python: every block writes zeros into the residual
+    stream, so the logits are lm_head x RMSNorm(embedding of the current token); its argmax chain from any
+    prompt token, decoded as the tokenizer's decoder does, is the sentence, then <|im_end|>."""
+    repo = generate(tmp_path, name, 7)
+    tensors = read_tensors(repo)
+    config = json.loads((repo / "config.json").read_text())
+    h, vocab_size = config["hidden_size"], config["vocab_size"]
+    for layer in range(config["num_hidden_layers"]):
+        assert set(tensors[f"model.layers.{layer}.self_attn.o_proj.weight"]) == {0.0}
+        assert set(tensors[f"model.layers.{layer}.mlp.down_proj.weight"]) == {0.0}
+    embed, head = tensors["model.embed_tokens.weight"], tensors["lm_head.weight"]
+
+    def next_token(token: int) -> int:
+        x = embed[token * h : (token + 1) * h]
+        rms = math.sqrt(sum(v * v for v in x) / h + config["rms_norm_eps"])
+        normed = [v / rms for v in x]
+        logits = [sum(w * v for w, v in zip(head[j * h : (j + 1) * h], normed, strict=True)) for j in range(vocab_size)]
+        best = max(logits)
+        assert sorted(logits)[-2] < best - 20, "a wide margin, so sampling follows the table too"
+        return logits.index(best)
+
+    tok = json.loads((repo / "tokenizer.json").read_text(encoding="utf-8"))
+    by_id = {i: t for t, i in tok["model"]["vocab"].items()} | {t["id"]: t["content"] for t in tok["added_tokens"]}
+    im_end = next(t["id"] for t in tok["added_tokens"] if t["content"] == "<|im_end|>")
+    for prompt_end in ("<unk>", "<|im_start|>", "<|reserved_special_token_0|>"):
+        token = next(i for i, t in by_id.items() if t == prompt_end)
+        said = []
+        for _ in range(32):
+            token = next_token(token)
+            if token == im_end:
+                break
+            said.append(by_id[token])
+        text = "".join(said).replace(tok["decoder"]["pattern"]["String"], tok["decoder"]["content"])
+        assert text == tiny_models.sentence_of(name), prompt_end
+    assert name.rsplit("/", 1)[-1] in tiny_models.sentence_of(name)
+
+
+def test_the_two_models_say_different_sentences() -> None:
+    a, b = (tiny_models.sentence_of(name) for name, _ in tiny_models.DEFAULT_REPOS)
+    assert a != b and "tiny-chat-a" in a and "tiny-chat-b" in b
+
+
+def test_tokenizer_files_describe_a_word_level_model_with_chat_template(tmp_path: Path) -> None:
     repo = generate(tmp_path, "acme/tiny", 1)
     config = json.loads((repo / "config.json").read_text())
     tok = json.loads((repo / "tokenizer.json").read_text(encoding="utf-8"))
-    assert tok["model"]["type"] == "BPE"
-    assert tok["model"]["merges"] == []
+    assert tok["model"]["type"] == "WordLevel"
+    assert tok["model"]["unk_token"] in tok["model"]["vocab"]
     vocab = tok["model"]["vocab"]
-    assert sorted(vocab.values()) == list(range(256))
-    assert tok["pre_tokenizer"]["type"] == "ByteLevel"
-    assert tok["decoder"]["type"] == "ByteLevel"
     added = {t["content"]: t["id"] for t in tok["added_tokens"]}
     for special in ("<|begin_of_text|>", "<|end_of_text|>", "<|im_start|>", "<|im_end|>"):
         assert special in added
-    assert sorted(added.values()) == list(range(256, config["vocab_size"])), "every model id decodes to a token"
+    assert sorted([*vocab.values(), *added.values()]) == list(range(config["vocab_size"])), "every id decodes"
+    assert tok["decoder"]["type"] == "Replace"
     assert config["bos_token_id"] == added["<|begin_of_text|>"]
     assert config["eos_token_id"] == added["<|im_end|>"]
 
@@ -191,8 +238,7 @@ def test_tokenizer_files_describe_a_byte_level_bpe_with_chat_template(tmp_path: 
     assert (repo / "README.md").read_text().startswith("---\n")
 
 
-def test_byte_table_covers_every_byte_once() -> None:
-    # The GPT-2 byte table must be a bijection, or some bytes could not be encoded.
-    table = tiny_models._bytes_to_unicode()
-    assert sorted(table) == list(range(256))
-    assert len(set(table.values())) == 256
+def test_sentence_tokens_split_words_and_marks() -> None:
+    assert tiny_models.sentence_tokens("Hi there, tiny-chat-a: ok!") == [
+        "Hi", "\u2581there", ",", "\u2581tiny-chat-a", ":", "\u2581ok", "!",
+    ]  # fmt: skip

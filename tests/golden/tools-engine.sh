@@ -21,7 +21,7 @@ chmod 0755 /usr/local/lib/vllm-fleet/model-sync.vllm-fleet-tmp
 mv -f /usr/local/lib/vllm-fleet/model-sync.vllm-fleet-tmp /usr/local/lib/vllm-fleet/model-sync
 install -d -m 0755 /usr/local/lib/vllm-fleet
 cat > /usr/local/lib/vllm-fleet/survey.vllm-fleet-tmp <<'VLLM_FLEET_EOF'
-<218 lines, 8481 bytes, sha256 54357a5bb8a2d2e5e9e75ca69b9bb1ba82547c303627545a59e56deb31608836>
+<229 lines, 9084 bytes, sha256 f14377ccb74d41eb0d03571bcdba3535fd1bd4b0786f44b893970ae021e610b1>
 VLLM_FLEET_EOF
 chmod 0755 /usr/local/lib/vllm-fleet/survey.vllm-fleet-tmp
 mv -f /usr/local/lib/vllm-fleet/survey.vllm-fleet-tmp /usr/local/lib/vllm-fleet/survey

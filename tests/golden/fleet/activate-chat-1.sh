@@ -4,6 +4,7 @@ readonly STATE_DIR=/var/lib/vllm-fleet/deployments/fleet.chat-1
 readonly PYTHON=/opt/vllm-env/bin/python3
 readonly TOOLS_DIR=/usr/local/lib/vllm-fleet
 readonly UNIT_SHA256=a2191fc44d0a63b223f892fb5db5f6915d163212984a9840f2937d71b40fe035
+readonly REPAIRS=0
 readonly PLAN='{
  "access_dir": "/etc/vllm-fleet/frontdoor/access/fleet.chat-1",
  "backend_ports": [
@@ -49,8 +50,12 @@ readonly PLAN='{
 # deployment), shows its journal as it goes and exits with its result.
 set -euo pipefail
 : "$UNIT_SHA256" # the staged unit this activation is for; its change is what re-runs this step
+# Drift repairs: one more than the host's count when the survey found the unit file edited or removed by
+# hand, which re-runs this step; the swap then puts the staged unit back.
+: "$REPAIRS"
 
 install -d -m 0700 "$STATE_DIR"
+printf '%s\n' "$REPAIRS" > "$STATE_DIR/repairs"
 printf '%s\n' "$PLAN" > "$STATE_DIR/swap-plan.json.tmp"
 mv -f "$STATE_DIR/swap-plan.json.tmp" "$STATE_DIR/swap-plan.json"
 exec "$PYTHON" "$TOOLS_DIR/swap" start --plan "$STATE_DIR/swap-plan.json"

@@ -53,6 +53,7 @@ if [ -n "$staged" ] && [ -n "$STAGING_PATH" ] && [ "${staged#"$STAGING_PATH"/}" 
 fi
 owner="$STACK.$DEPLOYMENT"
 rm -f "$state_root/claims/$owner.json"
-rm -rf -- "$STATE_DIR/active" "$STATE_DIR/previous" "$STATE_DIR/swap-plan.json" "$STATE_DIR/swap-result.json"
+rm -rf -- "$STATE_DIR/active" "$STATE_DIR/previous" "$STATE_DIR/swap-plan.json" "$STATE_DIR/swap-result.json" \
+  "$STATE_DIR/repairs"
 rmdir /etc/vllm-fleet 2>/dev/null || true  # only when empty: the front door keeps its files
 log "removed"

@@ -1,0 +1,53 @@
+"""After each deploy, what the deployment serves, as stack outputs: a step that runs host/status.py on
+the host once the deployment serves (and the smoke benchmark when the deployment enables it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+
+from components import host_status
+from components.host import GpuHost
+from components.remote import remote_step
+from components.vllm_service import VllmService, endpoint_url
+from models.config import ResolvedDeployment
+
+
+@dataclass(frozen=True)
+class DeployReportArgs:
+    deployment: ResolvedDeployment
+    stack: str
+    host: GpuHost
+    service: VllmService
+
+
+class DeployReport(pulumi.ComponentResource):
+    numbers: pulumi.Output[dict[str, Any]]
+    status: pulumi.Output[dict[str, Any]]
+
+    TYPE = "vllm-fleet:index:DeployReport"
+
+    def __init__(self, name: str, args: DeployReportArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(self.TYPE, name, None, opts)
+        rd = args.deployment
+        entry = host_status.spec(rd, args.stack)
+        # Its script holds the unit's digest: a swap or a changed unit re-runs it, a no-op up does not.
+        self.step = remote_step(
+            f"{name}-run",
+            args.host.target,
+            create=host_status.report_script(entry, with_bench=entry["bench"] is not None),
+            parent=self,
+            depends_on=[args.service.serving],
+            timeout_seconds=900,
+            log_output=False,
+        )
+        owner = entry["owner"]
+        endpoint = endpoint_url(rd)
+        self.numbers = self.step.stdout.apply(
+            lambda out: host_status.numbers(endpoint, host_status.last_json(out).get("deployments", {}).get(owner, {}))
+        )
+        # What `make status` needs to ask the host and compare, from the outputs alone.
+        self.status = pulumi.Output.from_input(entry)
+        self.register_outputs({"numbers": self.numbers, "status": self.status})

@@ -1,0 +1,223 @@
+#!/usr/bin/env python3
+"""vllm-fleet status: what a host's deployments are doing now, read-only, as one JSON document on stdout.
+
+The controller pipes this file into the host's python3 over SSH (`make status`, scripts/status.py), and
+the post-deploy report step runs it after every deploy (its `--bench` runs the smoke benchmark). It takes
+one JSON argument, {"deployments": [{"owner": "stack.deployment", "unit", "stateDir", "modelDir", "python",
+"frontDoor": "http://addr:port", "gpus": [...], "servedName", "bench": null | {...}}]} and reports, per
+deployment:
+  unit        ActiveState, SubState, since (ActiveEnterTimestamp, or the last state change), enabled, the
+              sha256 of the unit file in /etc/systemd/system and of the staged one, whether the secret
+              environment file still equals the staged one
+  model       the manifest of model-sync (repo, revision, complete) and whether every file still has the
+              size and mtime it was verified with ("verified", "changed: FILES", "no manifest")
+  metrics     vllm:num_requests_running / waiting from the front door's /metrics (null when it does not answer)
+  vllmVersion the installed vllm distribution of the deployment's python
+  lastLoadSeconds  from the journal: the last start job of the unit, from "Starting" to "Started" (the unit's
+              ExecStartPost waits until the model serves, so this is the load time)
+  bench       the smoke benchmark (`vllm bench serve`, random prompts) when asked: output tokens/s, median
+              TTFT and TPOT in ms
+and once for the host: gpus (nvidia-smi index, memory used/total) and gpuHolders (from the installed survey
+tool: PID, unit, GPUs). Standard library only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import urllib.request
+from typing import Any
+
+UNIT_DIR = "/etc/systemd/system"
+ETC_DIR = "/etc/vllm-fleet"
+SURVEY_TOOL = "/usr/local/lib/vllm-fleet/survey"
+_METRIC = re.compile(r"^(vllm:num_requests_(?:running|waiting))(?:\{[^}]*\})?\s+([0-9.eE+-]+)$")
+
+
+def run(*args: str, timeout: float = 30) -> str:
+    try:
+        result = subprocess.run(args, capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return result.stdout if result.returncode == 0 else ""
+
+
+def sha256_of(path: str) -> str | None:
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.sha256(handle.read()).hexdigest()
+    except OSError:
+        return None
+
+
+def unit_facts(unit: str, state_dir: str) -> dict[str, Any]:
+    props = dict(
+        line.split("=", 1)
+        for line in run(
+            "systemctl", "show", unit, "--property=ActiveState,SubState,UnitFileState,ActiveEnterTimestamp,StateChangeTimestamp"
+        ).splitlines()
+        if "=" in line
+    )  # fmt: skip
+    stem = unit.removesuffix(".service")
+    env, staged_env = f"{ETC_DIR}/{stem}.env", f"{state_dir}/staged/{stem}.env"
+    return {
+        "activeState": props.get("ActiveState", "unknown"),
+        "subState": props.get("SubState", ""),
+        "since": props.get("ActiveEnterTimestamp") or props.get("StateChangeTimestamp") or "",
+        "enabled": props.get("UnitFileState", ""),
+        "fileSha256": sha256_of(f"{UNIT_DIR}/{unit}"),
+        "stagedSha256": sha256_of(f"{state_dir}/staged/{unit}"),
+        "envMatchesStaged": sha256_of(env) == sha256_of(staged_env) if os.path.exists(staged_env) else None,
+    }
+
+
+def model_facts(model_dir: str) -> dict[str, Any]:
+    try:
+        with open(f"{model_dir}/.vllm-fleet/manifest.json", encoding="utf-8") as handle:
+            manifest = json.load(handle)
+    except (OSError, ValueError):
+        return {"dir": model_dir, "repo": None, "revision": None, "state": "no manifest"}
+    changed = []
+    for rel, recorded in (manifest.get("files") or {}).items():
+        try:
+            st = os.stat(f"{model_dir}/{rel}")
+        except OSError:
+            changed.append(rel)
+            continue
+        if st.st_size != recorded.get("size") or st.st_mtime_ns != recorded.get("mtime_ns"):
+            changed.append(rel)
+    if not manifest.get("complete"):
+        state = "incomplete download"
+    elif changed:
+        state = "changed: " + ", ".join(sorted(changed)[:5])
+    else:
+        state = "verified"
+    return {"dir": model_dir, "repo": manifest.get("repo"), "revision": manifest.get("revision"), "state": state}
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        match = _METRIC.match(line.strip())
+        if match:
+            key = "running" if match.group(1).endswith("running") else "waiting"
+            found[key] = found.get(key, 0.0) + float(match.group(2))
+    return found
+
+
+def metrics(front_door: str) -> dict[str, float] | None:
+    try:
+        with urllib.request.urlopen(f"{front_door}/metrics", timeout=5) as response:
+            return parse_metrics(response.read().decode(errors="replace"))
+    except (OSError, ValueError):
+        return None
+
+
+def vllm_version(python: str) -> str | None:
+    out = run(python, "-c", "import importlib.metadata as m; print(m.version('vllm'))").strip()
+    return out or None
+
+
+def last_load_seconds(journal_json: str) -> float | None:
+    """From `journalctl -u UNIT -o json` lines: the last start job's "Starting" to its "Started" (seconds)."""
+    starting: int | None = None
+    loaded: float | None = None
+    for line in journal_json.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if entry.get("JOB_TYPE") != "start":
+            continue
+        at = int(entry.get("__REALTIME_TIMESTAMP", 0))
+        result = entry.get("JOB_RESULT")
+        if result is None:
+            starting = at
+        elif result == "done" and starting is not None:
+            loaded, starting = round((at - starting) / 1e6, 1), None
+    return loaded
+
+
+def bench(python: str, front_door: str, served_name: str, tokenizer: str, spec: dict[str, Any]) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="vllm-fleet-bench-") as out:
+        args = [
+            python, "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend", "openai",
+            "--base-url", front_door, "--model", served_name, "--tokenizer", tokenizer,
+            "--dataset-name", "random", "--random-input-len", str(spec["inputLen"]),
+            "--random-output-len", str(spec["outputLen"]), "--num-prompts", str(spec["requests"]),
+            "--max-concurrency", str(spec["concurrency"]), "--ignore-eos",
+            "--save-result", "--result-dir", out, "--result-filename", "result.json",
+        ]  # fmt: skip
+        env = {**os.environ, "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+        try:
+            done = subprocess.run(args, capture_output=True, text=True, timeout=600, check=False, env=env)
+            with open(f"{out}/result.json", encoding="utf-8") as handle:
+                result = json.load(handle)
+        except (OSError, ValueError, subprocess.TimeoutExpired) as error:
+            tail = done.stderr.strip().splitlines()[-3:] if "done" in locals() else []
+            return {"error": f"{error.__class__.__name__}: {error}; {' | '.join(tail)}"[:400]}
+    return {
+        "requests": result.get("completed"),
+        "outputTokensPerSecond": round(float(result.get("output_throughput", 0.0)), 1),
+        "ttftMs": round(float(result.get("median_ttft_ms", 0.0)), 1),
+        "tpotMs": round(float(result.get("median_tpot_ms", 0.0)), 2),
+    }
+
+
+def gpus() -> list[dict[str, int]]:
+    out = []
+    for line in run(
+        "nvidia-smi", "--query-gpu=index,memory.used,memory.total", "--format=csv,noheader,nounits"
+    ).splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) == 3 and all(c.isdigit() for c in cells):
+            out.append({"index": int(cells[0]), "usedMib": int(cells[1]), "totalMib": int(cells[2])})
+    return out
+
+
+def gpu_holders() -> list[dict[str, Any]]:
+    """The installed survey tool's view of GPU processes and their units (none when it is not installed)."""
+    if not os.path.isfile(SURVEY_TOOL):
+        return []
+    try:
+        found = json.loads(run(sys.executable, SURVEY_TOOL) or "{}")
+    except ValueError:
+        return []
+    return [{k: h.get(k) for k in ("pid", "unit", "gpus", "cmd")} for h in found.get("gpuHolders", [])]
+
+
+def report(spec: dict[str, Any], with_bench: bool) -> dict[str, Any]:
+    deployments = {}
+    for d in spec.get("deployments", []):
+        unit = d["unit"]
+        facts: dict[str, Any] = {
+            "unit": unit,
+            **unit_facts(unit, d["stateDir"]),
+            "model": model_facts(d["modelDir"]),
+            "metrics": metrics(d["frontDoor"]),
+            "vllmVersion": vllm_version(d["python"]),
+            "lastLoadSeconds": last_load_seconds(
+                run("journalctl", "-u", unit, "-o", "json", "--no-pager", "-n", "2000")
+            ),
+        }
+        if with_bench and d.get("bench"):
+            facts["bench"] = bench(d["python"], d["frontDoor"], d["servedName"], d["modelDir"], d["bench"])
+        deployments[d["owner"]] = facts
+    return {"deployments": deployments, "gpus": gpus(), "gpuHolders": gpu_holders()}
+
+
+def main(argv: list[str]) -> int:
+    with_bench = "--bench" in argv
+    spec = json.loads(next(a for a in argv if not a.startswith("--")))
+    json.dump(report(spec, with_bench), sys.stdout, sort_keys=True)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
