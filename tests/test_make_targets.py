@@ -1,0 +1,86 @@
+"""Every make target the README names works from a fresh clone: the cheap ones run there for real (help,
+setup, lint, preview-prod, status), the ones that deploy or test (up, test, down, bench) are checked to
+be wired to scripts that exist, since running them here would recurse into this very test run.
+
+The clone gets this checkout's built venv and engine (links), as a second `make setup` on one machine
+finds them by their stamps; everything else is the clone's own."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.usefixtures("pulumi_engine")
+
+README_TARGETS = sorted(set(re.findall(r"`make ([a-z-]+)", (ROOT / "README.md").read_text())))
+MAKEFILE_TARGETS = set(re.findall(r"^([a-z-]+):", (ROOT / "Makefile").read_text(), re.M))
+DEPLOYING = ("up", "test", "down", "bench")
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("fresh") / "vllm-fleet"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(path)], check=True, timeout=120)
+    for built in (".venv", ".tools"):
+        (path / built).symlink_to(ROOT / built)
+    return path
+
+
+def make(clone: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    # A shell of a fresh machine: none of this checkout's engine on PATH, nothing of its environment.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PULUMI_", "VLLM_FLEET_"))}
+    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if not p.endswith("/.tools/bin"))
+    # The engine's upstream sources sit beside this checkout, not beside the clone.
+    env["VLLM_FLEET_VENDOR_DIR"] = os.environ.get("VLLM_FLEET_VENDOR_DIR", str(ROOT.parent / "shared" / "vendor"))
+    return subprocess.run(
+        ["make", *args], cwd=clone, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def test_the_readme_names_only_targets_that_exist() -> None:
+    assert {"up", "test", "down", "bench", "preview-prod", "status", "setup"} <= set(README_TARGETS)
+    assert set(README_TARGETS) <= MAKEFILE_TARGETS, set(README_TARGETS) - MAKEFILE_TARGETS
+
+
+def test_help_setup_and_lint_run_in_a_fresh_clone(clone: Path) -> None:
+    assert "make up" in make(clone, "help").stdout
+    setup = make(clone, "setup")
+    assert setup.returncode == 0, setup.stdout + setup.stderr
+    assert "engine ready" in setup.stdout + setup.stderr and "==> setup: done" in setup.stdout
+    lint = make(clone, "lint")
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+def test_preview_prod_runs_in_a_fresh_clone(clone: Path) -> None:
+    result = make(clone, "preview-prod")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert re.search(r"\+ \d+ to create", result.stdout), result.stdout[-2000:]
+    assert "primary-serving" in result.stdout
+    # Offline: nothing in the clone changed, no stack state appeared.
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=clone, capture_output=True, text=True, check=True)
+    assert [line for line in status.stdout.splitlines() if not line.endswith((".venv", ".tools"))] == []
+
+
+def test_status_of_a_stack_that_was_never_deployed_says_so(clone: Path) -> None:
+    make(clone, "setup")
+    result = make(clone, "status")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    assert "no deployments" in (result.stdout + result.stderr)
+
+
+@pytest.mark.parametrize("target", DEPLOYING)
+def test_deploying_targets_are_wired_to_scripts_that_exist(clone: Path, target: str) -> None:
+    plan = make(clone, "-n", target)
+    assert plan.returncode == 0, plan.stderr
+    scripts = re.findall(r"scripts/[\w.-]+\.sh|-m (bench\.run)", plan.stdout)
+    assert scripts, plan.stdout
+    for script in re.findall(r"scripts/[\w.-]+\.sh", plan.stdout):
+        # env.sh is sourced; the others run
+        assert (clone / script).is_file() and (script.endswith("env.sh") or os.access(clone / script, os.X_OK))
