@@ -49,7 +49,9 @@ class DeploymentAccess(pulumi.ComponentResource):
         def bundle(values: list[object]) -> str:
             keys, tls_key = values
             assert isinstance(keys, Mapping)
-            text = render_access.keys_map(args.stack, rd.deployment.name, dict(keys), open_access)
+            # No key at all serves everyone who reaches the port (the preview refuses that for a production
+            # stack on a non-loopback address unless access.open says so); one key or more: only them.
+            text = render_access.keys_map(args.stack, rd.deployment.name, dict(keys), open_access or not keys)
             return render_access.stdin_bundle(text, tls_key if isinstance(tls_key, str) else None)
 
         stdin = pulumi.Output.all(args.api_keys, args.tls_private_key or "").apply(bundle)

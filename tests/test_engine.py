@@ -62,9 +62,9 @@ def test_real_engine_previews_the_dev_stack(tmp_path: Path) -> None:
     (work / ".sandbox" / "ssh" / "id_ed25519").write_text("placeholder, never used offline\n")
     dev = engine.stack(work, tmp_path / "state", "dev", env={"VLLM_FLEET_OFFLINE": "1"})
     result = dev.preview()
-    # The stack, 6 components (host, front door, storage, model, service, access) and their steps: 8, and
-    # one per group of tools.
-    expected = 1 + 6 + 8 + len(render.TOOL_GROUPS)
+    # The stack, 7 components (host, front door, storage, model, service, access, deploy report) and their
+    # steps: 9, and one per group of tools.
+    expected = 1 + 7 + 9 + len(render.TOOL_GROUPS)
     assert result.change_summary.get(auto.OpType.CREATE) == expected, result.change_summary
     dev.workspace.remove_stack("dev")
 

@@ -59,6 +59,8 @@ class Fleet:
         raw["vllm-fleet:models"] = MODELS
         for host in raw["vllm-fleet:hosts"]:
             host["cordon"] = host["name"] in cordon
+        # The two chat deployments (the stack's model across both hosts is tests/test_multinode.py's).
+        raw["vllm-fleet:deployments"] = [d for d in raw["vllm-fleet:deployments"] if d["name"] in ("chat-1", "chat-2")]
         for deployment in raw["vllm-fleet:deployments"]:
             host = deployment["host"]
             deployment.update(
