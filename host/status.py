@@ -11,7 +11,7 @@ deployment:
               environment file still equals the staged one
   model       the manifest of model-sync (repo, revision, complete) and whether every file still has the
               size and mtime it was verified with ("verified", "changed: FILES", "no manifest")
-  metrics     vllm:num_requests_running / waiting from the front door's /metrics (null when it does not answer)
+  metrics     vllm:num_requests_running / waiting from the engine's /metrics on loopback (null when it does not answer)
   vllmVersion the installed vllm distribution of the deployment's python
   lastLoadSeconds  from the journal: the last start job of the unit, from "Starting" to "Started" (the unit's
               ExecStartPost waits until the model serves, so this is the load time)
@@ -110,9 +110,23 @@ def parse_metrics(text: str) -> dict[str, float]:
     return found
 
 
-def metrics(front_door: str) -> dict[str, float] | None:
+def engine_url(unit: str, fallback: str) -> str:
+    """The serving engine on loopback, at the port its placement file names (the swap writes it): the
+    front door lets only listed addresses read /metrics and wants an API key for the API."""
+    path = f"/etc/vllm-fleet/{unit.removesuffix('.service')}.placement.env"
     try:
-        with urllib.request.urlopen(f"{front_door}/metrics", timeout=5) as response:
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("VLLM_FLEET_BACKEND_PORT="):
+                    return f"http://127.0.0.1:{int(line.split('=', 1)[1])}"
+    except (OSError, ValueError):
+        pass
+    return fallback
+
+
+def metrics(base_url: str) -> dict[str, float] | None:
+    try:
+        with urllib.request.urlopen(f"{base_url}/metrics", timeout=5) as response:
             return parse_metrics(response.read().decode(errors="replace"))
     except (OSError, ValueError):
         return None
@@ -195,18 +209,19 @@ def report(spec: dict[str, Any], with_bench: bool) -> dict[str, Any]:
     deployments = {}
     for d in spec.get("deployments", []):
         unit = d["unit"]
+        engine = engine_url(unit, d["frontDoor"])
         facts: dict[str, Any] = {
             "unit": unit,
             **unit_facts(unit, d["stateDir"]),
             "model": model_facts(d["modelDir"]),
-            "metrics": metrics(d["frontDoor"]),
+            "metrics": metrics(engine),
             "vllmVersion": vllm_version(d["python"]),
             "lastLoadSeconds": last_load_seconds(
                 run("journalctl", "-u", unit, "-o", "json", "--no-pager", "-n", "2000")
             ),
         }
         if with_bench and d.get("bench"):
-            facts["bench"] = bench(d["python"], d["frontDoor"], d["servedName"], d["modelDir"], d["bench"])
+            facts["bench"] = bench(d["python"], engine, d["servedName"], d["modelDir"], d["bench"])
         deployments[d["owner"]] = facts
     return {"deployments": deployments, "gpus": gpus(), "gpuHolders": gpu_holders()}
 

@@ -3,7 +3,7 @@
 Reads the stack's outputs (`pulumi stack output deployments`), asks each host once over SSH (host/status.py
 piped into its python3, read-only), and prints per deployment: the unit's state and since when, the model
 and revision on disk with its verification state, the GPUs and their memory, requests running and waiting
-(vLLM's /metrics through the front door), and drift. Exit status: 0 in line, 1 drift, 2 a host did not
+(vLLM's /metrics, from the engine on the host's loopback), and drift. Exit status: 0 in line, 1 drift, 2 a host did not
 answer or the stack has no deployments. On drift it drops that host's cached survey, so the next
 `pulumi up` looks afresh and activates the stack's unit again.
 """
