@@ -19,10 +19,11 @@ if ($vllm_fleet_key_cbd1a4c7f0fa71a7 = 0) {
 }
 '
 readonly METRICS_CONF='# Managed by vllm-fleet: who may read /metrics of dev.chat (access.metricsFrom).
+allow 127.0.0.1/32;
 deny all;
 '
 readonly CERTIFICATE=''
-readonly SUMMARY='TLS off, /metrics from nobody'
+readonly SUMMARY='TLS off, /metrics from 127.0.0.1/32'
 # vllm-fleet access: who may call a deployment through the front door. Writes its listen line and TLS
 # certificate, the key check of /v1/ and the /metrics allow list (rendered, in this script), and, from
 # stdin, its API keys' map and the TLS private key (0600 files, never in a command line); checks the
