@@ -43,7 +43,7 @@ class ModelDownload(pulumi.ComponentResource):
             f"{name}-files",
             args.storage.host.target,
             create=render.download_script(args.model_name, args.model, storage, host, args.hf_endpoint),
-            delete=render.download_delete_script(args.model_name, args.model, storage, host),
+            delete=render.download_delete_script(args.model_name, args.model, storage, host, pulumi.get_stack()),
             stdin=token_line,
             parent=self,
             depends_on=[args.storage.layout],

@@ -532,13 +532,23 @@ def storage_params(storage: Storage) -> dict[str, ParamValue]:
     }
 
 
-def storage_script(storage: Storage, kept_dirs: Sequence[str]) -> str:
-    return render_script("storage.sh", {**storage_params(storage), "KEEP_DIRS": sorted(kept_dirs)})
+def keep_list(storage: Storage, stack: str) -> str:
+    """The file that lists the model directories a stack keeps on a storage: one per stack, since stacks
+    share storage paths (the dev stack and the tests' on the sandbox's /shared) and each decides alone."""
+    return f"{storage.path}/.vllm-fleet-keep.{stack}"
 
 
-def storage_delete_script(storage: Storage) -> str:
+def storage_script(storage: Storage, kept_dirs: Sequence[str], stack: str) -> str:
+    params = {**storage_params(storage), "KEEP_DIRS": sorted(kept_dirs), "KEEP_LIST": keep_list(storage, stack)}
+    return render_script("storage.sh", params)
+
+
+def storage_delete_script(storage: Storage, stack: str) -> str:
     params = storage_params(storage)
-    return render_script("storage-delete.sh", {k: params[k] for k in ("STORAGE_PATH", "HF_HOME_DIR")})
+    return render_script(
+        "storage-delete.sh",
+        {**{k: params[k] for k in ("STORAGE_PATH", "HF_HOME_DIR")}, "KEEP_LIST": keep_list(storage, stack)},
+    )
 
 
 def download_params(
@@ -563,9 +573,12 @@ def download_script(model_name: str, model: ModelSpec, storage: Storage, host: H
     return render_script("download.sh", {k: v for k, v in params.items() if k != "STORAGE_PATH"})
 
 
-def download_delete_script(model_name: str, model: ModelSpec, storage: Storage, host: Host) -> str:
+def download_delete_script(model_name: str, model: ModelSpec, storage: Storage, host: Host, stack: str) -> str:
     params = download_params(model_name, model, storage, host, None)
-    return render_script("download-delete.sh", {k: params[k] for k in ("MODEL", "MODEL_DIR", "STORAGE_PATH")})
+    return render_script(
+        "download-delete.sh",
+        {**{k: params[k] for k in ("MODEL", "MODEL_DIR", "STORAGE_PATH")}, "KEEP_LIST": keep_list(storage, stack)},
+    )
 
 
 def args_check_spec(rd: ResolvedDeployment) -> str:

@@ -40,8 +40,8 @@ class SharedStorage(pulumi.ComponentResource):
         self.layout = remote_step(
             f"{name}-layout",
             args.host.target,
-            create=render.storage_script(args.storage, args.kept_dirs),
-            delete=render.storage_delete_script(args.storage),
+            create=render.storage_script(args.storage, args.kept_dirs, pulumi.get_stack()),
+            delete=render.storage_delete_script(args.storage, pulumi.get_stack()),
             parent=self,
             depends_on=args.host.installed,
             timeout_seconds=300,

@@ -40,13 +40,13 @@ def rendered_scripts(name: str) -> dict[str, str]:
     for host in config.hosts:
         scripts[f"preflight-{host.name}.sh"] = render.preflight_script(host)
     for store in config.storage:
-        scripts[f"storage-{store.name}.sh"] = render.storage_script(store, config.kept_dirs_on(store.name))
-        scripts[f"storage-delete-{store.name}.sh"] = render.storage_delete_script(store)
+        scripts[f"storage-{store.name}.sh"] = render.storage_script(store, config.kept_dirs_on(store.name), name)
+        scripts[f"storage-delete-{store.name}.sh"] = render.storage_delete_script(store, name)
         host = next(h for h in config.hosts if h.name == store.host)
         for model in config.wanted_models_on(store.name):
             spec = config.models[model]
             scripts[f"download-{model}.sh"] = render.download_script(model, spec, store, host, config.hf_endpoint)
-            scripts[f"download-delete-{model}.sh"] = render.download_delete_script(model, spec, store, host)
+            scripts[f"download-delete-{model}.sh"] = render.download_delete_script(model, spec, store, host, name)
     for rd in config.resolved_deployments():
         scripts[f"stage-{rd.deployment.name}.sh"] = render.stage_script(rd, name)
         scripts[f"stage-delete-{rd.deployment.name}.sh"] = render.stage_delete_script(rd, name)

@@ -238,7 +238,7 @@ def test_concurrent_up_is_refused_with_the_lock_owner_and_the_first_completes(te
     assert "error" not in outcome, outcome.get("error")
     assert outcome["result"].summary.result == "succeeded"
     assert team.locks() == []  # the refused run left no lock of its own
-    assert on_target(f"test -f {STORAGE}/.vllm-fleet-keep && echo present").strip() == "present"
+    assert on_target(f"test -f {STORAGE}/.vllm-fleet-keep.{STACK} && echo present").strip() == "present"
 
 
 def test_second_operator_sees_the_deployment_and_its_outputs(team: Team) -> None:
@@ -278,7 +278,7 @@ def test_killed_controller_leaves_a_lock_and_a_pending_create_that_cancel_and_re
     """The storage moves to a path where its layout step blocks on the host (a FIFO where it writes), so
     the step is in flight when the controller is killed, as a lost laptop would be."""
     team.configure(SECOND_STORAGE)
-    on_target(f"mkdir -p {SECOND_STORAGE} && mkfifo {SECOND_STORAGE}/.vllm-fleet-keep.tmp")
+    on_target(f"mkdir -p {SECOND_STORAGE} && mkfifo {SECOND_STORAGE}/.vllm-fleet-keep.{STACK}.tmp")
     log = team.first.work / "killed-up.log"
     process = subprocess.Popen(
         ["pulumi", "up", "--yes", "--skip-preview", "--stack", STACK],
@@ -299,8 +299,8 @@ def test_killed_controller_leaves_a_lock_and_a_pending_create_that_cancel_and_re
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
         engine.kill_orphans_of(team.first.work)
-        on_target(f"timeout 2 cat {SECOND_STORAGE}/.vllm-fleet-keep.tmp >/dev/null || true")
-        on_target(f"rm -f {SECOND_STORAGE}/.vllm-fleet-keep.tmp")
+        on_target(f"timeout 2 cat {SECOND_STORAGE}/.vllm-fleet-keep.{STACK}.tmp >/dev/null || true")
+        on_target(f"rm -f {SECOND_STORAGE}/.vllm-fleet-keep.{STACK}.tmp")
     assert len(team.locks()) == 1
     assert "team1-layout" in team.checkpoint().split('"pending_operations"')[1]
     # The other operator is refused, told whose lock it is: the dead run's.
@@ -317,5 +317,5 @@ def test_killed_controller_leaves_a_lock_and_a_pending_create_that_cancel_and_re
     assert '"pending_operations"' not in team.checkpoint()
     result = team.second.up()
     assert result.summary.result == "succeeded"
-    assert on_target(f"test -f {SECOND_STORAGE}/.vllm-fleet-keep && echo present").strip() == "present"
+    assert on_target(f"test -f {SECOND_STORAGE}/.vllm-fleet-keep.{STACK} && echo present").strip() == "present"
     team.first.stack.preview(expect_no_changes=True)

@@ -2,11 +2,10 @@
 # vllm-fleet model removal: runs when a model is no longer wanted (after the swap that replaced it
 # succeeded) or on destroy. Whether it stays is decided by the program that runs now, not the one
 # that downloaded it: the storage step wrote the current list of kept model directories (keep: true)
-# to $STORAGE_PATH/.vllm-fleet-keep before any removal runs.
+# to $KEEP_LIST (this stack's list) before any removal runs.
 set -euo pipefail
 
-keep_list="$STORAGE_PATH/.vllm-fleet-keep"
-if [ -f "$keep_list" ] && grep -qxF -- "${MODEL_DIR##*/}" "$keep_list"; then
+if [ -f "$KEEP_LIST" ] && grep -qxF -- "${MODEL_DIR##*/}" "$KEEP_LIST"; then
   echo "model $MODEL: kept on disk at $MODEL_DIR (keep: true)"
   exit 0
 fi

@@ -3,6 +3,6 @@
 # their own downloads; here only the layout this project created goes, and only when empty.
 set -euo pipefail
 
-rm -f "$STORAGE_PATH/.vllm-fleet-keep"
+rm -f "$KEEP_LIST"
 rmdir "$HF_HOME_DIR/hub" "$HF_HOME_DIR" 2>/dev/null || true
 echo "storage $STORAGE_PATH released (kept: it may hold data vllm-fleet does not manage)"

@@ -2,10 +2,11 @@
 # vllm-fleet storage-delete.sh: parameters rendered from the stack config
 readonly STORAGE_PATH=/shared
 readonly HF_HOME_DIR=/shared/huggingface
+readonly KEEP_LIST=/shared/.vllm-fleet-keep.fleet
 # vllm-fleet storage removal: leave the storage as it was found. Model directories are removed by
 # their own downloads; here only the layout this project created goes, and only when empty.
 set -euo pipefail
 
-rm -f "$STORAGE_PATH/.vllm-fleet-keep"
+rm -f "$KEEP_LIST"
 rmdir "$HF_HOME_DIR/hub" "$HF_HOME_DIR" 2>/dev/null || true
 echo "storage $STORAGE_PATH released (kept: it may hold data vllm-fleet does not manage)"
