@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make down`: destroy the dev stack (stops and removes the units on the sandbox), then take the mirror
-# and the sandbox host down so nothing of them is left: no process, mount or network namespace.
+# and the sandbox hosts (the dev one and any fleet-N) down so nothing of them is left: no process, mount
+# or network namespace.
 set -euo pipefail
 # shellcheck source=scripts/env.sh
 source "$(dirname "$0")/env.sh"
@@ -13,4 +14,6 @@ if [ -x .tools/bin/pulumi ] && sandbox/host.sh status >/dev/null 2>&1; then
 fi
 rm -f .state/dev-sandbox-instance
 scripts/mirror.sh down
+# The fleet's hosts too (`sandbox/host.sh fleet-up`, the fleet stack): they are thrown away with their state.
+sandbox/host.sh fleet-down
 sandbox/host.sh down
