@@ -19,7 +19,15 @@ from components.storage import SharedStorage, SharedStorageArgs
 from components.vllm_service import VllmService, VllmServiceArgs
 from models.backend import refusal
 from models.config import StackTier
-from models.loader import CONTROLLER_KEYS, KNOWN_KEYS, SECRET_KEYS, STRUCTURED_KEYS, ConfigError, parse_stack_config
+from models.loader import (
+    CONTROLLER_KEYS,
+    KNOWN_KEYS,
+    SECRET_KEYS,
+    STRUCTURED_KEYS,
+    ConfigError,
+    parse_stack_config,
+    read_key_file,
+)
 
 config = pulumi.Config("vllm-fleet")
 raw: dict[str, object] = {
@@ -68,14 +76,11 @@ offline = os.environ.get("VLLM_FLEET_OFFLINE") == "1"
 key_file = config.get("sshPrivateKeyFile")
 secret_key = config.get_secret("sshPrivateKey")
 if key_file is not None:
-    key_path = Path(key_file).expanduser()
-    if not key_path.is_file():
-        raise pulumi.RunError(
-            f"vllm-fleet:sshPrivateKeyFile: {key_file} does not exist on this machine; for the dev sandbox run "
-            "`sandbox/host.sh up` (it generates the key), otherwise fix the path"
-        )
-    # The key's text also serves the host survey, which runs before any resource exists.
-    key_text = key_path.read_text()
+    try:
+        # The key's text also serves the host survey, which runs before any resource exists.
+        key_text = read_key_file("sshPrivateKeyFile", key_file, "it generates the key")
+    except ConfigError as error:
+        raise pulumi.RunError(str(error)) from None
     private_key: pulumi.Input[str] = pulumi.Output.secret(key_text)
 elif secret_key is not None:
     key_text = runtime_config.get_config("vllm-fleet:sshPrivateKey") or ""

@@ -22,6 +22,7 @@ from components.host import GpuHost
 from components.remote import remote_step
 from models.access import access_problems, parse_api_keys
 from models.config import ResolvedDeployment, StackConfig
+from models.loader import ConfigError, read_key_file
 
 
 @dataclass(frozen=True)
@@ -90,13 +91,11 @@ def read_access(config: pulumi.Config, stack: StackConfig) -> AccessInputs:
     key_file = config.get("tlsPrivateKeyFile")
     tls_key: pulumi.Input[str] | None = config.get_secret("tlsPrivateKey")
     if key_file is not None:
-        path = Path(key_file).expanduser()
-        if not path.is_file():
-            raise pulumi.RunError(
-                f"vllm-fleet:tlsPrivateKeyFile: {key_file} does not exist on this machine; for the dev sandbox run "
-                "`sandbox/host.sh up` (it generates the sandbox's CA and certificate), otherwise fix the path"
-            )
-        tls_key = pulumi.Output.secret(path.read_text())
+        try:
+            text = read_key_file("tlsPrivateKeyFile", key_file, "it generates the sandbox's CA and certificate")
+        except ConfigError as error:
+            raise pulumi.RunError(str(error)) from None
+        tls_key = pulumi.Output.secret(text)
     certificate = None
     if stack.access.tls is not None:
         cert_path = Path(stack.access.tls.certificate_file).expanduser()

@@ -137,17 +137,24 @@ def describe(rd: ResolvedDeployment) -> str:
     return f"TLS {'on' if rd.access.tls else 'off'}, /metrics from {metrics}"
 
 
-def access_script(rd: ResolvedDeployment, stack: str, certificate: str | None) -> str:
-    name = rd.deployment.name
-    for network in rd.access.metrics_from:
-        ipaddress.ip_network(network)  # validated by the model; nginx gets nothing else
-    params: dict[str, ParamValue] = {
+def _files_params(stack: str, name: str) -> dict[str, ParamValue]:
+    """Where a deployment's access files live: what the access step writes and its delete removes."""
+    return {
         "OWNER": owner(stack, name),
         "ACCESS_DIR": access_dir(stack, name),
         "KEYS_FILE": keys_file(stack, name),
         "FRONT_DOOR_DIR": FRONT_DOOR_DIR,
         "FRONT_DOOR_UNIT": FRONT_DOOR_UNIT,
         "SITE": f"{FRONT_DOOR_DIR}/sites/{owner(stack, name)}.conf",
+    }
+
+
+def access_script(rd: ResolvedDeployment, stack: str, certificate: str | None) -> str:
+    name = rd.deployment.name
+    for network in rd.access.metrics_from:
+        ipaddress.ip_network(network)  # validated by the model; nginx gets nothing else
+    params: dict[str, ParamValue] = {
+        **_files_params(stack, name),
         "SEPARATOR": STDIN_SEPARATOR,
         "SERVER_CONF": server_conf(rd, stack),
         "API_CONF": api_conf(rd, stack),
@@ -159,15 +166,4 @@ def access_script(rd: ResolvedDeployment, stack: str, certificate: str | None) -
 
 
 def access_delete_script(rd: ResolvedDeployment, stack: str) -> str:
-    name = rd.deployment.name
-    return render_script(
-        "access-delete.sh",
-        {
-            "OWNER": owner(stack, name),
-            "ACCESS_DIR": access_dir(stack, name),
-            "KEYS_FILE": keys_file(stack, name),
-            "FRONT_DOOR_DIR": FRONT_DOOR_DIR,
-            "FRONT_DOOR_UNIT": FRONT_DOOR_UNIT,
-            "SITE": f"{FRONT_DOOR_DIR}/sites/{owner(stack, name)}.conf",
-        },
-    )
+    return render_script("access-delete.sh", _files_params(stack, rd.deployment.name))

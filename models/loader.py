@@ -140,6 +140,18 @@ def parse_stack_config(raw: Mapping[str, Any], catalog: Mapping[str, Mapping[str
         raise ConfigError(_format_validation_error(error)) from None
 
 
+def read_key_file(key: str, value: str, made_by: str) -> str:
+    """The text of a key file a `...File` config key names on this machine; a missing one is refused with
+    the key and the fix (the sandbox makes its own: `made_by` says what)."""
+    path = Path(value).expanduser()
+    if not path.is_file():
+        raise ConfigError(
+            f"{NAMESPACE}:{key}: {value} does not exist on this machine; for the dev sandbox run "
+            f"`sandbox/host.sh up` ({made_by}), otherwise fix the path"
+        )
+    return path.read_text()
+
+
 def read_stack_file(path: Path) -> dict[str, Any]:
     """The `vllm-fleet:` keys of a `Pulumi.<stack>.yaml`, namespace stripped, as the engine passes them."""
     with path.open(encoding="utf-8") as handle:
