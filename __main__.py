@@ -8,7 +8,7 @@ from pathlib import Path
 import pulumi
 from pulumi.runtime import config as runtime_config
 
-from components import cordon, host_survey, render
+from components import cordon, render
 from components.access import build_access, read_access
 from components.deploy_report import DeployReport, DeployReportArgs
 from components.front_door import FrontDoor, FrontDoorArgs
@@ -17,6 +17,7 @@ from components.model_download import ModelDownload, ModelDownloadArgs
 from components.remote import CORDONED_STEPS, HostUnreachable, probe_all
 from components.storage import SharedStorage, SharedStorageArgs
 from components.vllm_service import VllmService, VllmServiceArgs
+from controller import survey as host_survey
 from models.backend import refusal
 from models.config import StackTier
 from models.loader import (

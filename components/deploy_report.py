@@ -8,10 +8,10 @@ from typing import Any
 
 import pulumi
 
-from components import host_status
 from components.host import GpuHost
 from components.remote import remote_step
 from components.vllm_service import VllmService, endpoint_url
+from controller import status as host_status
 from models.config import ResolvedDeployment
 
 

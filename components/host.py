@@ -55,20 +55,18 @@ class GpuHost(pulumi.ComponentResource):
             depends_on=[self.preflight],
             timeout_seconds=300,
         )
-        # The tools in groups (render.TOOL_GROUPS). No delete: the files go with the directory, which the
-        # tools step removes once no deployment of any stack is left on the host.
-        self.tool_steps = [
-            remote_step(
-                f"{name}-tools-{group}",
-                self.target,
-                create=render.tool_group_script(group),
-                parent=self,
-                depends_on=[self.tools],
-                timeout_seconds=120,
-            )
-            for group in sorted(render.TOOL_GROUPS)
-        ]
+        # The host package (controller/host_bundle.py): one archive of every host tool, so a changed tool
+        # changes this one step. No delete: the files go with the directory, which the tools step removes
+        # once no deployment of any stack is left on the host.
+        self.package = remote_step(
+            f"{name}-tools-package",
+            self.target,
+            create=render.tools_package_script(),
+            parent=self,
+            depends_on=[self.tools],
+            timeout_seconds=120,
+        )
         # What a step that runs a tool waits for.
-        self.installed: list[pulumi.Resource] = [self.tools, *self.tool_steps]
+        self.installed: list[pulumi.Resource] = [self.tools, self.package]
         self.facts = self.preflight.stdout.apply(parse_facts)
         self.register_outputs({"facts": self.facts, "address": args.host.address})

@@ -8,16 +8,45 @@ in front of its body, so no value from config is ever spliced into shell syntax.
 
 from __future__ import annotations
 
+import base64
 import functools
 import hashlib
 import json
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from string import Template
+from typing import Any
 
+from controller import host_bundle
+
+# Re-exported: the steps, components and tests name these paths through this module too.
+from host.contract import (
+    BUNDLE_NAME as BUNDLE_NAME,
+)
+from host.contract import (
+    ETC_DIR as ETC_DIR,
+)
+from host.contract import (
+    FRONT_DOOR_DIR as FRONT_DOOR_DIR,
+)
+from host.contract import (
+    FRONT_DOOR_UNIT as FRONT_DOOR_UNIT,
+)
+from host.contract import (
+    TOOLS_DIR as TOOLS_DIR,
+)
+from host.contract import (
+    UNIT_DIR as UNIT_DIR,
+)
+from host.contract import (
+    Plan as Plan,
+)
+from host.contract import (
+    deployment_state_dir as deployment_state_dir,
+)
 from models.config import (
     ATTENTION_BACKEND_FLAG_SINCE,
     LOAD_STRATEGY_FLAG_SINCE,
@@ -33,32 +62,13 @@ from models.config import (
 )
 
 FILES = Path(__file__).with_name("files")
-# The programs that run on hosts (see host/__init__.py).
-HOST_PROGRAMS = Path(__file__).resolve().parent.parent / "host"
-
-TOOLS_DIR = "/usr/local/lib/vllm-fleet"
-STATE_DIR = "/var/lib/vllm-fleet"
-ETC_DIR = "/etc/vllm-fleet"
-# The front door: Debian's nginx run by its own unit with its own configuration, one site per deployment.
-FRONT_DOOR_UNIT = "vllm-fleet-frontdoor.service"
-FRONT_DOOR_DIR = f"{ETC_DIR}/frontdoor"
 # Engines listen on loopback only; the front door is the way in.
 ENGINE_ADDRESS = "127.0.0.1"
 # In ExecStart the engine's port is the placement's, expanded by systemd when the unit starts.
 ENGINE_PORT_VARIABLE = "${VLLM_FLEET_BACKEND_PORT}"
-UNIT_DIR = "/etc/systemd/system"
-# Host tools installed by the Host component; the unit and the steps' scripts call them by name.
-HOST_TOOLS: dict[str, Path] = {
-    "gpu-release-guard": HOST_PROGRAMS / "gpu_release_guard.py",
-    "wait-ready": HOST_PROGRAMS / "wait_ready.py",
-    "model-sync": HOST_PROGRAMS / "model_sync.py",
-    "vllm-args-check": HOST_PROGRAMS / "vllm_args_check.py",
-    "swap": HOST_PROGRAMS / "swap.py",
-    "survey": HOST_PROGRAMS / "survey.py",
-    "prewarm": HOST_PROGRAMS / "prewarm.py",
-    "node-watch": HOST_PROGRAMS / "node_watch.py",
-    "clean-shm": FILES / "clean-shm.sh",
-}
+# Host tools the unit and the steps' scripts call by name: the host package's (controller/host_bundle.py)
+# and one shell script.
+SHELL_TOOLS: dict[str, Path] = {"clean-shm": FILES / "clean-shm.sh"}
 HEREDOC_DELIMITER = "VLLM_FLEET_EOF"
 
 _SYSTEMD_SAFE = re.compile(r"^[A-Za-z0-9_./:=,+@-]+$")
@@ -85,10 +95,6 @@ class RenderedUnit:
     name: str
     text: str
     state_dir: str
-
-
-def deployment_state_dir(stack: str, deployment: str) -> str:
-    return f"{STATE_DIR}/deployments/{stack}.{deployment}"
 
 
 def vllm_arguments(rd: ResolvedDeployment, port: int | None = None) -> list[str]:
@@ -465,25 +471,30 @@ def tools_script() -> str:
     return render_script("tools.sh", {"TOOLS_DIR": TOOLS_DIR})
 
 
-# The tools install in two steps: one script with all of them would pass the 128 KiB one argument may
-# have (the remote shell runs a command as a single `-c` argument), and a step per tool costs a no-op
-# `pulumi up` a resource each. The swap's own programs form one group, the unit's the other.
-TOOL_GROUPS: dict[str, tuple[str, ...]] = {
-    "engine": ("clean-shm", "gpu-release-guard", "model-sync", "survey", "vllm-args-check", "wait-ready"),
-    "swap": ("node-watch", "prewarm", "swap"),
-}
-
-
 @functools.cache
-def tool_group_script(group: str) -> str:
-    """Install a group of host tools. Their sources are part of the script, so a change shows in the
-    preview's diff as an update of that group's step. Rendered once per run: every host gets the same
-    script (about 70 KB a group), which a fleet's preview otherwise renders again for each host."""
-    tools = TOOL_GROUPS[group]
-    script = f"#!/usr/bin/env bash\n# vllm-fleet tools ({group}): {', '.join(tools)}, installed in {TOOLS_DIR}\nset -euo pipefail\n"
-    for tool in tools:
-        script += heredoc_file(f"{TOOLS_DIR}/{tool}", HOST_TOOLS[tool].read_text(encoding="utf-8"), "0755")
-    return script + f'echo "installed {len(tools)} vllm-fleet tools in {TOOLS_DIR}: {" ".join(tools)}"\n'
+def tools_package_script() -> str:
+    """Install the host package: one archive of host/ (its version is the archive's digest) and a launcher
+    per tool, plus the shell tools. A changed host tool changes this one step. The archive travels as
+    base64 (about 60 KB), inside the 128 KiB one argument of the remote shell may have."""
+    archive = base64.b64encode(host_bundle.archive()).decode()
+    lines = "\n".join(archive[i : i + 100] for i in range(0, len(archive), 100))
+    tools = sorted([*host_bundle.TOOLS, *SHELL_TOOLS])
+    script = (
+        "#!/usr/bin/env bash\n"
+        f"# vllm-fleet host package {host_bundle.version()}: {', '.join(tools)}, installed in {TOOLS_DIR}\n"
+        "set -euo pipefail\n"
+        f"base64 -d >{TOOLS_DIR}/.{BUNDLE_NAME}.tmp <<'{HEREDOC_DELIMITER}'\n{lines}\n{HEREDOC_DELIMITER}\n"
+        f"chmod 0644 {TOOLS_DIR}/.{BUNDLE_NAME}.tmp\n"
+        f"mv -f {TOOLS_DIR}/.{BUNDLE_NAME}.tmp {TOOLS_DIR}/{BUNDLE_NAME}\n"
+    )
+    for tool in sorted(host_bundle.TOOLS):
+        script += heredoc_file(f"{TOOLS_DIR}/{tool}", host_bundle.launcher(tool), "0755")
+    for tool, path in sorted(SHELL_TOOLS.items()):
+        script += heredoc_file(f"{TOOLS_DIR}/{tool}", path.read_text(encoding="utf-8"), "0755")
+    return (
+        script
+        + f'echo "installed the vllm-fleet host package {host_bundle.version()} in {TOOLS_DIR}: {" ".join(tools)}"\n'
+    )
 
 
 def front_door_files() -> dict[str, str]:
@@ -678,11 +689,11 @@ def activation_timeout(rd: ResolvedDeployment) -> int:
     return rd.start_timeout_seconds + rd.deployment.gpu_release_timeout_seconds + ACTIVATION_SLACK_SECONDS
 
 
-def swap_plan(rd: ResolvedDeployment, stack: str) -> dict[str, object]:
-    """What host/swap.py's transaction does for this deployment (its Plan fields)."""
+def swap_plan(rd: ResolvedDeployment, stack: str) -> Plan:
+    """What the host's swap transaction does for this deployment: the plan it reads (host/contract.py)."""
     from components import render_access  # it renders with this module's helpers
 
-    return {
+    fields: dict[str, Any] = {
         "stack": stack,
         "deployment": rd.deployment.name,
         "state_dir": deployment_state_dir(stack, rd.deployment.name),
@@ -713,6 +724,7 @@ def swap_plan(rd: ResolvedDeployment, stack: str) -> dict[str, object]:
         # Where the site includes who may call it from, and the keys the swap's check through it uses.
         **render_access.plan_fields(rd, stack),
     }
+    return Plan.from_dict(fields)
 
 
 def activate_script(rd: ResolvedDeployment, stack: str, repairs: int = 0) -> str:
@@ -720,12 +732,12 @@ def activate_script(rd: ResolvedDeployment, stack: str, repairs: int = 0) -> str
     return render_script(
         "activate.sh",
         {
-            "STATE_DIR": str(plan["state_dir"]),
+            "STATE_DIR": plan.state_dir,
             "PYTHON": rd.host.runtime.python,
             "TOOLS_DIR": TOOLS_DIR,
-            "UNIT_SHA256": str(plan["unit_sha256"]),
+            "UNIT_SHA256": plan.unit_sha256,
             "REPAIRS": str(repairs),
-            "PLAN": json.dumps(plan, sort_keys=True, indent=1),
+            "PLAN": json.dumps(asdict(plan), sort_keys=True, indent=1),
         },
     )
 

@@ -1,7 +1,12 @@
 """The programs that run on each GPU server, next to systemd and vLLM, rather than on the controller.
 
-Each module is a single-file tool using only the standard library (and, for vllm-args-check, the host's
-own vLLM), because it runs under whatever Python the host's vLLM venv has. `components/render.py` ships
-each file by path (HOST_TOOLS) to /usr/local/lib/vllm-fleet/<tool> with the host's tools step; the
-tests under tests/host/ import them as this package.
+One package, standard library only (vllm-args-check also imports the host's own vLLM), because it runs
+under whatever Python the host's vLLM venv has:
+  contract    the shapes that cross the wire (plan, active record, claims) and every path on a host
+  facts       one reading of the host: processes and their units, nvidia-smi, sockets, unit launches
+  judgement   the one judgement of a swap, which the preview and the swap both call
+  the tools   swap (transaction, systemd, front_door), survey, status, gpu_release_guard, wait_ready,
+              model_sync, prewarm, vllm_args_check, node_watch
+controller/host_bundle.py ships it as one archive with a launcher per tool (/usr/local/lib/vllm-fleet/),
+and pipes the same archive into the host's python for the survey before anything is installed.
 """

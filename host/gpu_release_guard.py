@@ -19,194 +19,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-
-@dataclass(frozen=True)
-class GpuMemory:
-    index: int
-    used_mib: int
-
-
-@dataclass(frozen=True)
-class ComputeApp:
-    pid: int
-    name: str
-    used_mib: int
-    # GPU indices it holds, from nvidia-smi's gpu_uuid; None when nvidia-smi did not say.
-    gpus: frozenset[int] | None = None
-
-
-def _number(field: str) -> int:
-    """nvidia-smi prints '21090', '21090 MiB' (units on) or '[N/A]'; the latter counts as 0."""
-    value = field.strip().removesuffix("MiB").strip()
-    if not value or value.startswith("["):
-        return 0
-    return int(float(value))
-
-
-def parse_csv(text: str, fields: list[str]) -> list[dict[str, str]]:
-    """Rows of `nvidia-smi --query-*=... --format=csv[,noheader][,nounits]` keyed by field name."""
-    rows: list[dict[str, str]] = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        cells = [cell.strip() for cell in line.split(",")]
-        if cells[0].split(" [")[0] == fields[0]:
-            continue  # a header line: "index, name, memory.total [MiB]"
-        if len(cells) != len(fields):
-            raise ValueError(f"nvidia-smi printed {len(cells)} columns, expected {len(fields)}: {line!r}")
-        rows.append(dict(zip(fields, cells, strict=True)))
-    return rows
-
-
-# The exact queries recorded in shared/fixtures/nvidia-smi (mem-busy.csv, compute-apps-*.csv).
-MEMORY_QUERY = ["--query-gpu=index,memory.used", "--format=csv,noheader,nounits"]
-APPS_QUERY = ["--query-compute-apps=pid,gpu_uuid,used_memory,process_name", "--format=csv,noheader,nounits"]
-GPU_UUID_QUERY = ["--query-gpu=index,uuid", "--format=csv,noheader,nounits"]
-
-
-def parse_gpu_memory(text: str) -> list[GpuMemory]:
-    rows = parse_csv(text, ["index", "memory.used"])
-    return [GpuMemory(int(r["index"]), _number(r["memory.used"])) for r in rows]
-
-
-def parse_compute_apps(text: str, uuids: dict[str, int] | None = None) -> list[ComputeApp]:
-    """`--query-compute-apps=pid,gpu_uuid,used_memory,process_name` (one row per process and GPU), merged
-    per process with its GPUs as indices; the older `pid,process_name,used_memory` form is read too."""
-    merged: dict[int, ComputeApp] = {}
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        cells = [cell.strip() for cell in line.split(",", 3)]
-        if cells[0] == "pid":
-            continue
-        if len(cells) == 4:  # pid, gpu_uuid, used_memory, process_name
-            pid, uuid, used, name = int(cells[0]), cells[1], _number(cells[2]), cells[3]
-            gpu = (uuids or {}).get(uuid)
-            gpus = frozenset({gpu}) if gpu is not None else None
-        elif len(cells) == 3:  # pid, process_name, used_memory
-            pid, name, used, gpus = int(cells[0]), cells[1], _number(cells[2]), None
-        else:
-            raise ValueError(f"nvidia-smi printed {len(cells)} columns: {line!r}")
-        known = merged.get(pid)
-        if known is None:
-            merged[pid] = ComputeApp(pid, name, used, gpus)
-        else:
-            both = None if known.gpus is None or gpus is None else known.gpus | gpus
-            merged[pid] = ComputeApp(pid, name, known.used_mib + used, both)
-    return list(merged.values())
-
-
-def parse_gpu_uuids(text: str) -> dict[str, int]:
-    rows = parse_csv(text, ["index", "uuid"])
-    return {r["uuid"]: int(r["index"]) for r in rows}
-
-
-def device_holders(proc: str = "/proc") -> dict[int, frozenset[int]]:
-    """Processes with a /dev/nvidiaN open, and the N's: a child forked after CUDA initialisation holds its
-    parent's memory without nvidia-smi listing it (fixtures/nvidia-smi/dead-parent-trace.txt)."""
-    found: dict[int, frozenset[int]] = {}
-    for entry in os.listdir(proc):
-        if not entry.isdigit():
-            continue
-        minors = set()
-        try:
-            for fd in os.listdir(f"{proc}/{entry}/fd"):
-                target = os.readlink(f"{proc}/{entry}/fd/{fd}")
-                if target.startswith("/dev/nvidia") and target[len("/dev/nvidia") :].isdigit():
-                    minors.add(int(target[len("/dev/nvidia") :]))
-        except OSError:
-            continue
-        if minors:
-            found[int(entry)] = frozenset(minors)
-    return found
-
-
-Runner = Callable[[list[str]], str]
-
-
-def run_nvidia_smi(args: list[str]) -> str:
-    binary = os.environ.get("VLLM_FLEET_NVIDIA_SMI", "nvidia-smi")
-    result = subprocess.run([binary, *args], capture_output=True, text=True, timeout=30, check=False)
-    if result.returncode != 0:
-        raise RuntimeError(f"nvidia-smi {' '.join(args)} exited {result.returncode}: {result.stderr.strip()}")
-    return result.stdout
-
-
-def read_memory(run: Runner) -> list[GpuMemory]:
-    return parse_gpu_memory(run(MEMORY_QUERY))
-
-
-def read_apps(
-    run: Runner,
-    devices: Callable[[], dict[int, frozenset[int]]] = lambda: {},
-    is_alive: Callable[[int], bool] = lambda pid: alive(pid),
-) -> list[ComputeApp]:
-    """What holds GPU memory: nvidia-smi's list by GPU UUID, without PIDs that are gone (it keeps naming a
-    killed parent while a child holds its memory), plus live holders of /dev/nvidiaN it does not list."""
-    apps = [a for a in parse_compute_apps(run(APPS_QUERY), parse_gpu_uuids(run(GPU_UUID_QUERY))) if is_alive(a.pid)]
-    listed = {a.pid for a in apps}
-    for pid, minors in devices().items():
-        if pid not in listed:
-            apps.append(ComputeApp(pid, _comm(pid), 0, minors))
-    return apps
-
-
-def _comm(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm", encoding="utf-8") as handle:
-            return handle.read().strip()
-    except OSError:
-        return "?"
-
-
-def _parent(pid: int, proc: str) -> int:
-    try:
-        with open(f"{proc}/{pid}/stat", encoding="utf-8") as handle:
-            return int(handle.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return 0
-
-
-def visible_gpus(pid: int, proc: str = "/proc") -> set[int] | None:
-    """GPUs a process was started with (CUDA_VISIBLE_DEVICES of it or its nearest ancestor that set
-    it: vLLM's engine core and workers drop the variable but use their server's devices), or None
-    when it could use any."""
-    seen: set[int] = set()
-    while pid > 1 and pid not in seen:
-        seen.add(pid)
-        try:
-            with open(f"{proc}/{pid}/environ", "rb") as handle:
-                entries = handle.read().split(b"\0")
-        except OSError:
-            return None
-        for entry in entries:
-            if entry.startswith(b"CUDA_VISIBLE_DEVICES="):
-                value = entry.split(b"=", 1)[1].decode(errors="replace")
-                try:
-                    return {int(v) for v in value.split(",") if v.strip()}
-                except ValueError:
-                    return None  # UUID form: cannot tell, so treat it as possibly ours
-        pid = _parent(pid, proc)
-    return None
-
-
-def unit_of(pid: int, proc: str = "/proc") -> str | None:
-    """The systemd service a process runs in, from its cgroup path, or None."""
-    try:
-        with open(f"{proc}/{pid}/cgroup", encoding="utf-8") as handle:
-            for line in handle:
-                path = line.rstrip("\n").split(":", 2)[-1]
-                for part in reversed(path.split("/")):
-                    if part.endswith(".service"):
-                        return part
-    except OSError:
-        return None
-    return None
-
-
-# A unit in these states holds (or is about to hold) its GPUs: a 36-minute load is `activating`.
-RUNNING_STATES = frozenset({"active", "activating", "reloading"})
-MANAGED_MARK = "# Managed by vllm-fleet"
+from host.contract import MANAGED_MARK, RUNNING_STATES
+from host.facts import (
+    Runner,
+    alive,
+    command_line,
+    device_holders,
+    parent_pid,
+    read_apps,
+    read_memory,
+    run_nvidia_smi,
+    unit_of,
+    visible_gpus,
+)
 
 
 def unit_is_active(unit: str) -> bool:
@@ -228,24 +53,6 @@ def unit_is_managed(unit: str) -> bool:
             return handle.readline().startswith(MANAGED_MARK)
     except OSError:
         return False
-
-
-def command_line(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            return " ".join(handle.read().replace(b"\0", b" ").decode(errors="replace").split())[:200]
-    except OSError:
-        return "?"
-
-
-def alive(pid: int) -> bool:
-    """True while the process exists and is not a zombie (a zombie holds no GPU memory)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
-            state = handle.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
 
 
 def stop_processes(pids: list[int], grace: float, log: Callable[[str], None]) -> list[int]:
@@ -345,7 +152,7 @@ def guard(
                 strays.append(app)
             else:
                 foreigners.append(
-                    f"PID {app.pid} ({describe(app.pid)}, {app.used_mib} MiB) of {unit or 'no systemd unit'}"
+                    f"PID {app.pid} ({describe(app.pid) or '?'}, {app.used_mib} MiB) of {unit or 'no systemd unit'}"
                 )
         if foreigners:
             return GuardResult(
@@ -390,7 +197,7 @@ def ancestors(pid: int) -> frozenset[int]:
     found = set()
     while pid > 1 and pid not in found:
         found.add(pid)
-        pid = _parent(pid, "/proc")
+        pid = parent_pid(pid, "/proc")
     return frozenset(found)
 
 

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-MANIFEST_DIR = ".vllm-fleet"
-MANIFEST = "manifest.json"
+from host.contract import MANIFEST, MANIFEST_DIR
+
 HF_CACHE = Path(".cache") / "huggingface"
 CHUNK = 8 * 1024 * 1024
 

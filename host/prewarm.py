@@ -40,11 +40,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from host.contract import MANIFEST, MANIFEST_DIR, MANIFEST_REL
+
 # The same names as model_sync.py's (the tools ship as separate files, so neither imports the other;
 # tests/host/test_prewarm.py checks that they agree).
-MANIFEST_DIR = ".vllm-fleet"
-MANIFEST = "manifest.json"
-MANIFEST_REL = f"{MANIFEST_DIR}/{MANIFEST}"
 SKIP_DIRS = frozenset({MANIFEST_DIR, ".cache"})
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
 TMP_SUFFIX = ".prewarm-tmp"

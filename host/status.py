@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """vllm-fleet status: what a host's deployments are doing now, read-only, as one JSON document on stdout.
 
-The controller pipes this file into the host's python3 over SSH (`make status`, scripts/status.py), and
+The controller pipes the host package into the host's python3 over SSH (controller/host_bundle.py) (`make status`, scripts/status.py), and
 the post-deploy report step runs it after every deploy (its `--bench` runs the smoke benchmark). It takes
 one JSON argument, {"deployments": [{"owner": "stack.deployment", "unit", "stateDir", "modelDir", "python",
 "frontDoor": "http://addr:port", "gpus": [...], "servedName", "bench": null | {...}}]} and reports, per
@@ -33,9 +33,9 @@ import tempfile
 import urllib.request
 from typing import Any
 
-UNIT_DIR = "/etc/systemd/system"
-ETC_DIR = "/etc/vllm-fleet"
-SURVEY_TOOL = "/usr/local/lib/vllm-fleet/survey"
+from host import survey
+from host.contract import ETC_DIR, MANIFEST_REL, UNIT_DIR
+
 _METRIC = re.compile(r"^(vllm:num_requests_(?:running|waiting))(?:\{[^}]*\})?\s+([0-9.eE+-]+)$")
 
 
@@ -78,7 +78,7 @@ def unit_facts(unit: str, state_dir: str) -> dict[str, Any]:
 
 def model_facts(model_dir: str) -> dict[str, Any]:
     try:
-        with open(f"{model_dir}/.vllm-fleet/manifest.json", encoding="utf-8") as handle:
+        with open(f"{model_dir}/{MANIFEST_REL}", encoding="utf-8") as handle:
             manifest = json.load(handle)
     except (OSError, ValueError):
         return {"dir": model_dir, "repo": None, "revision": None, "state": "no manifest"}
@@ -195,14 +195,8 @@ def gpus() -> list[dict[str, int]]:
 
 
 def gpu_holders() -> list[dict[str, Any]]:
-    """The installed survey tool's view of GPU processes and their units (none when it is not installed)."""
-    if not os.path.isfile(SURVEY_TOOL):
-        return []
-    try:
-        found = json.loads(run(sys.executable, SURVEY_TOOL) or "{}")
-    except ValueError:
-        return []
-    return [{k: h.get(k) for k in ("pid", "unit", "gpus", "cmd")} for h in found.get("gpuHolders", [])]
+    """The survey's view of GPU processes and their units (the same reading the preview uses)."""
+    return [{k: h.get(k) for k in ("pid", "unit", "gpus", "cmd")} for h in survey.gpu_holders()]
 
 
 def report(spec: dict[str, Any], with_bench: bool) -> dict[str, Any]:

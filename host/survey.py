@@ -2,18 +2,20 @@
 """vllm-fleet survey: what already runs on a host, read-only, as one JSON document on stdout.
 
 The controller runs it over SSH while it evaluates the program (`pulumi preview` too), before the tools
-are installed, by piping this file into the host's python; the swap transaction runs it again right
+are installed, by piping the host package into the host's python (controller/host_bundle.py); the swap transaction runs it again right
 before it stops anything. It reports:
   units       every vllm-*.service: active state, enabled, whether vllm-fleet manages it (its first line),
-              the sha256 of its unit file (a hand edit shows as drift against the rendered unit)
+              the sha256 of its unit file (a hand edit shows as drift against the rendered unit), its
+              launch as vLLM reads it (port, GPUs, model, served names) and its restart count
   listeners   TCP listening ports with the PID and systemd unit that holds them (`ss -ltnpH`)
   gpuHolders  processes nvidia-smi lists per GPU (`--query-compute-apps=pid,gpu_uuid,...` mapped to indices
               with `--query-gpu=index,uuid`), with their unit and command line
   active      per deployment (stack.deployment), what its last swap left serving: unit, GPUs, engine port,
               and how many drift repairs its activations have made (the `repairs` file)
+  claims      per live deployment, the GPUs, ports and unit names its last swap claimed
   memory      MemTotal and MemAvailable of /proc/meminfo, in MiB
 A process's unit is the last *.service of its cgroup path; a login session's scope or no cgroup means
-it belongs to no unit. Standard library only.
+it belongs to no unit (host/facts.py reads all of these). Standard library only.
 """
 
 from __future__ import annotations
@@ -24,10 +26,23 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
-MANAGED_MARK = "# Managed by vllm-fleet"
-STATE_ROOT = "/var/lib/vllm-fleet"
+from host.contract import MANAGED_MARK, STATE_DIR, ActiveRecord, read_claims
+from host.facts import (
+    APPS_QUERY,
+    GPU_UUID_QUERY,
+    command_line,
+    parse_compute_apps,
+    parse_environment,
+    parse_gpu_uuids,
+    parse_meminfo,
+    parse_ss,
+    unit_launch,
+    unit_of,
+)
+
 MANAGED_BY = re.compile(r"^# Managed by vllm-fleet: stack (\S+?), deployment (\S+?)\. ")
 
 
@@ -39,68 +54,20 @@ def run(*args: str) -> str:
     return result.stdout if result.returncode == 0 else ""
 
 
-def unit_of_pid(pid: int, proc: str = "/proc") -> str | None:
-    try:
-        with open(f"{proc}/{pid}/cgroup", encoding="utf-8") as handle:
-            for line in handle:
-                for part in reversed(line.rstrip("\n").split(":", 2)[-1].split("/")):
-                    if part.endswith(".service"):
-                        return part
-    except OSError:
-        return None
-    return None
-
-
-def command_line(pid: int, proc: str = "/proc") -> str:
-    try:
-        with open(f"{proc}/{pid}/cmdline", "rb") as handle:
-            return " ".join(handle.read().replace(b"\0", b" ").decode(errors="replace").split())[:300]
-    except OSError:
-        return ""
-
-
-_SS_LINE = re.compile(r"^\S+\s+\d+\s+\d+\s+(\S+):(\d+)\s+\S+\s*(.*)$")
-_SS_PID = re.compile(r"pid=(\d+)")
-
-
-def parse_ss(text: str) -> list[dict[str, Any]]:
-    """`ss -ltnpH` lines: one entry per (address, port, pid)."""
-    found = []
-    for line in text.splitlines():
-        match = _SS_LINE.match(line.strip())
-        if not match:
-            continue
-        address, port, users = match.group(1), int(match.group(2)), match.group(3)
-        pids = sorted({int(p) for p in _SS_PID.findall(users)}) or [0]
-        for pid in pids:
-            found.append({"address": address.strip("[]"), "port": port, "pid": pid})
-    return found
-
-
-def parse_gpu_uuids(text: str) -> dict[str, int]:
-    """`nvidia-smi --query-gpu=index,uuid --format=csv,noheader,nounits` as uuid -> index."""
-    out = {}
-    for line in text.splitlines():
-        cells = [c.strip() for c in line.split(",")]
-        if len(cells) >= 2 and cells[0].isdigit():
-            out[cells[1]] = int(cells[0])
-    return out
-
-
-def parse_compute_apps(text: str, uuids: dict[str, int]) -> list[dict[str, Any]]:
-    """`--query-compute-apps=pid,gpu_uuid,used_memory,process_name` rows merged per PID."""
-    holders: dict[int, dict[str, Any]] = {}
-    for line in text.splitlines():
-        cells = [c.strip() for c in line.split(",", 3)]
-        if len(cells) < 4 or not cells[0].isdigit():
-            continue
-        pid = int(cells[0])
-        entry = holders.setdefault(pid, {"pid": pid, "gpus": [], "usedMib": 0, "name": cells[3]})
-        if cells[1] in uuids and uuids[cells[1]] not in entry["gpus"]:
-            entry["gpus"].append(uuids[cells[1]])
-        used = cells[2].removesuffix("MiB").strip()
-        entry["usedMib"] += int(float(used)) if used and not used.startswith("[") else 0
-    return [dict(h, gpus=sorted(h["gpus"])) for h in holders.values()]
+def gpu_holders() -> list[dict[str, Any]]:
+    """What nvidia-smi lists per GPU (by UUID, mapped to indices), each with its unit and command line."""
+    uuids = parse_gpu_uuids(run("nvidia-smi", *GPU_UUID_QUERY))
+    return [
+        {
+            "pid": app.pid,
+            "gpus": sorted(app.gpus or ()),
+            "usedMib": app.used_mib,
+            "name": app.name,
+            "unit": unit_of(app.pid),
+            "cmd": command_line(app.pid),
+        }
+        for app in parse_compute_apps(run("nvidia-smi", *APPS_QUERY), uuids)
+    ]
 
 
 def units() -> list[dict[str, Any]]:
@@ -111,16 +78,19 @@ def units() -> list[dict[str, Any]]:
     for name in sorted(n for n in names if n.endswith(".service")):
         props = dict(
             line.split("=", 1)
-            for line in run("systemctl", "show", name, "--property=ActiveState,UnitFileState,FragmentPath").splitlines()
+            for line in run(
+                "systemctl", "show", name, "--property=ActiveState,UnitFileState,FragmentPath,Environment,NRestarts"
+            ).splitlines()
             if "=" in line
         )
         fragment = props.get("FragmentPath", "")
-        first_line, digest = "", None
+        first_line, digest, text = "", None, ""
         if fragment:
             try:
                 with open(fragment, "rb") as raw:
                     content = raw.read()
-                first_line = content.decode("utf-8", errors="replace").split("\n", 1)[0] + "\n"
+                text = content.decode("utf-8", errors="replace")
+                first_line = text.split("\n", 1)[0] + "\n"
                 digest = hashlib.sha256(content).hexdigest()
             except OSError:
                 pass
@@ -135,23 +105,21 @@ def units() -> list[dict[str, Any]]:
                 "owner": f"{owner.group(1)}.{owner.group(2)}" if owner else None,
                 "fragment": fragment,
                 "sha256": digest,
+                # what it serves when it starts: port, GPUs, model, the ids clients send (hand-made units too)
+                "launch": unit_launch(text, parse_environment(props.get("Environment", ""))) if text else None,
+                "restarts": int(props.get("NRestarts", "0") or 0),
             }
         )
     return out
 
 
 def parse_active(text: str) -> dict[str, Any]:
-    """A deployment's `active` record (KEY=VALUE lines written by the swap)."""
-    fields = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
-    backend = fields.get("BACKEND_PORT", "")
-    return {
-        "unit": fields.get("UNIT", ""),
-        "gpus": [int(g) for g in fields.get("GPUS", "").split(",") if g.strip().isdigit()],
-        "backendPort": int(backend) if backend.isdigit() else None,
-    }
+    """A deployment's `active` record (KEY=VALUE lines written by the swap) as the survey reports it."""
+    record = ActiveRecord.parse(text)
+    return record.survey_entry() if record is not None else {"unit": "", "gpus": [], "backendPort": None}
 
 
-def active_records(state_root: str = STATE_ROOT) -> dict[str, Any]:
+def active_records(state_root: str = STATE_DIR) -> dict[str, Any]:
     out = {}
     base = f"{state_root}/deployments"
     try:
@@ -178,15 +146,6 @@ def active_records(state_root: str = STATE_ROOT) -> dict[str, Any]:
     return out
 
 
-def parse_meminfo(text: str) -> dict[str, int]:
-    values = {}
-    for line in text.splitlines():
-        name, _, rest = line.partition(":")
-        if name in ("MemTotal", "MemAvailable") and rest.split():
-            values[name] = int(rest.split()[0]) // 1024
-    return {"totalMib": values.get("MemTotal", 0), "availableMib": values.get("MemAvailable", 0)}
-
-
 def memory() -> dict[str, int]:
     try:
         with open("/proc/meminfo", encoding="utf-8") as handle:
@@ -195,26 +154,22 @@ def memory() -> dict[str, int]:
         return {"totalMib": 0, "availableMib": 0}
 
 
+def claims(state_root: str = STATE_DIR) -> dict[str, Any]:
+    """Every live deployment's claims on this host, by owner."""
+    return {owner: json.loads(held.to_json()) for owner, held in sorted(read_claims(Path(state_root)).items())}
+
+
 def survey() -> dict[str, Any]:
     listeners = parse_ss(run("ss", "-ltnpH"))
     for entry in listeners:
-        entry["unit"] = unit_of_pid(entry["pid"]) if entry["pid"] else None
+        entry["unit"] = unit_of(entry["pid"]) if entry["pid"] else None
         entry["cmd"] = command_line(entry["pid"]) if entry["pid"] else ""
-    uuids = parse_gpu_uuids(run("nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader,nounits"))
-    holders = parse_compute_apps(
-        run(
-            "nvidia-smi", "--query-compute-apps=pid,gpu_uuid,used_memory,process_name", "--format=csv,noheader,nounits"
-        ),
-        uuids,
-    )
-    for holder in holders:
-        holder["unit"] = unit_of_pid(holder["pid"])
-        holder["cmd"] = command_line(holder["pid"])
     return {
         "units": units(),
         "listeners": listeners,
-        "gpuHolders": holders,
+        "gpuHolders": gpu_holders(),
         "active": active_records(),
+        "claims": claims(),
         "memory": memory(),
     }
 

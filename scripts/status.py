@@ -21,8 +21,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from components import host_status  # noqa: E402
-from components.host_survey import SurveyFailed, ssh_python  # noqa: E402
+from controller import status as host_status  # noqa: E402
+from controller.survey import SurveyFailed, ssh_python  # noqa: E402
 from models.config import Host  # noqa: E402
 
 
@@ -54,7 +54,7 @@ def collect(
         h = json.loads(host_json)
         host = Host.model_validate({**h, "gpus": {"count": 1, "model": "-", "memoryGib": 1}})
         try:
-            facts = json.loads(ssh_python(host, key, host_status.STATUS_SOURCE, [json.dumps({"deployments": entries})]))
+            facts = json.loads(ssh_python(host, key, host_status.STATUS_MODULE, [json.dumps({"deployments": entries})]))
         except (SurveyFailed, ValueError) as error:
             for entry in entries:
                 result[entry["deployment"]] = {"host": h["name"], "error": str(error)}

@@ -67,3 +67,16 @@ def pulumi_engine() -> None:
     problem = engine.missing_engine()
     if problem:
         pytest.fail(f"{problem}: run `make setup` (or scripts/build-engine.sh) to build the engine", pytrace=False)
+
+
+@pytest.fixture
+def host_tools(tmp_path: Path) -> Path:
+    """The host package installed as a host has it (the package step's own script, its directory moved
+    into tmp_path): run a tool as `python TOOLS/<tool> ...`, the way units and steps call it."""
+    from components import render  # imports the program's modules: keep the import out of module scope
+
+    tools = tmp_path / "host-tools"
+    tools.mkdir()
+    script = render.tools_package_script().replace(render.TOOLS_DIR, str(tools))
+    subprocess.run(["bash", "-c", script], check=True, capture_output=True)
+    return tools

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from components import render_access
-from host import swap
+from host import contract, front_door
 from models.access import Access, access_problems, parse_api_keys
 from models.loader import ConfigError, parse_stack_config
 from tests.pulumi_mocks import run_program
@@ -79,18 +79,18 @@ def test_rendered_access_files(dev_raw: dict[str, Any]) -> None:
     assert '"~^Bearer a[.]b-c_d0123456789xyz$" 1;  # alice' in keys and "default 0;" in keys
     assert "default 1;" in render_access.keys_map("dev", "chat", {}, open_access=True)
     # The swap reads one key back from the map for its check through the front door.
-    assert swap.first_key(keys) == "a.b-c_d0123456789xyz"
-    assert swap.first_key(render_access.keys_map("dev", "chat", {}, open_access=True)) is None
+    assert front_door.first_key(keys) == "a.b-c_d0123456789xyz"
+    assert front_door.first_key(render_access.keys_map("dev", "chat", {}, open_access=True)) is None
 
 
 def test_site_includes_the_access_files_and_proxies_only_the_api() -> None:
-    plan = swap.Plan(
+    plan = contract.Plan(
         stack="dev", deployment="chat", state_dir="/s", unit_name="vllm-a.service", unit_stem="vllm-a",
         served_name="chat", port=8000, gpus=(0,), model_dir="/m", python="/p", tools_dir="/t",
         ready_timeout=60, unit_sha256="x", backend_ports=(18000, 28000),
         access_dir="/etc/vllm-fleet/frontdoor/access/dev.chat", keys_file="/k",
     )  # fmt: skip
-    site = swap.front_door_site(plan, swap.Placement((0,), 18000))
+    site = front_door.front_door_site(plan, contract.Placement((0,), 18000))
     assert "include /etc/vllm-fleet/frontdoor/access/dev.chat/server.conf;" in site
     assert "listen" not in site  # the address and TLS are the access step's
     assert "location /v1/ {\n        include /etc/vllm-fleet/frontdoor/access/dev.chat/api.conf;" in site

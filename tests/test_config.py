@@ -376,7 +376,7 @@ def test_a_staging_path_moves_the_load_and_stays_off_the_storage(prod_raw: dict[
     assert rd.load_path == "/local/vllm-staging/kimi-k2.5-int4" and rd.model_path == "/shared/kimi-k2.5-int4"
     args = render.vllm_arguments(rd)
     assert args[args.index("--model") + 1] == "/local/vllm-staging/kimi-k2.5-int4"
-    assert render.swap_plan(rd, "prod")["load_dir"] == "/local/vllm-staging/kimi-k2.5-int4"
+    assert render.swap_plan(rd, "prod").load_dir == "/local/vllm-staging/kimi-k2.5-int4"
     prod_raw["hosts"][0]["stagingPath"] = "/shared/staging"
     assert "hosts[0].stagingPath: /shared/staging overlaps the storage path /shared" in error_of(prod_raw)
     prod_raw["hosts"][0]["stagingPath"] = "/var"

@@ -8,13 +8,18 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
+import tempfile
 import time
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from components import render, render_access
+from controller import host_bundle
+from host.contract import BUNDLE_NAME
 from models.config import StackConfig
 from models.loader import load_stack_file, parse_stack_config
 from tests.conftest import ROOT
@@ -31,7 +36,6 @@ def rendered_scripts(name: str) -> dict[str, str]:
     """Every script a stack runs on its hosts, by a stable file name."""
     config = stack(name)
     scripts = {
-        **{f"tools-{group}.sh": render.tool_group_script(group) for group in render.TOOL_GROUPS},
         "tools.sh": render.tools_script(),
         "tools-delete.sh": render.tools_delete_script(),
         "frontdoor.sh": render.front_door_script(),
@@ -98,7 +102,6 @@ STACK_INDEPENDENT = (
     "tools-delete.sh",
     "frontdoor.sh",
     "frontdoor-delete.sh",
-    *(f"tools-{group}.sh" for group in render.TOOL_GROUPS),
 )
 
 
@@ -301,9 +304,40 @@ def test_args_check_spec_names_each_flags_config_key() -> None:
     assert spec["origins"]["--tensor-parallel-size"].endswith("vllm-fleet:models.kimi-k2.5-int4.serving.tensorParallel")
 
 
-def test_every_host_tool_is_installed_by_one_group() -> None:
-    grouped = [tool for tools in render.TOOL_GROUPS.values() for tool in tools]
-    assert sorted(grouped) == sorted(render.HOST_TOOLS)
+def test_the_host_package_installs_and_every_tool_runs_from_it(tmp_path: Path) -> None:
+    """The package step, run for real with its paths pointed at a temp dir: the archive holds every
+    module of host/, and each launcher runs its tool from it (argparse's --help, or the tool's import)."""
+    script = render.tools_package_script()
+    assert len(render.remote_invocation(script, "tools-package.sh", 60, 30).encode()) < 128 * 1024
+    tools_dir = tmp_path / "tools"
+    tools_dir.mkdir()
+    subprocess.run(["bash", "-c", script.replace(render.TOOLS_DIR, str(tools_dir))], check=True, capture_output=True)
+    with zipfile.ZipFile(tools_dir / BUNDLE_NAME) as bundle:
+        assert sorted(bundle.namelist()) == sorted(f"host/{p.name}" for p in (ROOT / "host").glob("*.py"))
+    assert sorted(p.name for p in tools_dir.iterdir() if p.name != BUNDLE_NAME) == sorted(
+        [*host_bundle.TOOLS, *render.SHELL_TOOLS]
+    )
+    for tool in ("swap", "prewarm", "model-sync", "gpu-release-guard", "node-watch"):
+        # Outside the repository, so nothing but the archive can provide the `host` package.
+        result = subprocess.run(
+            [sys.executable, str(tools_dir / tool), "--help"], capture_output=True, text=True, cwd=tmp_path, check=False
+        )
+        assert result.returncode == 0 and "usage" in result.stdout.lower(), (tool, result.stderr[-500:])
+
+
+def test_the_host_package_is_built_reproducibly_and_bootstraps_without_installing(tmp_path: Path) -> None:
+    assert host_bundle.archive() == host_bundle.archive.__wrapped__()
+    # What the survey sends over SSH: the archive inside a bootstrap on stdin, run in a bare directory.
+    result = subprocess.run(
+        [sys.executable, "-", "--help"],
+        input=host_bundle.bootstrap_source("host.swap"),
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert result.returncode == 0 and "usage" in result.stdout.lower(), result.stderr[-500:]
+    assert list(Path(tempfile.gettempdir()).glob("vllm-fleet-host-*.pyz")) == []  # removed after the run
 
 
 def test_every_step_fits_one_shell_argument() -> None:

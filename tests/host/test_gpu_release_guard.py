@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from host import facts
 from host import gpu_release_guard as guard
 from tests.conftest import FIXTURES, ROOT
-
-GUARD_PATH = ROOT / "host" / "gpu_release_guard.py"
 
 
 def fixture(name: str) -> str:
@@ -22,18 +21,18 @@ def fixture(name: str) -> str:
 
 
 def test_parses_recorded_memory_query() -> None:
-    assert guard.parse_gpu_memory(fixture("mem-busy.csv")) == [guard.GpuMemory(0, 21099)]
+    assert facts.parse_gpu_memory(fixture("mem-busy.csv")) == [facts.GpuMemory(0, 21099)]
 
 
 def test_parses_recorded_compute_apps() -> None:
-    assert guard.parse_compute_apps(fixture("compute-apps-busy.csv")) == [guard.ComputeApp(425, "python3", 21090)]
-    assert guard.parse_compute_apps(fixture("compute-apps-idle.csv")) == []
+    assert facts.parse_compute_apps(fixture("compute-apps-busy.csv")) == [facts.ComputeApp(425, "python3", 21090)]
+    assert facts.parse_compute_apps(fixture("compute-apps-idle.csv")) == []
 
 
 def test_parses_header_and_units_variant() -> None:
-    rows = guard.parse_csv(fixture("query-gpu-header.csv"), ["index", "name", "memory.total", "memory.used"])
+    rows = facts.parse_csv(fixture("query-gpu-header.csv"), ["index", "name", "memory.total", "memory.used"])
     assert rows == [{"index": "0", "name": "NVIDIA H200", "memory.total": "143771 MiB", "memory.used": "0 MiB"}]
-    assert guard._number(rows[0]["memory.total"]) == 143771
+    assert facts._number(rows[0]["memory.total"]) == 143771
 
 
 def test_full_query_has_nine_columns() -> None:
@@ -48,10 +47,10 @@ def test_full_query_has_nine_columns() -> None:
         "pci.bus_id",
         "compute_cap",
     ]
-    (row,) = guard.parse_csv(fixture("query-gpu.csv"), fields)
+    (row,) = facts.parse_csv(fixture("query-gpu.csv"), fields)
     assert row["driver_version"] == "580.159.04" and row["compute_cap"] == "9.0"
     with pytest.raises(ValueError, match="columns"):
-        guard.parse_csv(fixture("query-gpu.csv"), fields[:3])
+        facts.parse_csv(fixture("query-gpu.csv"), fields[:3])
 
 
 UUID = "GPU-2d89e51f-5e96-045d-c482-d5b2e616b566"  # the recorded H200 (query-gpu-index-uuid.csv)
@@ -70,13 +69,13 @@ class ReplayedSmi:
 
     def __call__(self, args: list[str]) -> str:
         self.calls.append(args)
-        if args == guard.MEMORY_QUERY:
+        if args == facts.MEMORY_QUERY:
             return f"0, {self.idle_mib if self.released else self.busy_mib}\n"
-        if args == guard.GPU_UUID_QUERY:
+        if args == facts.GPU_UUID_QUERY:
             # The recorded H200 as GPU `holder_index`; GPU 0 another card when that is not 0.
             other = "" if self.holder_index == 0 else "0, GPU-another-card\n"
             return f"{other}{self.holder_index}, {UUID}\n"
-        assert args == guard.APPS_QUERY
+        assert args == facts.APPS_QUERY
         if self.released:
             return ""
         # The recorded holder (compute-apps-busy.csv) in the UUID query's column order.
@@ -202,22 +201,23 @@ def test_stop_processes_kills_a_real_process_that_ignores_sigterm() -> None:
 def test_visible_gpus_reads_the_environment(tmp_path: Path) -> None:
     (tmp_path / "7").mkdir()
     (tmp_path / "7" / "environ").write_bytes(b"PATH=/bin\0CUDA_VISIBLE_DEVICES=2,3\0")
-    assert guard.visible_gpus(7, proc=str(tmp_path)) == {2, 3}
+    assert facts.visible_gpus(7, proc=str(tmp_path)) == {2, 3}
     (tmp_path / "7" / "environ").write_bytes(b"PATH=/bin\0")
     (tmp_path / "7" / "stat").write_text("7 (VLLM::Worker) S 1 7 7 0")
-    assert guard.visible_gpus(7, proc=str(tmp_path)) is None
+    assert facts.visible_gpus(7, proc=str(tmp_path)) is None
     # A worker without the variable uses the devices of the server that started it.
     (tmp_path / "6").mkdir()
     (tmp_path / "6" / "environ").write_bytes(b"CUDA_VISIBLE_DEVICES=1\0")
     (tmp_path / "7" / "stat").write_text("7 (VLLM::Worker) S 6 7 7 0")
-    assert guard.visible_gpus(7, proc=str(tmp_path)) == {1}
+    assert facts.visible_gpus(7, proc=str(tmp_path)) == {1}
     (tmp_path / "7" / "cgroup").write_text("0::/system.slice/vllm-kimi-k25-int4.service\n")
-    assert guard.unit_of(7, proc=str(tmp_path)) == "vllm-kimi-k25-int4.service"
+    assert facts.unit_of(7, proc=str(tmp_path)) == "vllm-kimi-k25-int4.service"
 
 
 def test_cli_with_no_gpus_is_a_no_op() -> None:
     result = subprocess.run(
-        [sys.executable, str(GUARD_PATH), "--gpus", "none"],
+        [sys.executable, "-m", "host.gpu_release_guard", "--gpus", "none"],
+            cwd=ROOT,
         capture_output=True,
         text=True,
         check=False,
@@ -312,17 +312,17 @@ def test_unit_state_reads_activating_as_running(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_holders_are_attributed_by_gpu_uuid_and_merged_per_process() -> None:
-    uuids = guard.parse_gpu_uuids(fixture("query-gpu-index-uuid.csv").replace(", 00000000:00:06.0, 16934", ""))
+    uuids = facts.parse_gpu_uuids(fixture("query-gpu-index-uuid.csv").replace(", 00000000:00:06.0, 16934", ""))
     assert uuids == {UUID: 0}
-    apps = guard.parse_compute_apps(fixture("compute-apps-uuid-busy.csv"), uuids)
+    apps = facts.parse_compute_apps(fixture("compute-apps-uuid-busy.csv"), uuids)
     assert apps == [
-        guard.ComputeApp(427, "python3", 10758, frozenset({0})),
-        guard.ComputeApp(428, "python3", 2566, frozenset({0})),
-        guard.ComputeApp(469, "/opt/torch/.venv/bin/python3", 3590, frozenset({0})),
+        facts.ComputeApp(427, "python3", 10758, frozenset({0})),
+        facts.ComputeApp(428, "python3", 2566, frozenset({0})),
+        facts.ComputeApp(469, "/opt/torch/.venv/bin/python3", 3590, frozenset({0})),
     ]
     two_gpus = f"9, {UUID}, 100, vllm\n9, GPU-other, 50, vllm\n"
-    assert guard.parse_compute_apps(two_gpus, {UUID: 0, "GPU-other": 1}) == [
-        guard.ComputeApp(9, "vllm", 150, frozenset({0, 1}))
+    assert facts.parse_compute_apps(two_gpus, {UUID: 0, "GPU-other": 1}) == [
+        facts.ComputeApp(9, "vllm", 150, frozenset({0, 1}))
     ]
 
 
@@ -330,11 +330,11 @@ def test_a_dead_listed_pid_is_dropped_and_the_live_device_holder_found() -> None
     """dead-parent-trace.txt: nvidia-smi keeps naming killed PID 675; child 697 holds /dev/nvidia0."""
 
     def smi(args: list[str]) -> str:
-        if args == guard.GPU_UUID_QUERY:
+        if args == facts.GPU_UUID_QUERY:
             return f"0, {UUID}\n"
         return f"675, {UUID}, 10758, python3\n"
 
-    apps = guard.read_apps(smi, devices=lambda: {697: frozenset({0})}, is_alive=lambda pid: pid != 675)
+    apps = facts.read_apps(smi, devices=lambda: {697: frozenset({0})}, is_alive=lambda pid: pid != 675)
     assert [(a.pid, a.gpus) for a in apps] == [(697, frozenset({0}))]
 
 
@@ -344,4 +344,4 @@ def test_device_holders_reads_open_nvidia_devices(tmp_path: Path) -> None:
         fds.mkdir(parents=True)
         for number, target in enumerate(targets):
             (fds / str(number)).symlink_to(target)
-    assert guard.device_holders(str(tmp_path)) == {697: frozenset({0})}
+    assert facts.device_holders(str(tmp_path)) == {697: frozenset({0})}

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from host import model_sync
+from host import contract, model_sync
 from host.model_sync import Hasher, RemoteFile
 from sandbox.hf_mirror import HFMirror
 
@@ -344,7 +344,7 @@ def test_not_enough_space_ends_the_started_client_before_any_byte(
     assert started[0] is not None and started[0].returncode is not None
     log = control(mirror, "GET", "/_mirror/stats")["log"]
     assert [e["path"] for e in log if "/resolve/" in e["path"]] == []
-    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == [model_sync.MANIFEST_DIR]
+    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == [contract.MANIFEST_DIR]
 
 
 def test_an_hf_that_is_no_python_script_is_run_as_it_is(

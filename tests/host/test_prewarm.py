@@ -13,12 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from host import model_sync, prewarm
-from tests.conftest import ROOT
+from host import contract, model_sync, prewarm
 
 GIB = prewarm.GIB
-PREWARM = ROOT / "host" / "prewarm.py"
-MODEL_SYNC = ROOT / "host" / "model_sync.py"
 
 
 def f(rel: str, size: int) -> prewarm.ModelFile:
@@ -55,7 +52,7 @@ def make_model(directory: Path, files: dict[str, int] = MODEL, manifest: bool = 
     if manifest:
         entries = {rel: {**model_sync.stat_entry(directory / rel), "hash": "0" * 64} for rel in files}
         model_sync.write_manifest(directory, "org/model", "a" * 40, entries)
-        (directory / model_sync.MANIFEST_DIR / "lock").touch()
+        (directory / contract.MANIFEST_DIR / "lock").touch()
     return directory
 
 
@@ -64,8 +61,7 @@ def sync_check(directory: Path) -> int:
     return model_sync.check(argparse.Namespace(dir=str(directory)))
 
 
-def test_shares_the_manifest_location_with_model_sync() -> None:
-    assert (prewarm.MANIFEST_DIR, prewarm.MANIFEST) == (model_sync.MANIFEST_DIR, model_sync.MANIFEST)
+def test_skips_what_model_sync_keeps_beside_the_model() -> None:
     assert model_sync.HF_CACHE.parts[0] in prewarm.SKIP_DIRS
 
 
@@ -419,11 +415,11 @@ def test_main_exit_codes_and_messages(
     assert "IOAccounting=yes" in capsys.readouterr().err
 
 
-def test_the_installed_files_run_as_programs(tmp_path: Path) -> None:
-    """As the host runs them: the files by path, this machine's /proc/meminfo, model-sync's CLI."""
+def test_the_installed_files_run_as_programs(tmp_path: Path, host_tools: Path) -> None:
+    """As the host runs them: the installed tools by path, this machine's /proc/meminfo, model-sync's CLI."""
     model = make_model(tmp_path / "m")
     cached = subprocess.run(
-        [sys.executable, str(PREWARM), "cache", "--dir", str(model), "--margin-gib", "0"],
+        [sys.executable, str(host_tools / "prewarm"), "cache", "--dir", str(model), "--margin-gib", "0"],
         capture_output=True,
         text=True,
         check=False,
@@ -431,14 +427,14 @@ def test_the_installed_files_run_as_programs(tmp_path: Path) -> None:
     assert cached.returncode == 0, cached.stderr
     assert cached.stdout.splitlines()[-1].startswith(f"prewarm: read 5 file(s): {sum(MODEL.values())} bytes")
     copied = subprocess.run(
-        [sys.executable, str(PREWARM), "copy", "--dir", str(model), "--to", str(tmp_path / "s"), "--margin-gib", "0"],
+        [sys.executable, str(host_tools / "prewarm"), "copy", "--dir", str(model), "--to", str(tmp_path / "s"), "--margin-gib", "0"],
         capture_output=True,
         text=True,
         check=False,
     )
     assert copied.returncode == 0, copied.stderr
     checked = subprocess.run(
-        [sys.executable, str(MODEL_SYNC), "check", "--dir", str(tmp_path / "s")],
+        [sys.executable, str(host_tools / "model-sync"), "check", "--dir", str(tmp_path / "s")],
         capture_output=True,
         text=True,
         check=False,

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from components import host_survey
-from host import survey
+from controller import survey as host_survey
+from host import facts
 from models.loader import parse_stack_config
 from tests.conftest import FIXTURES
 
@@ -19,7 +19,7 @@ LISTEN 0      4096            [::1]:8001         [::]:*
 
 
 def test_parse_ss_lists_each_listener_with_its_pids() -> None:
-    assert survey.parse_ss(SS) == [
+    assert facts.parse_ss(SS) == [
         {"address": "0.0.0.0", "port": 8000, "pid": 812},
         {"address": "127.0.0.1", "port": 22, "pid": 90},
         {"address": "127.0.0.1", "port": 22, "pid": 91},
@@ -28,10 +28,10 @@ def test_parse_ss_lists_each_listener_with_its_pids() -> None:
 
 
 def test_compute_apps_are_attributed_to_gpu_indices_by_uuid() -> None:
-    uuids = survey.parse_gpu_uuids((FIXTURES / "query-gpu-index-uuid.csv").read_text())
+    uuids = facts.parse_gpu_uuids((FIXTURES / "query-gpu-index-uuid.csv").read_text())
     assert uuids == {"GPU-2d89e51f-5e96-045d-c482-d5b2e616b566": 0}
-    holders = survey.parse_compute_apps((FIXTURES / "compute-apps-uuid-busy.csv").read_text(), uuids)
-    assert [(h["pid"], h["gpus"], h["usedMib"]) for h in holders] == [
+    holders = facts.parse_compute_apps((FIXTURES / "compute-apps-uuid-busy.csv").read_text(), uuids)
+    assert [(h.pid, sorted(h.gpus or ()), h.used_mib) for h in holders] == [
         (427, [0], 10758),
         (428, [0], 2566),
         (469, [0], 3590),

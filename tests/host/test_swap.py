@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from host import swap
+from host import contract, front_door, judgement, swap, systemd
+from host.transaction import Transaction
 
 
 @dataclass
@@ -27,7 +28,7 @@ class FakeUnit:
 
 
 @dataclass
-class RecordingSystemd(swap.SystemdHost):
+class RecordingSystemd(systemd.SystemdHost):
     """systemctl as a table of units; every command is recorded for the assertions."""
 
     unit_dir: Path
@@ -60,7 +61,7 @@ class RecordingSystemd(swap.SystemdHost):
     def backend_behind(self, url: str, headers: Mapping[str, str] | None = None, cafile: str | None = None) -> str:
         """Like nginx: the site's proxy_pass port, answered by the active unit placed on that port."""
         site = self.front_door_dir / "sites" / "dev.chat.conf"
-        if self.units.get(swap.FRONT_DOOR_UNIT, FakeUnit()).state != "active" or not site.is_file():
+        if self.units.get(contract.FRONT_DOOR_UNIT, FakeUnit()).state != "active" or not site.is_file():
             raise urllib.error.URLError("connection refused")
         match = re.search(r"proxy_pass http://127.0.0.1:(\d+);", site.read_text())
         assert match is not None
@@ -124,13 +125,13 @@ class World:
         replaces: tuple[str, ...] = (),
         gpus: tuple[int, ...] = (0,),
         swap_mode: str = "auto",
-    ) -> swap.Plan:
+    ) -> contract.Plan:
         state_dir = self.state_root / "deployments" / "dev.chat"
         (state_dir / "staged").mkdir(parents=True, exist_ok=True)
         stem = unit.removesuffix(".service")
-        (state_dir / "staged" / unit).write_text(f"{swap.MANAGED_MARK}: {unit}\n[Service]\n")
+        (state_dir / "staged" / unit).write_text(f"{contract.MANAGED_MARK}: {unit}\n[Service]\n")
         (state_dir / "staged" / f"{stem}.env").write_text("HF_TOKEN=x\n")
-        return swap.Plan(
+        return contract.Plan(
             stack="dev",
             deployment="chat",
             state_dir=str(state_dir),
@@ -156,10 +157,10 @@ class World:
         (self.unit_dir / unit).write_text(f"[Service]\nExecStart=/usr/bin/true # {unit} by hand\n")
         self.systemd.units[unit] = FakeUnit(state="active" if running else "inactive", enabled=enabled)
 
-    def run(self, plan: swap.Plan) -> swap.Result:
+    def run(self, plan: contract.Plan) -> contract.Result:
         # What host/survey.py would report on this host, as the transaction reads it.
         (self.tools / "survey").write_text(f"import json\nprint(json.dumps({self.found!r}))\n")
-        transaction = swap.Transaction(
+        transaction = Transaction(
             plan,
             self.systemd,
             log=self.lines.append,
@@ -176,7 +177,7 @@ def test_first_deploy_installs_starts_and_claims(tmp_path: Path) -> None:
     world = World(tmp_path)
     result = world.run(world.plan())
     assert result.status == "succeeded", result.message
-    assert (world.unit_dir / "vllm-new.service").read_text().startswith(swap.MANAGED_MARK)
+    assert (world.unit_dir / "vllm-new.service").read_text().startswith(contract.MANAGED_MARK)
     assert oct((world.env_dir / "vllm-new.env").stat().st_mode & 0o777) == "0o600"
     assert world.systemd.units["vllm-new.service"].enabled
     claims = json.loads((world.state_root / "claims" / "dev.chat.json").read_text())
@@ -188,7 +189,7 @@ def test_first_deploy_installs_starts_and_claims(tmp_path: Path) -> None:
     # The front door passes the deployment's port to the new engine, and was checked through it.
     site = (world.front_door_dir / "sites" / "dev.chat.conf").read_text()
     assert "listen 127.0.0.1:8000;" in site and "proxy_pass http://127.0.0.1:18000;" in site
-    assert world.systemd.units[swap.FRONT_DOOR_UNIT].state == "active"
+    assert world.systemd.units[contract.FRONT_DOOR_UNIT].state == "active"
 
 
 def test_adopts_named_hand_made_units_and_leaves_others(tmp_path: Path) -> None:
@@ -242,7 +243,7 @@ def test_hand_made_unit_of_the_same_name_is_replaced_not_kept(tmp_path: Path) ->
     result = world.run(world.plan())
     assert result.status == "succeeded", result.message
     assert world.systemd.verbs("vllm-new.service")[:2] == ["stop", "reset-failed"]
-    assert (world.unit_dir / "vllm-new.service").read_text().startswith(swap.MANAGED_MARK)
+    assert (world.unit_dir / "vllm-new.service").read_text().startswith(contract.MANAGED_MARK)
     assert any("hand-made unit of the same name" in line for line in world.lines)
 
 
@@ -295,12 +296,12 @@ def test_model_that_fails_its_check_refuses_the_swap(tmp_path: Path) -> None:
     [("1min 30s", 90.0), ("1h 4min 42s", 3882.0), ("500ms", 0.5), ("90", 90.0), ("infinity", None)],
 )
 def test_parse_timespan(text: str, seconds: float | None) -> None:
-    assert swap.parse_timespan(text) == seconds
+    assert systemd.parse_timespan(text) == seconds
 
 
 def test_parse_timespan_refuses_garbage() -> None:
     with pytest.raises(ValueError):
-        swap.parse_timespan("soon")
+        systemd.parse_timespan("soon")
 
 
 def test_port_or_gpus_held_by_what_the_swap_will_not_stop_refuse_before_the_stop(tmp_path: Path) -> None:
@@ -314,13 +315,13 @@ def test_port_or_gpus_held_by_what_the_swap_will_not_stop_refuse_before_the_stop
     result = world.run(world.plan(replaces=("vllm-old.service",)))
     assert result.status == "refused"
     assert (
-        "port 8000, the front door's port, is held by PID 77 (python3 -m vllm) of vllm-legacy.service" in result.message
+        "port 8000, its front door's port, is held by PID 77 (python3 -m vllm) of vllm-legacy.service" in result.message
     )
     assert "GPU 0 is held by PID 78 (VLLM::stray) of no systemd unit" in result.message
     assert world.systemd.units["vllm-old.service"].state == "active"
     # Adopting the unit and letting the guard stop strays clears both.
     plan = world.plan(replaces=("vllm-old.service", "vllm-legacy.service"))
-    allowed = swap.Plan(**{**plan.__dict__, "foreign_gpu_processes": "stop"})
+    allowed = contract.Plan(**{**plan.__dict__, "foreign_gpu_processes": "stop"})
     assert world.run(allowed).status == "succeeded"
 
 
@@ -392,8 +393,8 @@ def test_blue_green_starts_the_new_engine_beside_the_old_and_switches_before_the
     assert "CUDA_VISIBLE_DEVICES=1\n" in placement and "VLLM_FLEET_BACKEND_PORT=28000\n" in placement
     order = systemctl_order(world)
     # New engine started and ready, front door reloaded onto it, only then the old one stopped.
-    assert order.index(("start", "vllm-b.service")) < order.index(("reload", swap.FRONT_DOOR_UNIT))
-    assert order.index(("reload", swap.FRONT_DOOR_UNIT)) < order.index(("stop", "vllm-a.service"))
+    assert order.index(("start", "vllm-b.service")) < order.index(("reload", contract.FRONT_DOOR_UNIT))
+    assert order.index(("reload", contract.FRONT_DOOR_UNIT)) < order.index(("stop", "vllm-a.service"))
     assert "proxy_pass http://127.0.0.1:28000;" in (world.front_door_dir / "sites" / "dev.chat.conf").read_text()
     assert not (world.unit_dir / "vllm-a.service").exists() and not (world.env_dir / "vllm-a.placement.env").exists()
     assert world.systemd.units["vllm-b.service"].enabled and not world.systemd.units["vllm-a.service"].enabled
@@ -449,8 +450,8 @@ def test_stop_start_failure_puts_the_old_engine_and_its_site_back(tmp_path: Path
     assert "VLLM_FLEET_BACKEND_PORT=18000" in (world.env_dir / "vllm-a.placement.env").read_text()
 
 
-def plan_for_decide(gpus: tuple[int, ...] = (0, 1, 2, 3), needed: int = 2, mode: str = "auto") -> swap.Plan:
-    return swap.Plan(
+def plan_for_decide(gpus: tuple[int, ...] = (0, 1, 2, 3), needed: int = 2, mode: str = "auto") -> contract.Plan:
+    return contract.Plan(
         stack="prod",
         deployment="chat",
         state_dir="/x",
@@ -475,16 +476,16 @@ def plan_for_decide(gpus: tuple[int, ...] = (0, 1, 2, 3), needed: int = 2, mode:
     [
         (None, False, frozenset(), "stop-start", (0, 1), 18000, "nothing of this deployment serves"),
         (None, False, frozenset({0}), "stop-start", (1, 2), 18000, "nothing"),
-        (swap.ActiveRecord("vllm-old.service", gpus=(0, 1), backend_port=18000), True, frozenset(), "blue-green", (2, 3), 28000, "free beside"),
-        (swap.ActiveRecord("vllm-old.service", gpus=(2, 3), backend_port=28000), True, frozenset(), "blue-green", (0, 1), 18000, "free beside"),
-        (swap.ActiveRecord("vllm-old.service", gpus=(0, 1), backend_port=18000), True, frozenset({3}), "stop-start", (0, 1), 18000, "1 of deployments[].gpus"),
-        (swap.ActiveRecord("vllm-old.service", gpus=(0, 1), backend_port=18000), False, frozenset(), "stop-start", (0, 1), 18000, "nothing"),
-        (swap.ActiveRecord("vllm-old.service", gpus=(0, 1), backend_port=None), True, frozenset(), "stop-start", (0, 1), 18000, "listens on the public port 8000 itself"),
-        (swap.ActiveRecord("vllm-new.service", gpus=(0, 1), backend_port=28000), True, frozenset(), "stop-start", (0, 1), 28000, "itself changes"),
+        (contract.ActiveRecord("vllm-old.service", gpus=(0, 1), backend_port=18000), True, frozenset(), "blue-green", (2, 3), 28000, "free beside"),
+        (contract.ActiveRecord("vllm-old.service", gpus=(2, 3), backend_port=28000), True, frozenset(), "blue-green", (0, 1), 18000, "free beside"),
+        (contract.ActiveRecord("vllm-old.service", gpus=(0, 1), backend_port=18000), True, frozenset({3}), "stop-start", (0, 1), 18000, "1 of deployments[].gpus"),
+        (contract.ActiveRecord("vllm-old.service", gpus=(0, 1), backend_port=18000), False, frozenset(), "stop-start", (0, 1), 18000, "nothing"),
+        (contract.ActiveRecord("vllm-old.service", gpus=(0, 1), backend_port=None), True, frozenset(), "stop-start", (0, 1), 18000, "listens on the public port 8000 itself"),
+        (contract.ActiveRecord("vllm-new.service", gpus=(0, 1), backend_port=28000), True, frozenset(), "stop-start", (0, 1), 28000, "itself changes"),
     ],
 )  # fmt: skip
 def test_decide(
-    old: swap.ActiveRecord | None,
+    old: contract.ActiveRecord | None,
     running: bool,
     busy: frozenset[int],
     mode: str,
@@ -492,26 +493,26 @@ def test_decide(
     port: int,
     why: str,
 ) -> None:
-    decision = swap.decide(plan_for_decide(), old, running, busy, replaces_running=False)
-    assert (decision.mode, decision.placement) == (mode, swap.Placement(gpus, port)), decision
+    decision = judgement.decide(plan_for_decide(), old, running, busy, replaces_running=False)
+    assert (decision.mode, decision.placement) == (mode, contract.Placement(gpus, port)), decision
     assert why in decision.reason
 
 
 def test_decide_honours_swap_mode_and_running_replaced_units() -> None:
-    old = swap.ActiveRecord("vllm-old.service", gpus=(0, 1), backend_port=18000)
-    assert swap.decide(plan_for_decide(mode="stop-start"), old, True, frozenset(), False).mode == "stop-start"
-    assert swap.decide(plan_for_decide(), old, True, frozenset(), replaces_running=True).mode == "stop-start"
+    old = contract.ActiveRecord("vllm-old.service", gpus=(0, 1), backend_port=18000)
+    assert judgement.decide(plan_for_decide(mode="stop-start"), old, True, frozenset(), False).mode == "stop-start"
+    assert judgement.decide(plan_for_decide(), old, True, frozenset(), replaces_running=True).mode == "stop-start"
 
 
 def test_front_door_site_and_active_record_round_trip() -> None:
-    plan = swap.Plan(**{**plan_for_decide().__dict__, "bind_address": "::"})
-    site = swap.front_door_site(plan, swap.Placement((1,), 28000))
+    plan = contract.Plan(**{**plan_for_decide().__dict__, "bind_address": "::"})
+    site = front_door.front_door_site(plan, contract.Placement((1,), 28000))
     assert "listen [::]:8000;" in site and "proxy_pass http://127.0.0.1:28000;" in site
-    assert f"add_header {swap.BACKEND_HEADER} vllm-new.service always;" in site
-    record = swap.ActiveRecord("vllm-a.service", "chat", 8000, (2, 3), 28000)
-    assert swap.ActiveRecord.parse(record.text()) == record
+    assert f"add_header {contract.BACKEND_HEADER} vllm-new.service always;" in site
+    record = contract.ActiveRecord("vllm-a.service", "chat", 8000, (2, 3), 28000)
+    assert contract.ActiveRecord.parse(record.text()) == record
     # A record from before the front door: the engine listened on the public port itself.
-    old = swap.ActiveRecord.parse("UNIT=vllm-a.service\nSERVED=a\nPORT=8000\n")
+    old = contract.ActiveRecord.parse("UNIT=vllm-a.service\nSERVED=a\nPORT=8000\n")
     assert old is not None and old.backend_port is None and old.placement is None
 
 
@@ -522,8 +523,8 @@ def test_established_to_counts_requests_the_front_door_carries_to_an_engine() ->
         "0      0      127.0.0.1:41240   127.0.0.1:18000\n"
         "0      0      [::1]:8000        [::1]:51000\n"
     )
-    assert swap.established_to(ss, 18000) == 2
-    assert swap.established_to(ss, 28000) == 0
+    assert systemd.established_to(ss, 18000) == 2
+    assert systemd.established_to(ss, 28000) == 0
 
 
 def test_a_staging_path_gets_a_copy_before_the_stop_and_the_previous_copy_goes(tmp_path: Path) -> None:
@@ -533,17 +534,17 @@ def test_a_staging_path_gets_a_copy_before_the_stop_and_the_previous_copy_goes(t
         "os.makedirs(args[args.index('--to') + 1], exist_ok=True)\n"
     )
     staging = tmp_path / "local"
-    plan_a = swap.Plan(**{**world.plan(unit="vllm-a.service").__dict__, "load_dir": str(staging / "a")})
+    plan_a = contract.Plan(**{**world.plan(unit="vllm-a.service").__dict__, "load_dir": str(staging / "a")})
     assert world.run(plan_a).status == "succeeded"
     assert any(f"prewarm: copy --dir /shared/m --to {staging / 'a'}" in line for line in world.lines)
     assert f"STAGED_COPY={staging / 'a'}" in (Path(plan_a.state_dir) / "active").read_text()
-    plan_b = swap.Plan(**{**world.plan(unit="vllm-b.service").__dict__, "load_dir": str(staging / "b")})
+    plan_b = contract.Plan(**{**world.plan(unit="vllm-b.service").__dict__, "load_dir": str(staging / "b")})
     result = world.run(plan_b)
     assert result.status == "succeeded" and "stage_copy" in result.timings
     assert (staging / "b").is_dir() and not (staging / "a").exists()
     # A copy that fails refuses the swap before anything stops.
     (world.tools / "prewarm").write_text("import sys\nprint('prewarm: short of 5 GiB', file=sys.stderr)\nsys.exit(1)\n")
-    plan_c = swap.Plan(**{**world.plan(unit="vllm-c.service").__dict__, "load_dir": str(staging / "c")})
+    plan_c = contract.Plan(**{**world.plan(unit="vllm-c.service").__dict__, "load_dir": str(staging / "c")})
     refused = world.run(plan_c)
     assert refused.status == "refused" and "(hosts[].stagingPath) failed" in refused.message
     assert world.systemd.units["vllm-b.service"].state == "active"

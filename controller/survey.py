@@ -1,11 +1,12 @@
 """What already runs on a host, read while the program is evaluated, so `pulumi preview` names it.
 
 A brownfield server has hand-written units, stray engines and listeners the stack knows nothing of.
-`survey` runs host/survey.py there over SSH (read-only, piped into the host's python3, so it needs no
-tool installed yet); `assess` turns its answer into what the preview says: units the stack adopts
-(`deployments[].replaces`) and foreign GPU processes the guard will stop (notes), and anything that
-holds a deployment's port or GPUs without being managed, adopted or allowed (errors that name it and the
-key to add). pulumi-command's Command does nothing in a preview, hence plain OpenSSH here, as in
+`survey` runs host/survey.py there over SSH (read-only: the host package piped into the host's python3
+by controller/host_bundle.py, so it needs no tool installed yet); `assess` turns its answer into what the
+preview says: units the stack adopts (`deployments[].replaces`) and foreign GPU processes the guard will
+stop (notes), and anything that holds a deployment's port or GPUs without being managed, adopted or
+allowed (errors that name it and the key to add). The judgement itself is host/judgement.py's `judge`,
+the function the swap calls on the host right before it stops anything. pulumi-command's Command does nothing in a preview, hence plain OpenSSH here, as in
 `probe_ssh`. The swap transaction and the GPU guard check again on the host right before they act.
 
 A survey is cached per stack and host under .cache/, keyed on that host's config and the survey's
@@ -27,12 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from components import render
-from components.render import FRONT_DOOR_UNIT, HOST_PROGRAMS
-from host.swap import RUNNING_STATES, ActiveRecord, Plan, decide
+from controller import host_bundle
+from host.contract import RUNNING_STATES, ActiveRecord, Claims, owner_key
+from host.judgement import Judgement, judge, running_in
 from models import downtime
-from models.config import GIB_PER_GB, ForeignGpuProcesses, Host, LoadStrategy, ResolvedDeployment
+from models.config import GIB_PER_GB, Host, LoadStrategy, ResolvedDeployment
 
-SURVEY_SOURCE = HOST_PROGRAMS / "survey.py"
 CACHE_SECONDS = 3600
 # Surveys at once: each is one `ssh` process, so a fleet's surveys take about as long as its slowest.
 SURVEY_WORKERS = 16
@@ -49,7 +50,7 @@ def cache_key(host: Host, deployments: Sequence[ResolvedDeployment]) -> str:
         {
             "host": host.model_dump(mode="json"),
             "deployments": [rd.deployment.model_dump(mode="json") for rd in deployments],
-            "survey": hashlib.sha256(SURVEY_SOURCE.read_bytes()).hexdigest(),
+            "survey": host_bundle.version(),
         },
         sort_keys=True,
     )
@@ -58,15 +59,16 @@ def cache_key(host: Host, deployments: Sequence[ResolvedDeployment]) -> str:
 
 def ssh_survey(host: Host, private_key: str, timeout: float = 60) -> dict[str, Any]:
     survey: dict[str, Any] = json.loads(
-        ssh_python(host, private_key, SURVEY_SOURCE, [], timeout, "the survey of what runs there")
+        ssh_python(host, private_key, "host.survey", [], timeout, "the survey of what runs there")
     )
     return survey
 
 
 def ssh_python(
-    host: Host, private_key: str, source: Path, args: Sequence[str], timeout: float = 60, what: str = "host/status.py"
+    host: Host, private_key: str, module: str, args: Sequence[str], timeout: float = 60, what: str = "host/status.py"
 ) -> str:
-    """Run a host program (standard library only) in the host's python3 over plain OpenSSH; its stdout."""
+    """Run a module of the host package in the host's python3 over plain OpenSSH, the package sent along
+    on stdin (nothing needs to be installed there); its stdout."""
     with tempfile.TemporaryDirectory(prefix="vllm-fleet-survey-") as private:
         key_file = Path(private) / "key"
         key_file.touch(mode=0o600)
@@ -83,7 +85,12 @@ def ssh_python(
         ]  # fmt: skip
         try:
             result = subprocess.run(
-                command, input=source.read_text(), capture_output=True, text=True, timeout=timeout, check=False
+                command,
+                input=host_bundle.bootstrap_source(module),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
             )
         except subprocess.TimeoutExpired:
             raise SurveyFailed(f"host {host.name!r}: {what} took over {timeout:g} s") from None
@@ -153,21 +160,13 @@ def repairs(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> int:
     return done + 1 if unit is None or unit["sha256"] != expected else done
 
 
-def _holder(entry: dict[str, Any]) -> str:
-    unit = entry.get("unit") or "no systemd unit"
-    return f"PID {entry['pid']} ({entry.get('cmd') or entry.get('name') or '?'}) of {unit}"
-
-
-def _is_ours(unit_name: str | None, rd: ResolvedDeployment, owner: str, units: dict[str, Any]) -> bool:
-    """The deployment's own unit, one it adopts, or an earlier unit vllm-fleet made for it."""
-    if unit_name is None:
-        return False
-    unit = units.get(unit_name)
-    return (
-        unit_name == rd.unit_name
-        or unit_name in rd.deployment.replaces
-        or (unit is not None and unit.get("owner") == owner)
-    )
+def judgement(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> Judgement:
+    """What the host's swap will decide and refuse for this deployment, from the survey: the same call,
+    with the same inputs, that host/transaction.py makes there."""
+    owner = owner_key(stack, rd.deployment.name)
+    claims = {name: Claims.from_dict(held) for name, held in (found.get("claims") or {}).items()}
+    old = ActiveRecord.from_survey((found.get("active") or {}).get(owner) or {})
+    return judge(render.swap_plan(rd, stack), found, claims, running_in(found, sorted(RUNNING_STATES)), old)
 
 
 def assess(
@@ -181,7 +180,6 @@ def assess(
         dep = rd.deployment
         where = f"host {host.name!r}, deployment {dep.name!r}"
         key = f"vllm-fleet:deployments[{dep.name}]"
-        owner = f"{stack}.{dep.name}"
         for name in dep.replaces:
             unit = units.get(name)
             if unit is None:
@@ -196,58 +194,9 @@ def assess(
             notes.append(
                 f"{where}: the hand-made {rd.unit_name} ({same['activeState']}) is replaced by the managed unit of that name"
             )
-
-        for listener in found.get("listeners", []):
-            port, unit = listener["port"], listener.get("unit")
-            if port not in (dep.port, *dep.engine_ports) or _is_ours(unit, rd, owner, units):
-                continue
-            if port == dep.port and unit == FRONT_DOOR_UNIT:
-                continue
-            what = "its front door's port" if port == dep.port else f"one of its engine ports ({key}.backendPorts)"
-            fix = f"add {unit} to {key}.replaces to take it over, or stop it" if unit else "stop it"
-            errors.append(
-                f"{where}: port {port}, {what}, is held by {_holder(listener)}, which this stack does not manage; {fix}"
-            )
-        # GPUs of the deployment's list that others hold: only a problem when too few are left for one engine.
-        held_by_others = {
-            gpu
-            for holder in found.get("gpuHolders", [])
-            if not _is_ours(holder.get("unit"), rd, owner, units)
-            for gpu in holder.get("gpus", [])
-            if gpu in dep.gpus
-        }
-        enough_without = len(set(dep.gpus) - held_by_others) >= rd.gpus_needed
-        for holder in found.get("gpuHolders", []):
-            shared = sorted(set(holder.get("gpus", [])) & set(dep.gpus))
-            if not shared or _is_ours(holder.get("unit"), rd, owner, units):
-                continue
-            unit_name = holder.get("unit")
-            unit = units.get(unit_name or "")
-            gpus = ",".join(map(str, shared))
-            if enough_without:
-                notes.append(
-                    f"{where}: GPU {gpus} of {key}.gpus is held by {_holder(holder)}; the deployment runs on its "
-                    "other GPUs and a swap cannot start the new model there beside the old one"
-                )
-            elif unit is not None and unit["managed"]:
-                errors.append(
-                    f"{where}: GPU {gpus} is held by {_holder(holder)}, a unit of deployment {unit.get('owner')}; "
-                    f"give {key}.gpus other GPUs or destroy that deployment first"
-                )
-            elif unit_name is not None and unit_name.endswith(".service"):
-                errors.append(
-                    f"{where}: GPU {gpus} is held by {_holder(holder)}, which this stack does not manage; "
-                    f"add {unit_name} to {key}.replaces to take it over, or stop it"
-                )
-            elif dep.foreign_gpu_processes is ForeignGpuProcesses.STOP:
-                notes.append(
-                    f"{where}: GPU {gpus} is held by {_holder(holder)}; the GPU-release guard will stop it ({key}.foreignGpuProcesses: stop)"
-                )
-            else:
-                errors.append(
-                    f"{where}: GPU {gpus} is held by {_holder(holder)}, which belongs to no unit vllm-fleet manages; "
-                    f"stop it, or set {key}.foreignGpuProcesses: stop to let the GPU-release guard stop it"
-                )
+        judged = judgement(stack, rd, found)
+        errors.extend(f"{where}: {conflict}" for conflict in judged.conflicts)
+        notes.extend(f"{where}: {note}" for note in judged.notes)
         notes.extend(memory_notes(rd, found))
     return errors, notes
 
@@ -278,27 +227,12 @@ def memory_notes(rd: ResolvedDeployment, found: dict[str, Any]) -> list[str]:
 
 def swap_forecast(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> str | None:
     """What the swap will do, decided as the host will decide it, and the downtime to expect."""
-    owner = f"{stack}.{rd.deployment.name}"
-    active = found.get("active", {}).get(owner)
+    active = found.get("active", {}).get(owner_key(stack, rd.deployment.name))
     if not active or not active.get("unit") or active["unit"] == rd.unit_name:
         return None
-    units = {u["name"]: u for u in found.get("units", [])}
-
-    def running(unit: str) -> bool:
-        return units.get(unit, {}).get("activeState") in RUNNING_STATES
-
-    old = ActiveRecord(unit=active["unit"], gpus=tuple(active.get("gpus", [])), backend_port=active.get("backendPort"))
-    leaving = {old.unit, rd.unit_name, *rd.deployment.replaces}
-    busy = frozenset(
-        gpu
-        for holder in found.get("gpuHolders", [])
-        if holder.get("unit") not in leaving
-        for gpu in holder.get("gpus", [])
-        if gpu in rd.deployment.gpus
-    )
-    plan = Plan.from_dict(render.swap_plan(rd, stack))
-    decision = decide(plan, old, running(old.unit), busy, any(running(u) for u in rd.deployment.replaces))
-    head = f"the swap from {old.unit} to {rd.unit_name} will run {decision.mode.replace('-', '/', 1) if decision.mode == 'blue-green' else 'stop-then-start'} ({decision.reason})"
+    decision = judgement(stack, rd, found).decision
+    old_unit = active["unit"]
+    head = f"the swap from {old_unit} to {rd.unit_name} will run {decision.mode.replace('-', '/', 1) if decision.mode == 'blue-green' else 'stop-then-start'} ({decision.reason})"
     if decision.mode == "blue-green":
         return f"{head}; expected downtime 0 s"
     last = active.get("lastStartSeconds")

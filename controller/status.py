@@ -1,7 +1,8 @@
 """What a deployment does now on its host, against what the stack last applied: `make status` and the
 post-deploy numbers.
 
-host/status.py runs on the host (piped into its python3 over SSH, like the survey) and reports facts;
+host/status.py runs on the host (the installed tool after a deploy; the host package piped into its python3
+over SSH for `make status`, like the survey) and reports facts;
 this module says what to ask it (`spec`, from the config, and the same again in the stack's outputs so
 `scripts/status.py` needs only those), reads its answer into the deployment's outputs (`numbers`), and
 compares it with what the stack applied (`drift`): the unit file's digest, a missing unit, its enabled
@@ -18,17 +19,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from components import render
-from components.render import HOST_PROGRAMS
+from host.contract import TOOLS_DIR, owner_key
 from models.config import ResolvedDeployment
 
-STATUS_SOURCE = HOST_PROGRAMS / "status.py"
+# The module of the host package that reports (installed as TOOLS_DIR/status; sent along for `make status`).
+STATUS_MODULE = "host.status"
 
 
 def spec(rd: ResolvedDeployment, stack: str) -> dict[str, Any]:
     """One deployment's entry of host/status.py's argument (plain data: it is a stack output too)."""
     bench = rd.deployment.smoke_benchmark
     return {
-        "owner": f"{stack}.{rd.deployment.name}",
+        "owner": owner_key(stack, rd.deployment.name),
         "deployment": rd.deployment.name,
         "unit": rd.unit_name,
         "unitSha256": hashlib.sha256(render.render_unit(rd, stack).text.encode()).hexdigest(),
@@ -55,12 +57,11 @@ def _url_host(address: str) -> str:
 
 def report_script(entry: Mapping[str, Any], with_bench: bool) -> str:
     """The post-deploy step: host/status.py on this deployment, its JSON answer the step's last line."""
-    program = STATUS_SOURCE.read_text()
     argument = json.dumps({"deployments": [entry]}, sort_keys=True)
     flag = " --bench" if with_bench else ""
     return (
         "#!/usr/bin/env bash\n# vllm-fleet report: what the deployment serves now, for the stack's outputs.\nset -euo pipefail\n"
-        f"exec python3 - {shlex.quote(argument)}{flag} <<'{render.HEREDOC_DELIMITER}'\n{program}{render.HEREDOC_DELIMITER}\n"
+        f"exec python3 {TOOLS_DIR}/status {shlex.quote(argument)}{flag}\n"
     )
 
 

@@ -1,0 +1,253 @@
+"""The contract between the controller and the host tools: every shape that crosses the wire and every
+path on the host, written once.
+
+The controller imports this module to render what the host reads (the swap's Plan, the paths it writes
+units and state to) and to read what the host reports (the survey's active records and claims); the
+host tools import it to do the same from the other side. Standard library only: it runs on the host.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+# ---- where things live on a host ----------------------------------------------------------------------
+
+# The host package (one zip archive) and a launcher per tool (units and steps call /usr/local/lib/vllm-fleet/<tool>).
+TOOLS_DIR = "/usr/local/lib/vllm-fleet"
+BUNDLE_NAME = "vllm-fleet-host.pyz"
+# Per deployment: state (active record, claims, backups, swap results) and the rendered units' files.
+STATE_DIR = "/var/lib/vllm-fleet"
+ETC_DIR = "/etc/vllm-fleet"
+UNIT_DIR = "/etc/systemd/system"
+FRONT_DOOR_UNIT = "vllm-fleet-frontdoor.service"
+FRONT_DOOR_DIR = f"{ETC_DIR}/frontdoor"
+NGINX = "/usr/sbin/nginx"
+# The verified manifest of a model directory (model-sync writes it, prewarm copies it last, status reads it).
+MANIFEST_DIR = ".vllm-fleet"
+MANIFEST = "manifest.json"
+MANIFEST_REL = f"{MANIFEST_DIR}/{MANIFEST}"
+
+# The first line of every unit vllm-fleet writes; what follows names its stack and deployment.
+MANAGED_MARK = "# Managed by vllm-fleet"
+# A unit in these states holds (or is about to hold) its GPUs: a 36-minute load is `activating`.
+RUNNING_STATES = frozenset({"active", "activating", "reloading"})
+# The response header through which the front door says which engine answered.
+BACKEND_HEADER = "X-Vllm-Fleet-Backend"
+
+
+def owner_key(stack: str, deployment: str) -> str:
+    """The name a deployment goes by on a host: its state directory, claims file and front door site."""
+    return f"{stack}.{deployment}"
+
+
+def deployment_state_dir(stack: str, deployment: str) -> str:
+    return f"{STATE_DIR}/deployments/{owner_key(stack, deployment)}"
+
+
+def is_managed(unit_text: str) -> bool:
+    return unit_text.startswith(MANAGED_MARK)
+
+
+# ---- the swap's plan, what it leaves behind, and what it claims --------------------------------------
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything the swap transaction needs to know about one deployment, rendered by the controller
+    (render.plan.swap_plan) and written to the host as JSON."""
+
+    stack: str
+    deployment: str
+    state_dir: str
+    unit_name: str
+    unit_stem: str
+    served_name: str
+    port: int
+    gpus: tuple[int, ...]
+    model_dir: str
+    python: str
+    tools_dir: str
+    ready_timeout: int
+    unit_sha256: str
+    replaces: tuple[str, ...] = ()
+    foreign_gpu_processes: str = "refuse"
+    report_every: int = 15
+    journal_lines: int = 40
+    # GPUs one engine uses (`gpus` is the pool it may use) and the two loopback ports behind the front door.
+    gpus_needed: int = 0
+    backend_ports: tuple[int, ...] = ()
+    bind_address: str = "127.0.0.1"
+    readiness_address: str = "127.0.0.1"
+    swap_mode: str = "auto"
+    drain_seconds: int = 120
+    # Read the model into the page cache before anything stops (RAM minus this margin at most); None: off.
+    prewarm_margin_gib: float | None = 8.0
+    # Where the engine loads from: model_dir, or a copy on the host's staging disk made before the stop.
+    load_dir: str = ""
+    # Who may call it: the directory of its access files (listen, TLS, key check, /metrics) that the site
+    # includes, and the 0600 map of its API keys (the check through the front door uses one). Empty: a
+    # plan from before access control, whose site listens and proxies everything itself.
+    access_dir: str = ""
+    keys_file: str = ""
+
+    @property
+    def staged_copy(self) -> str | None:
+        return self.load_dir if self.load_dir and self.load_dir != self.model_dir else None
+
+    @property
+    def owner(self) -> str:
+        return owner_key(self.stack, self.deployment)
+
+    @property
+    def config_key(self) -> str:
+        """The deployment's key in the stack config, which messages name with the fix."""
+        return f"vllm-fleet:deployments[{self.deployment}]"
+
+    @property
+    def transaction_unit(self) -> str:
+        return f"vllm-fleet-swap-{self.owner}.service"
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def load(cls, path: str | Path) -> Plan:
+        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Plan:
+        data = dict(data)
+        data["gpus"] = tuple(data.get("gpus", ()))
+        data["replaces"] = tuple(data.get("replaces", ()))
+        data["backend_ports"] = tuple(data.get("backend_ports", ()))
+        return cls(**data)
+
+
+@dataclass
+class Result:
+    status: str  # succeeded | unchanged | refused | rolled-back | rollback-failed
+    message: str
+    plan_digest: str
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("succeeded", "unchanged")
+
+
+@dataclass(frozen=True)
+class Claims:
+    """What one deployment holds on a host: a set per kind, rewritten whole on every swap."""
+
+    gpus: frozenset[int] = frozenset()
+    ports: frozenset[int] = frozenset()
+    units: frozenset[str] = frozenset()
+
+    def to_json(self) -> str:
+        return json.dumps({"gpus": sorted(self.gpus), "ports": sorted(self.ports), "units": sorted(self.units)})
+
+    @classmethod
+    def from_json(cls, text: str) -> Claims:
+        return cls.from_dict(json.loads(text))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Claims:
+        return cls(frozenset(data.get("gpus", ())), frozenset(data.get("ports", ())), frozenset(data.get("units", ())))
+
+
+def read_claims(state_root: Path) -> dict[str, Claims]:
+    """Every live deployment's claims on this host: a claim counts while its deployment's state exists."""
+    claims: dict[str, Claims] = {}
+    directory = state_root / "claims"
+    if directory.is_dir():
+        for path in directory.glob("*.json"):
+            owner = path.name.removesuffix(".json")
+            if (state_root / "deployments" / owner).is_dir():
+                try:
+                    claims[owner] = Claims.from_json(path.read_text(encoding="utf-8"))
+                except (OSError, ValueError):
+                    continue
+    return claims
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where an engine runs: its GPUs and its loopback port behind the front door."""
+
+    gpus: tuple[int, ...]
+    port: int
+
+    def env_text(self) -> str:
+        """The unit's placement EnvironmentFile (the unit expands these in ExecStartPre/ExecStart/Post)."""
+        gpus = ",".join(map(str, self.gpus)) or "none"
+        lines = [
+            "# Written by the vllm-fleet swap: where this engine runs.",
+            f"VLLM_FLEET_GPUS={gpus}",
+            f"VLLM_FLEET_BACKEND_PORT={self.port}",
+        ]
+        if self.gpus:
+            lines.append(f"CUDA_VISIBLE_DEVICES={gpus}")
+        return "\n".join(lines) + "\n"
+
+    def describe(self) -> str:
+        gpus = ",".join(map(str, self.gpus))
+        return f"{'GPU ' + gpus if self.gpus else 'no GPU'}, port {self.port}"
+
+
+@dataclass(frozen=True)
+class ActiveRecord:
+    """What the deployment served after its last swap (its state directory's `active` file)."""
+
+    unit: str
+    served: str = ""
+    port: int = 0
+    gpus: tuple[int, ...] = ()
+    backend_port: int | None = None  # None: an engine from before the front door, on the public port itself
+    staged_copy: str | None = None  # the staging copy it loaded from, removed when nothing uses it
+
+    @classmethod
+    def parse(cls, text: str) -> ActiveRecord | None:
+        fields = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+        if not fields.get("UNIT"):
+            return None
+        gpus = tuple(int(g) for g in fields.get("GPUS", "").split(",") if g.strip().isdigit())
+        backend = fields.get("BACKEND_PORT", "")
+        return cls(
+            unit=fields["UNIT"],
+            served=fields.get("SERVED", ""),
+            port=int(fields.get("PORT", "0") or 0),
+            gpus=gpus,
+            backend_port=int(backend) if backend.isdigit() else None,
+            staged_copy=fields.get("STAGED_COPY") or None,
+        )
+
+    def text(self) -> str:
+        lines = [f"UNIT={self.unit}", f"SERVED={self.served}", f"PORT={self.port}"]
+        lines.append(f"GPUS={','.join(map(str, self.gpus))}")
+        if self.backend_port is not None:
+            lines.append(f"BACKEND_PORT={self.backend_port}")
+        if self.staged_copy is not None:
+            lines.append(f"STAGED_COPY={self.staged_copy}")
+        return "\n".join(lines) + "\n"
+
+    @property
+    def placement(self) -> Placement | None:
+        return Placement(self.gpus, self.backend_port) if self.backend_port is not None else None
+
+    def survey_entry(self) -> dict[str, Any]:
+        """The record as the survey reports it (JSON keys the controller reads)."""
+        return {"unit": self.unit, "gpus": list(self.gpus), "backendPort": self.backend_port}
+
+    @classmethod
+    def from_survey(cls, entry: dict[str, Any]) -> ActiveRecord | None:
+        if not entry or not entry.get("unit"):
+            return None
+        return cls(unit=entry["unit"], gpus=tuple(entry.get("gpus", ())), backend_port=entry.get("backendPort"))

@@ -1,0 +1,69 @@
+"""The deployment's site in the front door (nginx): where it listens, which engine it passes requests to,
+and the first API key of its map (the swap's check through the public port uses one). Pure functions of
+the plan and the placement; the swap writes the text and reloads nginx. Standard library only."""
+
+from __future__ import annotations
+
+import re
+
+from host.contract import BACKEND_HEADER, Placement, Plan
+
+
+def nginx_listen(address: str, port: int) -> str:
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
+# What the front door passes to the engine: the OpenAI API, its health and (to listed addresses) its
+# metrics. Nothing else: vLLM's development endpoints (sleep, wake_up, collective_rpc, ...) stay on the host.
+PROXIED_LOCATIONS = (("/v1/", "api.conf"), ("= /health", None), ("= /metrics", "metrics.conf"))
+
+
+def front_door_site(plan: Plan, placement: Placement) -> str:
+    """The deployment's server block: its public address and port, passed to the engine that serves now.
+
+    With access control (plan.access_dir) the address, TLS, key check and /metrics allow list are files
+    the site includes, which the access step rewrites without the site (or the engine) changing."""
+    if plan.access_dir:
+        proxy = (
+            f"        proxy_pass http://127.0.0.1:{placement.port};\n"
+            "        proxy_set_header Host $host;\n"
+            '        proxy_set_header Connection "";\n'
+            f"        add_header {BACKEND_HEADER} {plan.unit_name} always;\n"
+        )
+        text = (
+            f"# Managed by vllm-fleet: front door of deployment {plan.owner}, written by its swap.\n"
+            f"# Who may call it (address, TLS, API keys, /metrics): {plan.access_dir}, written by its access step.\n"
+            "server {\n"
+            f"    include {plan.access_dir}/server.conf;\n"
+        )
+        for location, include in PROXIED_LOCATIONS:
+            text += f"    location {location} {{\n"
+            if include is not None:
+                text += f"        include {plan.access_dir}/{include};\n"
+            text += proxy + "    }\n"
+        return (
+            text
+            + "    # Every other path, vLLM's development endpoints among them, stays on the host.\n    location / {\n        return 404;\n    }\n}\n"
+        )
+    return (
+        f"# Managed by vllm-fleet: front door of deployment {plan.owner}, written by its swap.\n"
+        "server {\n"
+        f"    listen {nginx_listen(plan.bind_address, plan.port)};\n"
+        "    location / {\n"
+        f"        proxy_pass http://127.0.0.1:{placement.port};\n"
+        "        proxy_set_header Host $host;\n"
+        '        proxy_set_header Connection "";\n'
+        f"        add_header {BACKEND_HEADER} {plan.unit_name} always;\n"
+        "    }\n"
+        "}\n"
+    )
+
+
+_MAP_KEY = re.compile(r'^\s*"~\^Bearer ([A-Za-z0-9_\[\].-]+)\$"\s+1;', re.M)
+
+
+def first_key(keys_map: str) -> str | None:
+    """One accepted API key from a deployment's keys' map (components/render_access.py), for the check
+    through the front door; None when the map lists none (an open deployment)."""
+    match = _MAP_KEY.search(keys_map)
+    return match.group(1).replace("[.]", ".") if match else None

@@ -1,0 +1,131 @@
+"""The host as the swap transaction uses it: systemctl and journalctl behind one small class the tests
+replace with a recording fake, and the parsers of what they print. Standard library only."""
+
+from __future__ import annotations
+
+import re
+import ssl
+import subprocess
+import time
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+
+from host.contract import BACKEND_HEADER, RUNNING_STATES
+
+DEFAULT_START_TIMEOUT = 90.0  # systemd's DefaultTimeoutStartSec
+
+_SPAN = re.compile(r"(\d+(?:\.\d+)?)\s*(us|ms|s|min|h|d)?")
+_SPAN_SECONDS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+def parse_timespan(text: str) -> float | None:
+    """Seconds of a systemd time span as `systemctl show` prints it ("1h 4min 42s", "90s", "infinity")."""
+    text = text.strip()
+    if not text or text == "infinity":
+        return None
+    total = 0.0
+    position = 0
+    for match in _SPAN.finditer(text):
+        if text[position : match.start()].strip():
+            raise ValueError(f"not a systemd time span: {text!r}")
+        total += float(match.group(1)) * _SPAN_SECONDS[match.group(2)]
+        position = match.end()
+    if text[position:].strip():
+        raise ValueError(f"not a systemd time span: {text!r}")
+    return total
+
+
+_SS_PEER_PORT = re.compile(r":(\d+)\s*$")
+
+
+def established_to(ss_output: str, port: int) -> int:
+    """Connections in `ss -Htn state established` output whose peer is `port`: requests the front door
+    still carries to an engine (it opens one upstream connection per request, no keepalive)."""
+    count = 0
+    for line in ss_output.splitlines():
+        fields = line.split()
+        if len(fields) >= 4:
+            match = _SS_PEER_PORT.search(fields[3])
+            if match and int(match.group(1)) == port:
+                count += 1
+    return count
+
+
+# ---- the host, as the transaction uses it -------------------------------------------------------------
+
+
+class SystemdHost:
+    """systemctl, journalctl and files; one place, so the transaction reads as its steps."""
+
+    def run(self, *args: str, check: bool = True) -> str:
+        result = subprocess.run(args, capture_output=True, text=True, check=False)
+        if check and result.returncode != 0:
+            raise RuntimeError(f"{' '.join(args)} exited {result.returncode}: {result.stderr.strip()}")
+        return result.stdout
+
+    def attempt(self, *args: str) -> tuple[int, str]:
+        """Exit status and output (stderr after stdout) of a command that may fail."""
+        result = subprocess.run(args, capture_output=True, text=True, check=False)
+        return result.returncode, (result.stdout + result.stderr).strip()
+
+    def backend_behind(self, url: str, headers: Mapping[str, str] | None = None, cafile: str | None = None) -> str:
+        """The engine unit the front door says answered a GET of `url` (its header); "" when none did.
+
+        Over TLS the front door's own certificate (`cafile`) is the trust anchor: the check reaches it on
+        a loopback address its certificate need not name."""
+        context = None
+        if cafile is not None:
+            context = ssl.create_default_context(cafile=cafile)
+            context.check_hostname = False
+            context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+        request = urllib.request.Request(url, headers=dict(headers or {}))
+        with urllib.request.urlopen(request, timeout=5, context=context) as response:
+            return str(response.headers.get(BACKEND_HEADER, ""))
+
+    def show(self, unit: str, *props: str) -> dict[str, str]:
+        out = self.run("systemctl", "show", unit, *(f"--property={p}" for p in props), check=False)
+        return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+    def state(self, unit: str) -> str:
+        return self.show(unit, "ActiveState").get("ActiveState", "inactive")
+
+    def running(self, unit: str) -> bool:
+        return self.state(unit) in RUNNING_STATES
+
+    def enabled(self, unit: str) -> bool:
+        return self.run("systemctl", "is-enabled", unit, check=False).strip() == "enabled"
+
+    def unit_file(self, unit: str) -> Path | None:
+        path = self.show(unit, "FragmentPath").get("FragmentPath", "")
+        return Path(path) if path else None
+
+    def start_timeout(self, unit: str) -> float:
+        value = self.show(unit, "TimeoutStartUSec").get("TimeoutStartUSec", "")
+        try:
+            parsed = parse_timespan(value) if value else DEFAULT_START_TIMEOUT
+        except ValueError:
+            return DEFAULT_START_TIMEOUT
+        # "infinity" (or 0): systemd waits without limit; the rollback waits a day.
+        return parsed or 24 * 3600.0
+
+    def journal_cursor(self) -> str:
+        out = self.run("journalctl", "-n", "0", "--show-cursor", "-o", "cat", check=False)
+        return next(
+            (line.removeprefix("-- cursor: ") for line in out.splitlines() if line.startswith("-- cursor: ")), ""
+        )
+
+    def journal(self, unit: str, cursor: str, lines: int | None = None) -> tuple[list[str], str]:
+        """Lines of `unit` after `cursor`, and the cursor after them."""
+        args = ["journalctl", "-u", unit, "-o", "cat", "--no-pager", "--show-cursor"]
+        if cursor:
+            args += ["--after-cursor", cursor]
+        out = self.run(*args, check=False).splitlines()
+        new_cursor = cursor
+        if out and out[-1].startswith("-- cursor: "):
+            new_cursor = out.pop().removeprefix("-- cursor: ")
+        return (out[-lines:] if lines else out), new_cursor
+
+
+def now() -> float:
+    return time.monotonic()
