@@ -18,16 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
-from models.config import (
+from models.config import Host, LoadStrategy, ModelSpec, ResolvedDeployment, Storage
+from models.vllm_flags import (
     ATTENTION_BACKEND_FLAG_SINCE,
     LOAD_STRATEGY_FLAG_SINCE,
     MANAGED_FLAGS,
     PREFETCH_STRATEGY_SINCE,
-    Host,
-    LoadStrategy,
-    ModelSpec,
-    ResolvedDeployment,
-    Storage,
     canonical_flag,
     vllm_release,
 )
