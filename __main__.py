@@ -8,15 +8,16 @@ from pathlib import Path
 import pulumi
 from pulumi.runtime import config as runtime_config
 
-from components import cordon, host_survey, render
+from components import host_survey, render
 from components.access import build_access, read_access
 from components.deploy_report import DeployReport, DeployReportArgs
 from components.front_door import FrontDoor, FrontDoorArgs
 from components.host import GpuHost, GpuHostArgs
 from components.model_download import ModelDownload, ModelDownloadArgs
-from components.remote import CORDONED_STEPS, HostUnreachable, probe_all
 from components.storage import SharedStorage, SharedStorageArgs
 from components.vllm_service import VllmService, VllmServiceArgs
+from controller.cordon import CordonedSteps
+from controller.probe import HostUnreachable, probe_all
 from models.backend import refusal
 from models.config import StackTier
 from models.loader import (
@@ -103,7 +104,6 @@ for rd in resolved:
 
 # Contacting a host while the program runs makes an unreachable one fail fast, in previews too, and
 # lets the preview name what already runs there (hand-made units, stray GPU processes).
-CORDONED_STEPS.clear()  # filled by the steps declared below (a fresh module in every real run)
 # A cordoned host is not contacted at all: it may be down for repair.
 reachable = [h for h in stack.hosts if not h.cordon]
 # Per deployment, the drift-repair count its activation renders (components/host_survey.repairs).
@@ -142,7 +142,9 @@ if not offline:
             "what runs on the hosts conflicts with the stack; nothing was changed:\n" + "\n".join(conflicts)
         )
 
-hosts = {h.name: GpuHost(h.name, GpuHostArgs(host=h, private_key=private_key)) for h in stack.hosts}
+# Every step declared on a cordoned host is checked and recorded here (controller/cordon.py).
+cordoned = CordonedSteps()
+hosts = {h.name: GpuHost(h.name, GpuHostArgs(host=h, private_key=private_key, cordoned=cordoned)) for h in stack.hosts}
 front_doors = {name: FrontDoor(f"{name}-front-door", FrontDoorArgs(host=host)) for name, host in hosts.items()}
 access_steps = build_access(access, resolved, pulumi.get_stack(), hosts, front_doors)
 storages = {
@@ -201,9 +203,8 @@ reports = {
     )
     for rd in resolved
 }
-for host_config in stack.hosts:
-    if host_config.cordon:
-        cordon.check_removals(host_config, CORDONED_STEPS.get(host_config.name, set()))
+# Every step is declared now: a step of a cordoned host's state that none declares would be deleted there.
+cordoned.check_removals(stack.hosts)
 
 pulumi.export(
     "deployments",

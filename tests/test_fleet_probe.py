@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from components import host_survey
-from components.remote import HostUnreachable, probe_all
+from controller.probe import HostUnreachable, probe_all
 from models.config import Host
 
 DELAY = 1.0
