@@ -9,13 +9,14 @@ import pulumi
 from pulumi.runtime import config as runtime_config
 
 from components import host_survey, render
-from components.access import build_access, read_access
+from components.access import build_access
 from components.deploy_report import DeployReport, DeployReportArgs
 from components.front_door import FrontDoor, FrontDoorArgs
 from components.host import GpuHost, GpuHostArgs
 from components.model_download import ModelDownload, ModelDownloadArgs
 from components.storage import SharedStorage, SharedStorageArgs
 from components.vllm_service import VllmService, VllmServiceArgs
+from controller.access import read_access
 from controller.cordon import CordonedSteps
 from controller.probe import HostUnreachable, probe_all
 from models.backend import refusal
