@@ -35,16 +35,12 @@ from models.types import (
     UnitStem,
     UnixUser,
     VersionString,
+    ip_address,
+    not_a_system_directory,
 )
 from models.vllm_flags import loader_config, no_managed_env, no_managed_flags
 
 GIB_PER_GB = 1e9 / 2**30
-# Storage may not be one of these (deleting an unwanted model deletes its directory) nor lie under the trees.
-SYSTEM_DIRECTORIES = frozenset({"/home", "/opt", "/root", "/srv", "/mnt", "/media", "/var", "/var/lib", "/tmp"})
-SYSTEM_TREES = frozenset(
-    {"/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc", "/run", "/sbin", "/sys", "/usr"}
-)
-
 
 ExtraArgs = Annotated[tuple[EngineArg, ...], AfterValidator(no_managed_flags)]
 LoadFormat = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,40}$")]
@@ -100,24 +96,6 @@ class Runtime(LocalBaseModel):
 
     python: AbsPath = "/root/ml-env/bin/python3"
     vllm_version: VersionString | None = None
-
-
-def not_a_system_directory(value: str) -> str:
-    """Model directories are deleted when unwanted: they must not be, or lie in, the system's own."""
-    top = "/" + value.strip("/").split("/", 1)[0]
-    if value == "/" or value in SYSTEM_DIRECTORIES or top in SYSTEM_TREES:
-        raise ValueError(
-            f"{value!r} is a system directory; models need a directory of their own such as /shared or /data/models"
-        )
-    return value
-
-
-def ip_address(value: str, hint: str) -> str:
-    """The address in its canonical form, or the error that says it is none."""
-    try:
-        return str(ipaddress.ip_address(value))
-    except ValueError:
-        raise ValueError(f"{value!r} is not an IPv4 or IPv6 address{hint}") from None
 
 
 class ClusterNetwork(LocalBaseModel):

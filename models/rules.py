@@ -21,6 +21,8 @@ def gpu_budget_gib(host: Host, gpu_count: int, utilization: float) -> float:
 
 
 def stack_errors(stack: StackConfig) -> list[str]:
+    """Every rule's errors, in the order they are shown: unique names, storage, staging paths, production
+    pins, deployments, rollout groups, multi-node deployments, disks."""
     errors: list[str] = []
     _unique(errors, "hosts", [h.name for h in stack.hosts])
     _unique(errors, "storage", [s.name for s in stack.storage])
