@@ -9,7 +9,7 @@ from typing import Any
 import pulumi
 
 from components import render
-from components.remote import Target, connect, remote_step
+from components.remote import StepLedger, Target, connect, remote_step
 from models.config import Host
 
 
@@ -17,6 +17,8 @@ from models.config import Host
 class GpuHostArgs:
     host: Host
     private_key: pulumi.Input[str]
+    # Where the steps of a cordoned host are declared (controller/cordon.py's CordonedSteps).
+    cordoned: StepLedger
 
 
 def parse_facts(stdout: str) -> dict[str, Any]:
@@ -37,7 +39,7 @@ class GpuHost(pulumi.ComponentResource):
     def __init__(self, name: str, args: GpuHostArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(self.TYPE, name, None, opts)
         self.config = args.host
-        self.target = connect(args.host, args.private_key)
+        self.target = connect(args.host, args.private_key, args.cordoned)
         self.preflight = remote_step(
             f"{name}-preflight",
             self.target,

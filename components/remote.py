@@ -23,33 +23,49 @@ wrong):
 
 from __future__ import annotations
 
-import socket
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Protocol
 
 import pulumi
 from pulumi_command import remote
 
-from components import cordon
 from components.render import remote_invocation
 from models.config import Host
 
 # Seconds a step gets after its time limit's TERM before it is killed.
 KILL_AFTER_SECONDS = 30
-# The steps declared on each cordoned host, checked against the state once the program has declared all.
-CORDONED_STEPS: dict[str, set[str]] = {}
+# Every input of pulumi-command's remote.Command, as the engine names them: on a cordoned host each is ignored.
+COMMAND_INPUTS = [
+    "connection",
+    "create",
+    "update",
+    "delete",
+    "environment",
+    "stdin",
+    "triggers",
+    "logging",
+    "addPreviousOutputInEnv",
+]
+
+
+class StepLedger(Protocol):
+    """Where each step declared on a cordoned host is told (controller/cordon.py's CordonedSteps): it
+    refuses a step the host does not have yet, and keeps the name for the check of removals at the end."""
+
+    def declare(self, host: Host, name: str) -> None: ...
 
 
 @dataclass(frozen=True)
 class Target:
-    """Where a step runs: the host's config and its connection (secret in the provider's schema)."""
+    """Where a step runs: the host's config, its connection (secret in the provider's schema) and the
+    ledger its steps are declared to when the host is cordoned."""
 
     host: Host
     connection: remote.ConnectionArgs
+    cordoned: StepLedger
 
 
-def connect(host: Host, private_key: pulumi.Input[str]) -> Target:
+def connect(host: Host, private_key: pulumi.Input[str], cordoned: StepLedger) -> Target:
     connection = remote.ConnectionArgs(
         host=host.address,
         port=host.port,
@@ -59,7 +75,7 @@ def connect(host: Host, private_key: pulumi.Input[str]) -> Target:
         dial_error_limit=host.dial_attempts,
         per_dial_timeout=host.dial_timeout_seconds,
     )
-    return Target(host=host, connection=connection)
+    return Target(host=host, connection=connection, cordoned=cordoned)
 
 
 def remote_step(
@@ -83,8 +99,7 @@ def remote_step(
     carries_secret = stdin is not None
     host = target.host
     if host.cordon:
-        cordon.check_step(host, name)
-        CORDONED_STEPS.setdefault(host.name, set()).add(name)
+        target.cordoned.declare(host, name)
     return remote.Command(
         name,
         connection=target.connection,
@@ -103,7 +118,7 @@ def remote_step(
             depends_on=depends_on or [],
             delete_before_replace=owns_singleton,
             # On a cordoned host the state's inputs stand, whatever the program now renders: no step runs.
-            ignore_changes=cordon.COMMAND_INPUTS if host.cordon else None,
+            ignore_changes=COMMAND_INPUTS if host.cordon else None,
             # The provider echoes its inputs as outputs; stdin is named too, so an update that changes it (a
             # rotated API key) stores and logs it as a secret as well.
             additional_secret_outputs=["stdin", "stdout", "stderr"] if carries_secret else [],
@@ -114,51 +129,3 @@ def remote_step(
             ),
         ),
     )
-
-
-class HostUnreachable(Exception):
-    pass
-
-
-def probe_ssh(host: Host, timeout: float = 5.0) -> str:
-    """Open a TCP connection to the host's SSH port and read its banner (no login, no session).
-
-    Runs while the program is evaluated, in `pulumi preview` too, so an unreachable host fails the
-    preview within `timeout` seconds with its name, instead of a step hanging in dial retries later.
-    """
-    try:
-        with socket.create_connection((host.address, host.port), timeout=timeout) as sock:
-            sock.settimeout(timeout)
-            banner = sock.recv(256).decode(errors="replace").strip()
-    except OSError as error:
-        raise HostUnreachable(
-            f"host {host.name!r} ({host.user}@{host.address}:{host.port}, vllm-fleet:hosts) is unreachable: "
-            f"{error.__class__.__name__}: {error or 'timed out'} after at most {timeout:g} s. Check that it is up "
-            "and that the address and port are right."
-        ) from None
-    if not banner.startswith("SSH-"):
-        raise HostUnreachable(
-            f"host {host.name!r} ({host.address}:{host.port}) answered, but not as an SSH server: {banner[:60]!r}"
-        )
-    return banner
-
-
-# Hosts probed at once: each probe is one socket waiting on the network, so a fleet's probes take about
-# as long as its slowest host's, not the sum of them.
-PROBE_WORKERS = 64
-
-
-def probe_all(hosts: Sequence[Host], timeout: float = 5.0) -> None:
-    """Probe every host at once; one HostUnreachable naming each host that failed, in config order."""
-
-    def one(host: Host) -> str | None:
-        try:
-            probe_ssh(host, timeout)
-        except HostUnreachable as error:
-            return str(error)
-        return None
-
-    with ThreadPoolExecutor(max_workers=max(1, min(PROBE_WORKERS, len(hosts)))) as pool:
-        failures = [message for message in pool.map(one, hosts) if message is not None]
-    if failures:
-        raise HostUnreachable("\n".join(failures))

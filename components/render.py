@@ -21,47 +21,26 @@ from string import Template
 from typing import Any
 
 from controller import host_bundle
-
-# Re-exported: the steps, components and tests name these paths through this module too.
-from host.contract import (
-    BUNDLE_NAME as BUNDLE_NAME,
-)
-from host.contract import (
-    ETC_DIR as ETC_DIR,
-)
-from host.contract import (
-    FRONT_DOOR_DIR as FRONT_DOOR_DIR,
-)
-from host.contract import (
-    FRONT_DOOR_UNIT as FRONT_DOOR_UNIT,
-)
-from host.contract import (
-    TOOLS_DIR as TOOLS_DIR,
-)
-from host.contract import (
-    UNIT_DIR as UNIT_DIR,
-)
-from host.contract import (
-    Plan as Plan,
-)
-from host.contract import (
-    deployment_state_dir as deployment_state_dir,
-)
-from models.config import (
+from host import contract
+from host.contract import BUNDLE_NAME, Plan, deployment_state_dir
+from models.config import Host, LoadStrategy, ModelSpec, ResolvedDeployment, Storage
+from models.vllm_flags import (
     ATTENTION_BACKEND_FLAG_SINCE,
     LOAD_STRATEGY_FLAG_SINCE,
     MANAGED_FLAGS,
     PREFETCH_STRATEGY_SINCE,
-    Host,
-    LoadStrategy,
-    ModelSpec,
-    ResolvedDeployment,
-    Storage,
     canonical_flag,
     vllm_release,
 )
 
 FILES = Path(__file__).with_name("files")
+# Where things live on a host (host/contract.py); the steps, components and tests name them through here.
+TOOLS_DIR = contract.TOOLS_DIR
+STATE_DIR = contract.STATE_DIR
+ETC_DIR = contract.ETC_DIR
+UNIT_DIR = contract.UNIT_DIR
+FRONT_DOOR_UNIT = contract.FRONT_DOOR_UNIT
+FRONT_DOOR_DIR = contract.FRONT_DOOR_DIR
 # Engines listen on loopback only; the front door is the way in.
 ENGINE_ADDRESS = "127.0.0.1"
 # In ExecStart the engine's port is the placement's, expanded by systemd when the unit starts.

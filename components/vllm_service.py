@@ -32,7 +32,7 @@ class VllmServiceArgs:
     nodes: Sequence[tuple[GpuHost, ModelDownload]] = ()
     # Its access step (components/access.py): the site the swap writes includes its files.
     access: pulumi.Resource | None = None
-    # Drift repairs (components/host_survey.repairs): a count one above the host's re-activates.
+    # Drift repairs (controller/survey.repairs): a count one above the host's re-activates.
     repairs: int = 0
 
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from components import render
-from host.contract import TOOLS_DIR, owner_key
+from host.contract import TOOLS_DIR, deployment_state_dir, owner_key
 from models.config import ResolvedDeployment
 
 # The module of the host package that reports (installed as TOOLS_DIR/status; sent along for `make status`).
@@ -34,7 +34,7 @@ def spec(rd: ResolvedDeployment, stack: str) -> dict[str, Any]:
         "deployment": rd.deployment.name,
         "unit": rd.unit_name,
         "unitSha256": hashlib.sha256(render.render_unit(rd, stack).text.encode()).hexdigest(),
-        "stateDir": render.deployment_state_dir(stack, rd.deployment.name),
+        "stateDir": deployment_state_dir(stack, rd.deployment.name),
         "modelDir": rd.model_path,
         "python": rd.host.runtime.python,
         "frontDoor": f"http://{_url_host(rd.deployment.readiness_address)}:{rd.deployment.port}",

@@ -1,7 +1,7 @@
 """The stack config, one model per `vllm-fleet:` key of `Pulumi.<stack>.yaml`.
 
-Field-level rules live on the fields (types.py); rules that relate several keys (GPUs of a host, ports,
-memory and disk budgets) live in `StackConfig` and name the key and the fix in their message.
+Field-level rules live on the fields (types.py, vllm_flags.py); rules that relate several keys (GPUs of a
+host, ports, memory and disk budgets) live in rules.py, which the loader applies to a parsed `StackConfig`.
 Secrets (the SSH key, the Hugging Face token) are never fields here: they travel as `pulumi.Output`.
 """
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
-import json
 import re
 from enum import StrEnum
 from typing import Annotated, Any, Self
@@ -19,7 +18,6 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 from models.access import Access
 from models.types import (
     HOSTNAME_PATTERN,
-    PINNED_REVISION,
     SSH_HOST_KEY_PATTERN,
     AbsPath,
     AttentionBackend,
@@ -37,125 +35,17 @@ from models.types import (
     UnitStem,
     UnixUser,
     VersionString,
+    ip_address,
+    not_a_system_directory,
 )
+from models.vllm_flags import loader_config, no_managed_env, no_managed_flags
 
 GIB_PER_GB = 1e9 / 2**30
-# Storage may not be one of these (deleting an unwanted model deletes its directory) nor lie under the trees.
-SYSTEM_DIRECTORIES = frozenset({"/home", "/opt", "/root", "/srv", "/mnt", "/media", "/var", "/var/lib", "/tmp"})
-SYSTEM_TREES = frozenset(
-    {"/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc", "/run", "/sbin", "/sys", "/usr"}
-)
 
-# Flags the project renders itself from typed fields; passing them again in extraArgs would make two
-# sources of truth for one setting, so they are refused with a pointer to the field.
-MANAGED_FLAGS: dict[str, str] = {
-    "--model": "the model entry (vllm-fleet:models)",
-    "--port": "deployments[].port",
-    "--host": "deployments[].bindAddress",
-    "--served-model-name": "deployments[].servedModelName",
-    "--tensor-parallel-size": "serving.tensorParallel",
-    "--pipeline-parallel-size": "serving.pipelineParallel",
-    "--enable-expert-parallel": "serving.expertParallel",
-    "--max-model-len": "serving.maxModelLen",
-    "--gpu-memory-utilization": "serving.gpuMemoryUtilization",
-    "--tool-call-parser": "serving.toolCallParser",
-    "--reasoning-parser": "serving.reasoningParser",
-    "--trust-remote-code": "serving.trustRemoteCode",
-    "--enable-auto-tool-choice": "serving.enableAutoToolChoice",
-    "--attention-backend": "serving.attentionBackend",
-    "--safetensors-load-strategy": "serving.safetensorsLoadStrategy",
-    "--load-format": "serving.loadFormat",
-    "--model-loader-extra-config": "serving.modelLoaderExtraConfig",
-}
-# Variables the project owns: GPU selection follows deployments[].gpus, the token comes from a secret.
-MANAGED_ENV: dict[str, str] = {
-    "CUDA_VISIBLE_DEVICES": "set deployments[].gpus instead",
-    "VLLM_CACHE_ROOT": "each deployment has its own compile cache under /var/cache/vllm-fleet",
-    "HF_TOKEN": "set it with `pulumi config set --secret vllm-fleet:hfToken`",
-    "HUGGING_FACE_HUB_TOKEN": "set it with `pulumi config set --secret vllm-fleet:hfToken`",
-    "HF_HOME": "set storage[].hfHome instead",
-}
-
-
-# vLLM's short spellings of managed flags.
-FLAG_ALIASES: dict[str, str] = {"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size"}
-# Flags a vLLM release removed: (first release without it, what to use instead). REFERENCE.md section 5.
-REMOVED_FLAGS: dict[str, tuple[tuple[int, ...], str]] = {
-    "--disable-log-requests": ((0, 12), "drop it (request logging is off by default) or use --no-enable-log-requests"),
-}
-# The release that brought `--attention-backend`; before it the backend is the VLLM_ATTENTION_BACKEND variable.
-ATTENTION_BACKEND_FLAG_SINCE = (0, 12)
-# `--safetensors-load-strategy` (lazy|eager) came with vllm#24469 (merged 2025-09-08, so v0.11); its
-# `prefetch` value with vllm#36012 (merged 2026-03-04; v0.17 is the first release we count on). On an
-# older pinned vLLM the flag is left out and the pre-warm step fills the page cache instead; on an
-# unpinned one the host's own vLLM judges the launch at stage time, before anything stops.
-LOAD_STRATEGY_FLAG_SINCE = (0, 11)
-PREFETCH_STRATEGY_SINCE = (0, 17)
-
-
-def canonical_flag(arg: str) -> str:
-    """The flag an engine argument sets, however it is spelled: `--port=9000`, `--port 9000` in one
-    element, `--tensor_parallel_size` (vLLM reads underscores as dashes) or a short alias (`-tp`)."""
-    token = arg.strip().split(None, 1)[0] if arg.strip() else arg
-    token = token.split("=", 1)[0]
-    if token.startswith("--"):
-        token = "--" + token[2:].replace("_", "-")
-    return FLAG_ALIASES.get(token, token)
-
-
-def managed_flag(arg: str) -> str | None:
-    """The managed flag an argument sets, including unambiguous abbreviations argparse would accept."""
-    flag = canonical_flag(arg)
-    if flag in MANAGED_FLAGS:
-        return flag
-    if flag.startswith("--") and len(flag) > 3:
-        matches = [managed for managed in MANAGED_FLAGS if managed.startswith(flag)]
-        if matches:
-            return matches[0]
-    return None
-
-
-def _no_managed_flags(args: tuple[str, ...]) -> tuple[str, ...]:
-    for arg in args:
-        flag = managed_flag(arg)
-        if flag is not None:
-            raise ValueError(f"{arg!r} sets {flag}, which is rendered from {MANAGED_FLAGS[flag]}; set it there")
-    return args
-
-
-def vllm_release(version: str | None) -> tuple[int, ...] | None:
-    """(major, minor) of a vLLM version string such as 0.32.0+cpu, or None when unknown."""
-    if version is None:
-        return None
-    parts = re.findall(r"\d+", version.split("+", 1)[0])[:2]
-    return tuple(int(p) for p in parts) if len(parts) == 2 else None
-
-
-def _no_managed_env(env: dict[str, str]) -> dict[str, str]:
-    for key in env:
-        if key in MANAGED_ENV:
-            raise ValueError(f"{key} is managed by vllm-fleet: {MANAGED_ENV[key]}")
-    return env
-
-
-def _loader_config(value: dict[str, Any]) -> dict[str, Any]:
-    """A JSON object vLLM's --model-loader-extra-config takes; keys are its option names."""
-    try:
-        text = json.dumps(value, sort_keys=True)
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"modelLoaderExtraConfig must be plain JSON: {error}") from None
-    for key in value:
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,63}", key):
-            raise ValueError(f"modelLoaderExtraConfig key {key!r} is not an option name (letters, digits, _)")
-    if len(text) > 4096:
-        raise ValueError("modelLoaderExtraConfig is over 4096 characters of JSON")
-    return value
-
-
-ExtraArgs = Annotated[tuple[EngineArg, ...], AfterValidator(_no_managed_flags)]
+ExtraArgs = Annotated[tuple[EngineArg, ...], AfterValidator(no_managed_flags)]
 LoadFormat = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,40}$")]
-LoaderConfig = Annotated[dict[str, Any], AfterValidator(_loader_config)]
-Environment = Annotated[dict[EnvName, EnvValue], AfterValidator(_no_managed_env)]
+LoaderConfig = Annotated[dict[str, Any], AfterValidator(loader_config)]
+Environment = Annotated[dict[EnvName, EnvValue], AfterValidator(no_managed_env)]
 
 
 class StackTier(StrEnum):
@@ -206,24 +96,6 @@ class Runtime(LocalBaseModel):
 
     python: AbsPath = "/root/ml-env/bin/python3"
     vllm_version: VersionString | None = None
-
-
-def not_a_system_directory(value: str) -> str:
-    """Model directories are deleted when unwanted: they must not be, or lie in, the system's own."""
-    top = "/" + value.strip("/").split("/", 1)[0]
-    if value == "/" or value in SYSTEM_DIRECTORIES or top in SYSTEM_TREES:
-        raise ValueError(
-            f"{value!r} is a system directory; models need a directory of their own such as /shared or /data/models"
-        )
-    return value
-
-
-def ip_address(value: str, hint: str) -> str:
-    """The address in its canonical form, or the error that says it is none."""
-    try:
-        return str(ipaddress.ip_address(value))
-    except ValueError:
-        raise ValueError(f"{value!r} is not an IPv4 or IPv6 address{hint}") from None
 
 
 class ClusterNetwork(LocalBaseModel):
@@ -568,15 +440,10 @@ def start_timeout_for_size(size_gb: float) -> int:
     return int(600 + size_gb * 6)
 
 
-# At least this share of the memory vLLM may use must stay free for the KV cache and activations.
-KV_CACHE_HEADROOM = 0.10
-
-
-def gpu_budget_gib(host: Host, gpu_count: int, utilization: float) -> float:
-    return host.gpus.memory_gib * gpu_count * utilization
-
-
 class StackConfig(LocalBaseModel):
+    """One stack's config. Parse it with models.loader.parse_stack_config, which also applies the rules
+    across keys (models/rules.py): a StackConfig built otherwise has not been checked against them."""
+
     tier: StackTier = StackTier.DEVELOPMENT
     hf_endpoint: Annotated[str, Field(pattern=r"^https?://[A-Za-z0-9.:\[\]-]+(/[A-Za-z0-9._/-]*)?$")] | None = None
     hosts: tuple[Host, ...]
@@ -584,218 +451,6 @@ class StackConfig(LocalBaseModel):
     models: dict[Name, ModelSpec]
     deployments: tuple[Deployment, ...] = ()
     access: Access = Access()
-
-    @model_validator(mode="after")
-    def _cross_key_rules(self) -> Self:
-        errors: list[str] = []
-        _unique(errors, "hosts", [h.name for h in self.hosts])
-        _unique(errors, "storage", [s.name for s in self.storage])
-        _unique(errors, "deployments", [d.name for d in self.deployments])
-        hosts = {h.name: h for h in self.hosts}
-        storage_by_host: dict[str, Storage] = {}
-        for i, store in enumerate(self.storage):
-            if store.host not in hosts:
-                errors.append(
-                    f"vllm-fleet:storage[{i}].host: unknown host {store.host!r}; "
-                    f"use one of {sorted(hosts)} from vllm-fleet:hosts"
-                )
-            elif store.host in storage_by_host:
-                errors.append(
-                    f"vllm-fleet:storage[{i}].host: host {store.host!r} already has storage "
-                    f"{storage_by_host[store.host].name!r}; give each host one storage entry"
-                )
-            else:
-                storage_by_host[store.host] = store
-        for i, host in enumerate(self.hosts):
-            shared = storage_by_host.get(host.name)
-            staging = host.staging_path
-            if staging is not None and shared is not None and _overlap(staging, shared.path):
-                errors.append(
-                    f"vllm-fleet:hosts[{i}].stagingPath: {staging} overlaps the storage path {shared.path} of "
-                    f"{host.name!r}; the staging copy belongs on a host-local disk of its own (e.g. /local/vllm-staging)"
-                )
-        if self.tier is StackTier.PRODUCTION:
-            for i, host in enumerate(self.hosts):
-                if host.host_key is None:
-                    errors.append(
-                        f"vllm-fleet:hosts[{i}].hostKey: a production stack pins each host's SSH host key, so a "
-                        f"step never runs on a machine that answers in {host.name!r}'s place; paste the "
-                        f"`ssh-ed25519 AAAA...` line of `ssh-keyscan -t ed25519 -p {host.port} {host.address}`, "
-                        "checked against the server's /etc/ssh/ssh_host_ed25519_key.pub"
-                    )
-            for name, model in self.models.items():
-                if not PINNED_REVISION.match(model.revision):
-                    errors.append(
-                        f"vllm-fleet:models.{name}.revision: {model.revision!r} is a branch; a production "
-                        "stack needs the 40-hex commit sha so every host serves the same bytes "
-                        "(find it with `hf api` or on the model page's commit history)"
-                    )
-        errors.extend(self._deployment_errors(hosts, storage_by_host))
-        errors.extend(self._rollout_errors())
-        errors.extend(self._multi_node_errors(hosts, storage_by_host))
-        errors.extend(self._disk_errors(hosts, storage_by_host))
-        if errors:
-            raise ValueError("\n".join(errors))
-        return self
-
-    def _deployment_errors(self, hosts: dict[str, Host], storage_by_host: dict[str, Storage]) -> list[str]:
-        errors: list[str] = []
-        claimed_gpus: dict[tuple[str, int], str] = {}
-        claimed_ports: dict[tuple[str, int], str] = {}
-        claimed_units: dict[tuple[str, str], str] = {}
-        for i, dep in enumerate(self.deployments):
-            key = f"vllm-fleet:deployments[{i}]"
-            host = hosts.get(dep.host)
-            if host is None:
-                errors.append(f"{key}.host: unknown host {dep.host!r}; use one of {sorted(hosts)}")
-                continue
-            if dep.host not in storage_by_host:
-                errors.append(
-                    f"{key}.host: host {dep.host!r} has no storage; add an entry to vllm-fleet:storage "
-                    "for it so the model has somewhere to live"
-                )
-            model = self.models.get(dep.model)
-            if model is None:
-                errors.append(
-                    f"{key}.model: unknown model {dep.model!r}; add it to vllm-fleet:models "
-                    f"or use one of {sorted(self.models)}"
-                )
-                continue
-            serving = dep.overrides.apply(model.serving)
-            # A multi-node deployment uses the same GPU indices on every node (checked by _multi_node_errors).
-            for node in (n for n in dep.node_names if n in hosts):
-                for gpu in dep.gpus:
-                    if gpu >= hosts[node].gpus.count:
-                        errors.append(
-                            f"{key}.gpus: GPU {gpu} does not exist on host {node!r}, which has "
-                            f"{hosts[node].gpus.count} (indices 0-{hosts[node].gpus.count - 1}); fix the index or "
-                            "hosts[].gpus.count"
-                        )
-                    owner = claimed_gpus.setdefault((node, gpu), dep.name)
-                    if owner != dep.name:
-                        errors.append(
-                            f"{key}.gpus: GPU {gpu} of host {node!r} is already given to deployment "
-                            f"{owner!r}; two deployments cannot share a GPU, pick free indices"
-                        )
-            for port, field in ((dep.port, "port"), *((p, "backendPorts") for p in dep.engine_ports)):
-                port_owner = claimed_ports.setdefault((dep.host, port), dep.name)
-                if port_owner != dep.name:
-                    errors.append(
-                        f"{key}.{field}: port {port} of host {dep.host!r} is already used by deployment "
-                        f"{port_owner!r} (its port or backendPorts); choose another port"
-                    )
-            needed = serving.tensor_parallel * serving.pipeline_parallel
-            if host.gpus.count > 0 and needed > len(dep.gpus) * len(dep.node_names) and not dep.nodes:
-                errors.append(
-                    f"{key}.gpus: tensorParallel {serving.tensor_parallel} x pipelineParallel "
-                    f"{serving.pipeline_parallel} = {needed} GPUs, but the deployment is given "
-                    f"{len(dep.gpus)} ({list(dep.gpus)}); list at least {needed} GPUs (twice as many allow "
-                    f"blue/green swaps) or change models.{dep.model}.serving / deployments[{i}].overrides"
-                )
-            if host.gpus.count == 0 and (dep.gpus or needed != 1):
-                errors.append(
-                    f"{key}.gpus: host {host.name!r} has no GPUs (hosts[].gpus.count: 0); a CPU deployment "
-                    "takes gpus: [] and tensorParallel 1"
-                )
-            if host.gpus.count > 0 and dep.gpus:
-                budget = gpu_budget_gib(host, needed, serving.gpu_memory_utilization)
-                limit = budget * (1 - KV_CACHE_HEADROOM)
-                if model.size_gib > limit:
-                    errors.append(
-                        f"{key}.model: {dep.model} needs about {model.size_gib:.0f} GiB for its weights "
-                        f"(models.{dep.model}.sizeGb {model.size_gb:g}), but {needed} x "
-                        f"{host.gpus.memory_gib:g} GiB x gpuMemoryUtilization {serving.gpu_memory_utilization:g} "
-                        f"= {budget:.0f} GiB leaves less than {KV_CACHE_HEADROOM:.0%} for the KV cache "
-                        f"(limit {limit:.0f} GiB); give it more GPUs or a smaller quantization"
-                    )
-            release = vllm_release(host.runtime.vllm_version)
-            for arg in serving.extra_args:
-                removed = REMOVED_FLAGS.get(canonical_flag(arg))
-                if release is not None and removed is not None and release >= removed[0]:
-                    source = (
-                        f"deployments[{i}].overrides.extraArgs"
-                        if dep.overrides.extra_args is not None
-                        else f"models.{dep.model}.serving.extraArgs"
-                    )
-                    errors.append(
-                        f"vllm-fleet:{source}: {arg!r} was removed in vLLM {'.'.join(map(str, removed[0]))}, and host "
-                        f"{host.name!r} runs vLLM {host.runtime.vllm_version} (hosts[].runtime.vllmVersion); "
-                        f"{removed[1]}"
-                    )
-            resolved_unit = dep.unit_name or "vllm-" + dep.model.replace(".", "")
-            unit_owner = claimed_units.setdefault((dep.host, resolved_unit), dep.name)
-            if unit_owner != dep.name:
-                errors.append(
-                    f"{key}.unitName: unit {resolved_unit}.service on host {dep.host!r} is already "
-                    f"used by deployment {unit_owner!r}; set deployments[{i}].unitName"
-                )
-        return errors
-
-    def _rollout_errors(self) -> list[str]:
-        errors: list[str] = []
-        first: dict[str, tuple[int, int]] = {}
-        for i, dep in enumerate(self.deployments):
-            if dep.rollout is None:
-                continue
-            j, limit = first.setdefault(dep.rollout.group, (i, dep.rollout.max_unavailable))
-            if limit != dep.rollout.max_unavailable:
-                errors.append(
-                    f"vllm-fleet:deployments[{i}].rollout.maxUnavailable: {dep.rollout.max_unavailable} differs "
-                    f"from {limit} of deployments[{j}] in group {dep.rollout.group!r}; give the group one value"
-                )
-        return errors
-
-    def _multi_node_errors(self, hosts: dict[str, Host], storage_by_host: dict[str, Storage]) -> list[str]:
-        errors: list[str] = []
-        for i, dep in enumerate(self.deployments):
-            if not dep.nodes:
-                continue
-            key = f"vllm-fleet:deployments[{i}].nodes"
-            model = self.models.get(dep.model)
-            if dep.nodes[0] != dep.host or len(dep.nodes) < 2 or len(set(dep.nodes)) != len(dep.nodes):
-                errors.append(
-                    f"{key}: {list(dep.nodes)} must list two or more different hosts, the head first, and the head "
-                    f"is deployments[{i}].host ({dep.host!r})"
-                )
-                continue
-            unknown = [n for n in dep.nodes if n not in hosts]
-            if unknown:
-                errors.append(f"{key}: unknown host(s) {unknown}; use names from vllm-fleet:hosts")
-                continue
-            for node in dep.nodes:
-                if hosts[node].cluster is None:
-                    errors.append(
-                        f"{key}: host {node!r} has no hosts[].cluster (address and interface of the private network "
-                        "the nodes reach each other on); add it"
-                    )
-                if node not in storage_by_host:
-                    errors.append(f"{key}: host {node!r} has no storage; every node loads the model from its own")
-                elif dep.host in storage_by_host and storage_by_host[node].path != storage_by_host[dep.host].path:
-                    errors.append(
-                        f"{key}: storage path {storage_by_host[node].path} of {node!r} differs from "
-                        f"{storage_by_host[dep.host].path} of the head {dep.host!r}; every node must see the model "
-                        "at the same path"
-                    )
-            if dep.distributed_backend is DistributedBackend.RAY:
-                errors.append(
-                    f"vllm-fleet:deployments[{i}].distributedBackend: ray is not built yet (no Ray on the sandbox to "
-                    "test it against); use mp, vLLM's own multi-node engine"
-                )
-            gpu_counts = {hosts[n].gpus.count for n in dep.nodes if n in hosts}
-            if len(gpu_counts) > 1:
-                errors.append(f"{key}: the nodes have different GPU counts {sorted(gpu_counts)}; use equal hosts")
-            if model is None:
-                continue
-            serving = dep.overrides.apply(model.serving)
-            total = serving.tensor_parallel * serving.pipeline_parallel
-            if total != len(dep.gpus) * len(dep.nodes):
-                errors.append(
-                    f"vllm-fleet:deployments[{i}].gpus: tensorParallel {serving.tensor_parallel} x pipelineParallel "
-                    f"{serving.pipeline_parallel} = {total} GPUs must equal {len(dep.gpus)} GPUs per node x "
-                    f"{len(dep.nodes)} nodes; list {total // len(dep.nodes) if total % len(dep.nodes) == 0 else '?'} "
-                    "GPUs per node (a multi-node deployment swaps stop-start, so no spare ones)"
-                )
-        return errors
 
     def rollout_waits_for(self) -> dict[str, str]:
         """For each deployment of a rollout group, the one whose swap it waits for (the deployment
@@ -811,37 +466,6 @@ class StackConfig(LocalBaseModel):
                 if k >= dep.rollout.max_unavailable:
                     waits[dep.name] = group[k - dep.rollout.max_unavailable].name
         return waits
-
-    def _disk_errors(self, hosts: dict[str, Host], storage_by_host: dict[str, Storage]) -> list[str]:
-        errors: list[str] = []
-        for i, store in enumerate(self.storage):
-            dirs: dict[str, str] = {}
-            for name in self.wanted_models_on(store.name):
-                directory = f"{store.path}/{self.models[name].dir}"
-                if directory in dirs:
-                    errors.append(
-                        f"vllm-fleet:models.{name}.dir: {directory} is also the directory of {dirs[directory]} on "
-                        f"storage {store.name!r}; give each model a dir of its own"
-                    )
-                dirs.setdefault(directory, name)
-                hf_home = store.effective_hf_home
-                if hf_home == directory or hf_home.startswith(directory + "/") or directory.startswith(hf_home + "/"):
-                    errors.append(
-                        f"vllm-fleet:models.{name}.dir: {directory} overlaps the Hugging Face home {hf_home} "
-                        f"(storage[{i}].hfHome); give the model another dir"
-                    )
-            wanted = self.wanted_models_on(store.name)
-            total = sum(self.models[m].size_gb for m in wanted)
-            usable = store.capacity_gb - store.free_margin_gb
-            if total > usable:
-                listing = ", ".join(f"{m} {self.models[m].size_gb:g} GB" for m in wanted)
-                errors.append(
-                    f"vllm-fleet:storage[{i}].capacityGb: models kept on {store.name!r} need "
-                    f"{total:g} GB ({listing}) but capacity {store.capacity_gb:g} GB minus margin "
-                    f"{store.free_margin_gb:g} GB leaves {usable:g} GB; set keep: false on a model "
-                    "no deployment serves, or add capacity"
-                )
-        return errors
 
     # ---- lookups used by the program -------------------------------------------------------------
 
@@ -880,16 +504,3 @@ class StackConfig(LocalBaseModel):
                 )
             )
         return out
-
-
-def _overlap(a: str, b: str) -> bool:
-    a, b = a.rstrip("/"), b.rstrip("/")
-    return a == b or a.startswith(b + "/") or b.startswith(a + "/")
-
-
-def _unique(errors: list[str], key: str, names: list[str]) -> None:
-    seen: set[str] = set()
-    for i, name in enumerate(names):
-        if name in seen:
-            errors.append(f"vllm-fleet:{key}[{i}].name: {name!r} is used twice; names must be unique")
-        seen.add(name)

@@ -14,6 +14,7 @@ import yaml
 from pydantic import ValidationError
 
 from models.config import StackConfig
+from models.rules import stack_errors
 
 NAMESPACE = "vllm-fleet"
 CATALOG_PATH = Path(__file__).with_name("catalog.yaml")
@@ -93,7 +94,7 @@ def _format_validation_error(error: ValidationError) -> str:
         loc = item["loc"]
         message = item["msg"].removeprefix("Value error, ")
         if not loc:
-            # Cross-key rules already name their keys.
+            # An error of the config as a whole names its keys itself.
             lines.append(message)
             continue
         value = item.get("input")
@@ -135,9 +136,14 @@ def parse_stack_config(raw: Mapping[str, Any], catalog: Mapping[str, Mapping[str
     data = {key: raw[key] for key in KNOWN_KEYS if key in raw}
     data["models"] = _resolve_models(data.get("models", {}), catalog if catalog is not None else load_catalog())
     try:
-        return StackConfig.model_validate(data)
+        stack = StackConfig.model_validate(data)
     except ValidationError as error:
         raise ConfigError(_format_validation_error(error)) from None
+    # The rules across keys, once every key is valid on its own; they already name their keys.
+    errors = stack_errors(stack)
+    if errors:
+        raise ConfigError("\n".join(errors))
+    return stack
 
 
 def read_key_file(key: str, value: str, made_by: str) -> str:

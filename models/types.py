@@ -7,6 +7,7 @@ types below are allow-lists: a value that could change the meaning of a command 
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Annotated
 
@@ -88,3 +89,28 @@ VersionString = Annotated[str, StringConstraints(pattern=r"^[0-9][A-Za-z0-9.+-]{
 
 # A service unit's full name, as systemctl prints it (vllm-glm5.service).
 SystemdServiceName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@:-]{0,240}\.service$")]
+
+
+# Storage may not be one of these (deleting an unwanted model deletes its directory) nor lie under the trees.
+SYSTEM_DIRECTORIES = frozenset({"/home", "/opt", "/root", "/srv", "/mnt", "/media", "/var", "/var/lib", "/tmp"})
+SYSTEM_TREES = frozenset(
+    {"/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc", "/run", "/sbin", "/sys", "/usr"}
+)
+
+
+def not_a_system_directory(value: str) -> str:
+    """Model directories are deleted when unwanted: they must not be, or lie in, the system's own."""
+    top = "/" + value.strip("/").split("/", 1)[0]
+    if value == "/" or value in SYSTEM_DIRECTORIES or top in SYSTEM_TREES:
+        raise ValueError(
+            f"{value!r} is a system directory; models need a directory of their own such as /shared or /data/models"
+        )
+    return value
+
+
+def ip_address(value: str, hint: str) -> str:
+    """The address in its canonical form, or the error that says it is none."""
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        raise ValueError(f"{value!r} is not an IPv4 or IPv6 address{hint}") from None

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from components import render
+from components.remote import COMMAND_INPUTS
 from models.loader import load_stack_file, parse_stack_config, read_stack_file
 from tests.conftest import ROOT
 from tests.pulumi_mocks import COMMAND_TYPE, Registered, run_program, unsecret
@@ -230,7 +231,7 @@ def test_max_unavailable_runs_that_many_lanes(fleet_raw: dict[str, Any]) -> None
 def test_cordoned_host_ignores_every_change_and_is_never_probed(
     fleet_raw: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from components import cordon
+    from controller import cordon
 
     before = run_program("fleet", fleet_raw)
     on_fleet_2 = frozenset(n for n, r in commands(before).items() if r.inputs["triggers"][1] == 2232)
@@ -238,7 +239,7 @@ def test_cordoned_host_ignores_every_change_and_is_never_probed(
     fleet_raw["hosts"][1]["cordon"] = True
     after = run_program("fleet", fleet_raw)
     for name, step in commands(after).items():
-        expected = cordon.COMMAND_INPUTS if name in on_fleet_2 else []
+        expected = COMMAND_INPUTS if name in on_fleet_2 else []
         assert step.options["ignore_changes"] == expected, name
     assert "chat-2-serving" in on_fleet_2 and "chat-1-serving" not in on_fleet_2
 
@@ -247,7 +248,7 @@ def test_cordoned_host_ignores_every_change_and_is_never_probed(
 def test_cordoned_host_refuses_creates_and_deletes(
     fleet_raw: dict[str, Any], monkeypatch: pytest.MonkeyPatch, change: str
 ) -> None:
-    from components import cordon
+    from controller import cordon
 
     before = run_program("fleet", fleet_raw)
     on_fleet_2 = frozenset(n for n, r in commands(before).items() if r.inputs["triggers"][1] == 2232)

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from components.remote import HostUnreachable, probe_all
 from controller import survey as host_survey
+from controller.probe import HostUnreachable, probe_all
 from models.config import Host
 
 DELAY = 1.0

@@ -217,7 +217,7 @@ def test_visible_gpus_reads_the_environment(tmp_path: Path) -> None:
 def test_cli_with_no_gpus_is_a_no_op() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "host.gpu_release_guard", "--gpus", "none"],
-            cwd=ROOT,
+        cwd=ROOT,
         capture_output=True,
         text=True,
         check=False,

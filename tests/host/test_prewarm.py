@@ -427,7 +427,17 @@ def test_the_installed_files_run_as_programs(tmp_path: Path, host_tools: Path) -
     assert cached.returncode == 0, cached.stderr
     assert cached.stdout.splitlines()[-1].startswith(f"prewarm: read 5 file(s): {sum(MODEL.values())} bytes")
     copied = subprocess.run(
-        [sys.executable, str(host_tools / "prewarm"), "copy", "--dir", str(model), "--to", str(tmp_path / "s"), "--margin-gib", "0"],
+        [
+            sys.executable,
+            str(host_tools / "prewarm"),
+            "copy",
+            "--dir",
+            str(model),
+            "--to",
+            str(tmp_path / "s"),
+            "--margin-gib",
+            "0",
+        ],
         capture_output=True,
         text=True,
         check=False,

@@ -10,11 +10,12 @@ from pathlib import Path
 import pulumi
 
 from components.remote import connect, remote_step
+from controller.cordon import CordonedSteps
 from models.config import Host
 
 config = pulumi.Config("onestep")
 host = Host.model_validate(config.require_object("host"))
-target = connect(host, pulumi.Output.secret(Path(config.require("keyFile")).read_text()))
+target = connect(host, pulumi.Output.secret(Path(config.require("keyFile")).read_text()), CordonedSteps())
 
 
 class OneStep(pulumi.ComponentResource):

@@ -6,6 +6,10 @@ there is refused before anything runs, naming the steps. To know which steps exi
 stack's last checkpoint with `pulumi stack export` (the engine's own command; the state has no other
 read API for a running program): a step belongs to a host by the address, port and user in its
 `triggers` (components/remote.py puts them there).
+
+The program makes one `CordonedSteps` and hands it to every host's connection (components/remote.py's
+`connect`): each step declared on a cordoned host is checked and recorded there, and once every step is
+declared `check_removals` refuses the steps of the state that are declared no more.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
 from functools import cache
 
 import pulumi
@@ -21,18 +26,6 @@ import pulumi
 from models.config import Host
 
 COMMAND_TYPE = "command:remote:Command"
-# Every input of pulumi-command's remote.Command, as the engine names them.
-COMMAND_INPUTS = [
-    "connection",
-    "create",
-    "update",
-    "delete",
-    "environment",
-    "stdin",
-    "triggers",
-    "logging",
-    "addPreviousOutputInEnv",
-]
 
 
 class CordonViolation(pulumi.RunError):
@@ -88,3 +81,20 @@ def check_removals(host: Host, registered: set[str]) -> None:
             f"host {host.name!r} is cordoned (vllm-fleet:hosts[].cordon: true), but the stack would delete "
             f"{', '.join(gone)} there; nothing was changed. Put back what that host serves, or lift the cordon"
         )
+
+
+class CordonedSteps:
+    """The steps the program declares on cordoned hosts, by host name (components/remote.py's StepLedger)."""
+
+    def __init__(self) -> None:
+        self.declared: dict[str, set[str]] = {}
+
+    def declare(self, host: Host, name: str) -> None:
+        check_step(host, name)
+        self.declared.setdefault(host.name, set()).add(name)
+
+    def check_removals(self, hosts: Sequence[Host]) -> None:
+        """Once every step is declared: refuse the state's steps on cordoned hosts that no step declares."""
+        for host in hosts:
+            if host.cordon:
+                check_removals(host, self.declared.get(host.name, set()))

@@ -1,0 +1,110 @@
+"""The whole fleet's components, built in dependency order: hosts and their front doors, access files,
+storage, model downloads, services (a rollout group's members after the ones they wait for), reports."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import pulumi
+
+from components.access import AccessInputs, build_access
+from components.deploy_report import DeployReport, DeployReportArgs
+from components.front_door import FrontDoor, FrontDoorArgs
+from components.host import GpuHost, GpuHostArgs
+from components.model_download import ModelDownload, ModelDownloadArgs
+from components.remote import StepLedger
+from components.storage import SharedStorage, SharedStorageArgs
+from components.vllm_service import VllmService, VllmServiceArgs
+from models.config import ResolvedDeployment, StackConfig
+
+
+@dataclass(frozen=True)
+class FleetArgs:
+    stack: str
+    config: StackConfig
+    deployments: Sequence[ResolvedDeployment]
+    private_key: pulumi.Input[str]
+    hf_token: pulumi.Output[str] | None
+    access: AccessInputs
+    # Per deployment, the drift-repair count its activation renders (controller/checks.py).
+    repairs: Mapping[str, int]
+    # Where the steps of cordoned hosts are declared (controller/cordon.py's CordonedSteps).
+    cordoned: StepLedger
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """What the stack exports, by name."""
+
+    hosts: dict[str, GpuHost]
+    storages: dict[str, SharedStorage]
+    services: dict[str, VllmService]
+    reports: dict[str, DeployReport]
+
+
+def build_fleet(args: FleetArgs) -> Fleet:
+    stack, resolved = args.config, args.deployments
+    hosts = {
+        h.name: GpuHost(h.name, GpuHostArgs(host=h, private_key=args.private_key, cordoned=args.cordoned))
+        for h in stack.hosts
+    }
+    front_doors = {name: FrontDoor(f"{name}-front-door", FrontDoorArgs(host=host)) for name, host in hosts.items()}
+    access_steps = build_access(args.access, resolved, args.stack, hosts, front_doors)
+    storages = {
+        s.name: SharedStorage(
+            s.name,
+            SharedStorageArgs(
+                storage=s,
+                host=hosts[s.host],
+                kept_dirs=stack.kept_dirs_on(s.name),
+            ),
+        )
+        for s in stack.storage
+    }
+    downloads: dict[tuple[str, str], ModelDownload] = {}
+    for store in stack.storage:
+        for model_name in stack.wanted_models_on(store.name):
+            downloads[(store.name, model_name)] = ModelDownload(
+                f"{store.name}-{model_name}",
+                ModelDownloadArgs(
+                    model_name=model_name,
+                    model=stack.models[model_name],
+                    storage=storages[store.name],
+                    hf_endpoint=stack.hf_endpoint,
+                    hf_token=args.hf_token,
+                ),
+            )
+    services: dict[str, VllmService] = {}
+    waits_for = stack.rollout_waits_for()
+    for rd in resolved:
+        services[rd.deployment.name] = VllmService(
+            rd.deployment.name,
+            VllmServiceArgs(
+                deployment=rd,
+                stack=args.stack,
+                host=hosts[rd.host.name],
+                download=downloads[(rd.storage.name, rd.model_name)],
+                front_door=front_doors[rd.host.name],
+                hf_token=args.hf_token,
+                # Config order puts a group's earlier members first, so the one waited for exists already.
+                after=[services[waits_for[rd.deployment.name]]] if rd.deployment.name in waits_for else [],
+                nodes=[
+                    (hosts[node.name], downloads[(stack.storage_for_host(node.name).name, rd.model_name)])
+                    for node in rd.node_hosts[1:]
+                ],
+                access=access_steps[rd.deployment.name],
+                repairs=args.repairs.get(rd.deployment.name, 0),
+            ),
+        )
+    # What each deployment serves after the deploy.
+    reports = {
+        rd.deployment.name: DeployReport(
+            f"{rd.deployment.name}-report",
+            DeployReportArgs(
+                deployment=rd, stack=args.stack, host=hosts[rd.host.name], service=services[rd.deployment.name]
+            ),
+        )
+        for rd in resolved
+    }
+    return Fleet(hosts, storages, services, reports)

@@ -1,0 +1,58 @@
+"""Whether each host answers on its SSH port, asked while the program runs (in previews too), before any
+step is declared: an unreachable host fails fast with its name instead of a step hanging in dial retries."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from models.config import Host
+
+
+class HostUnreachable(Exception):
+    pass
+
+
+def probe_ssh(host: Host, timeout: float = 5.0) -> str:
+    """Open a TCP connection to the host's SSH port and read its banner (no login, no session).
+
+    Runs while the program is evaluated, in `pulumi preview` too, so an unreachable host fails the
+    preview within `timeout` seconds with its name, instead of a step hanging in dial retries later.
+    """
+    try:
+        with socket.create_connection((host.address, host.port), timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            banner = sock.recv(256).decode(errors="replace").strip()
+    except OSError as error:
+        raise HostUnreachable(
+            f"host {host.name!r} ({host.user}@{host.address}:{host.port}, vllm-fleet:hosts) is unreachable: "
+            f"{error.__class__.__name__}: {error or 'timed out'} after at most {timeout:g} s. Check that it is up "
+            "and that the address and port are right."
+        ) from None
+    if not banner.startswith("SSH-"):
+        raise HostUnreachable(
+            f"host {host.name!r} ({host.address}:{host.port}) answered, but not as an SSH server: {banner[:60]!r}"
+        )
+    return banner
+
+
+# Hosts probed at once: each probe is one socket waiting on the network, so a fleet's probes take about
+# as long as its slowest host's, not the sum of them.
+PROBE_WORKERS = 64
+
+
+def probe_all(hosts: Sequence[Host], timeout: float = 5.0) -> None:
+    """Probe every host at once; one HostUnreachable naming each host that failed, in config order."""
+
+    def one(host: Host) -> str | None:
+        try:
+            probe_ssh(host, timeout)
+        except HostUnreachable as error:
+            return str(error)
+        return None
+
+    with ThreadPoolExecutor(max_workers=max(1, min(PROBE_WORKERS, len(hosts)))) as pool:
+        failures = [message for message in pool.map(one, hosts) if message is not None]
+    if failures:
+        raise HostUnreachable("\n".join(failures))

@@ -1,0 +1,280 @@
+"""The stack config's rules that relate several keys: GPUs of a host, ports, units, rollout groups, nodes
+of a multi-node deployment, memory and disk budgets, production pins.
+
+Each rule takes the parsed config (models/config.py) and returns its errors; `stack_errors` runs them all
+in a fixed order, and the loader (models/loader.py) refuses a config with any, every message on a line
+of its own, each naming the key and the fix.
+"""
+
+from __future__ import annotations
+
+from models.config import DistributedBackend, Host, StackConfig, StackTier, Storage
+from models.types import PINNED_REVISION
+from models.vllm_flags import REMOVED_FLAGS, canonical_flag, vllm_release
+
+# At least this share of the memory vLLM may use must stay free for the KV cache and activations.
+KV_CACHE_HEADROOM = 0.10
+
+
+def gpu_budget_gib(host: Host, gpu_count: int, utilization: float) -> float:
+    return host.gpus.memory_gib * gpu_count * utilization
+
+
+def stack_errors(stack: StackConfig) -> list[str]:
+    """Every rule's errors, in the order they are shown: unique names, storage, staging paths, production
+    pins, deployments, rollout groups, multi-node deployments, disks."""
+    errors: list[str] = []
+    _unique(errors, "hosts", [h.name for h in stack.hosts])
+    _unique(errors, "storage", [s.name for s in stack.storage])
+    _unique(errors, "deployments", [d.name for d in stack.deployments])
+    hosts = {h.name: h for h in stack.hosts}
+    storage_by_host: dict[str, Storage] = {}
+    for i, store in enumerate(stack.storage):
+        if store.host not in hosts:
+            errors.append(
+                f"vllm-fleet:storage[{i}].host: unknown host {store.host!r}; "
+                f"use one of {sorted(hosts)} from vllm-fleet:hosts"
+            )
+        elif store.host in storage_by_host:
+            errors.append(
+                f"vllm-fleet:storage[{i}].host: host {store.host!r} already has storage "
+                f"{storage_by_host[store.host].name!r}; give each host one storage entry"
+            )
+        else:
+            storage_by_host[store.host] = store
+    for i, host in enumerate(stack.hosts):
+        shared = storage_by_host.get(host.name)
+        staging = host.staging_path
+        if staging is not None and shared is not None and _overlap(staging, shared.path):
+            errors.append(
+                f"vllm-fleet:hosts[{i}].stagingPath: {staging} overlaps the storage path {shared.path} of "
+                f"{host.name!r}; the staging copy belongs on a host-local disk of its own (e.g. /local/vllm-staging)"
+            )
+    if stack.tier is StackTier.PRODUCTION:
+        for i, host in enumerate(stack.hosts):
+            if host.host_key is None:
+                errors.append(
+                    f"vllm-fleet:hosts[{i}].hostKey: a production stack pins each host's SSH host key, so a "
+                    f"step never runs on a machine that answers in {host.name!r}'s place; paste the "
+                    f"`ssh-ed25519 AAAA...` line of `ssh-keyscan -t ed25519 -p {host.port} {host.address}`, "
+                    "checked against the server's /etc/ssh/ssh_host_ed25519_key.pub"
+                )
+        for name, model in stack.models.items():
+            if not PINNED_REVISION.match(model.revision):
+                errors.append(
+                    f"vllm-fleet:models.{name}.revision: {model.revision!r} is a branch; a production "
+                    "stack needs the 40-hex commit sha so every host serves the same bytes "
+                    "(find it with `hf api` or on the model page's commit history)"
+                )
+    errors.extend(_deployment_errors(stack, hosts, storage_by_host))
+    errors.extend(_rollout_errors(stack))
+    errors.extend(_multi_node_errors(stack, hosts, storage_by_host))
+    errors.extend(_disk_errors(stack, hosts, storage_by_host))
+    return errors
+
+
+def _deployment_errors(stack: StackConfig, hosts: dict[str, Host], storage_by_host: dict[str, Storage]) -> list[str]:
+    errors: list[str] = []
+    claimed_gpus: dict[tuple[str, int], str] = {}
+    claimed_ports: dict[tuple[str, int], str] = {}
+    claimed_units: dict[tuple[str, str], str] = {}
+    for i, dep in enumerate(stack.deployments):
+        key = f"vllm-fleet:deployments[{i}]"
+        host = hosts.get(dep.host)
+        if host is None:
+            errors.append(f"{key}.host: unknown host {dep.host!r}; use one of {sorted(hosts)}")
+            continue
+        if dep.host not in storage_by_host:
+            errors.append(
+                f"{key}.host: host {dep.host!r} has no storage; add an entry to vllm-fleet:storage "
+                "for it so the model has somewhere to live"
+            )
+        model = stack.models.get(dep.model)
+        if model is None:
+            errors.append(
+                f"{key}.model: unknown model {dep.model!r}; add it to vllm-fleet:models "
+                f"or use one of {sorted(stack.models)}"
+            )
+            continue
+        serving = dep.overrides.apply(model.serving)
+        # A multi-node deployment uses the same GPU indices on every node (checked by _multi_node_errors).
+        for node in (n for n in dep.node_names if n in hosts):
+            for gpu in dep.gpus:
+                if gpu >= hosts[node].gpus.count:
+                    errors.append(
+                        f"{key}.gpus: GPU {gpu} does not exist on host {node!r}, which has "
+                        f"{hosts[node].gpus.count} (indices 0-{hosts[node].gpus.count - 1}); fix the index or "
+                        "hosts[].gpus.count"
+                    )
+                owner = claimed_gpus.setdefault((node, gpu), dep.name)
+                if owner != dep.name:
+                    errors.append(
+                        f"{key}.gpus: GPU {gpu} of host {node!r} is already given to deployment "
+                        f"{owner!r}; two deployments cannot share a GPU, pick free indices"
+                    )
+        for port, field in ((dep.port, "port"), *((p, "backendPorts") for p in dep.engine_ports)):
+            port_owner = claimed_ports.setdefault((dep.host, port), dep.name)
+            if port_owner != dep.name:
+                errors.append(
+                    f"{key}.{field}: port {port} of host {dep.host!r} is already used by deployment "
+                    f"{port_owner!r} (its port or backendPorts); choose another port"
+                )
+        needed = serving.tensor_parallel * serving.pipeline_parallel
+        if host.gpus.count > 0 and needed > len(dep.gpus) * len(dep.node_names) and not dep.nodes:
+            errors.append(
+                f"{key}.gpus: tensorParallel {serving.tensor_parallel} x pipelineParallel "
+                f"{serving.pipeline_parallel} = {needed} GPUs, but the deployment is given "
+                f"{len(dep.gpus)} ({list(dep.gpus)}); list at least {needed} GPUs (twice as many allow "
+                f"blue/green swaps) or change models.{dep.model}.serving / deployments[{i}].overrides"
+            )
+        if host.gpus.count == 0 and (dep.gpus or needed != 1):
+            errors.append(
+                f"{key}.gpus: host {host.name!r} has no GPUs (hosts[].gpus.count: 0); a CPU deployment "
+                "takes gpus: [] and tensorParallel 1"
+            )
+        if host.gpus.count > 0 and dep.gpus:
+            budget = gpu_budget_gib(host, needed, serving.gpu_memory_utilization)
+            limit = budget * (1 - KV_CACHE_HEADROOM)
+            if model.size_gib > limit:
+                errors.append(
+                    f"{key}.model: {dep.model} needs about {model.size_gib:.0f} GiB for its weights "
+                    f"(models.{dep.model}.sizeGb {model.size_gb:g}), but {needed} x "
+                    f"{host.gpus.memory_gib:g} GiB x gpuMemoryUtilization {serving.gpu_memory_utilization:g} "
+                    f"= {budget:.0f} GiB leaves less than {KV_CACHE_HEADROOM:.0%} for the KV cache "
+                    f"(limit {limit:.0f} GiB); give it more GPUs or a smaller quantization"
+                )
+        release = vllm_release(host.runtime.vllm_version)
+        for arg in serving.extra_args:
+            removed = REMOVED_FLAGS.get(canonical_flag(arg))
+            if release is not None and removed is not None and release >= removed[0]:
+                source = (
+                    f"deployments[{i}].overrides.extraArgs"
+                    if dep.overrides.extra_args is not None
+                    else f"models.{dep.model}.serving.extraArgs"
+                )
+                errors.append(
+                    f"vllm-fleet:{source}: {arg!r} was removed in vLLM {'.'.join(map(str, removed[0]))}, and host "
+                    f"{host.name!r} runs vLLM {host.runtime.vllm_version} (hosts[].runtime.vllmVersion); "
+                    f"{removed[1]}"
+                )
+        resolved_unit = dep.unit_name or "vllm-" + dep.model.replace(".", "")
+        unit_owner = claimed_units.setdefault((dep.host, resolved_unit), dep.name)
+        if unit_owner != dep.name:
+            errors.append(
+                f"{key}.unitName: unit {resolved_unit}.service on host {dep.host!r} is already "
+                f"used by deployment {unit_owner!r}; set deployments[{i}].unitName"
+            )
+    return errors
+
+
+def _rollout_errors(stack: StackConfig) -> list[str]:
+    errors: list[str] = []
+    first: dict[str, tuple[int, int]] = {}
+    for i, dep in enumerate(stack.deployments):
+        if dep.rollout is None:
+            continue
+        j, limit = first.setdefault(dep.rollout.group, (i, dep.rollout.max_unavailable))
+        if limit != dep.rollout.max_unavailable:
+            errors.append(
+                f"vllm-fleet:deployments[{i}].rollout.maxUnavailable: {dep.rollout.max_unavailable} differs "
+                f"from {limit} of deployments[{j}] in group {dep.rollout.group!r}; give the group one value"
+            )
+    return errors
+
+
+def _multi_node_errors(stack: StackConfig, hosts: dict[str, Host], storage_by_host: dict[str, Storage]) -> list[str]:
+    errors: list[str] = []
+    for i, dep in enumerate(stack.deployments):
+        if not dep.nodes:
+            continue
+        key = f"vllm-fleet:deployments[{i}].nodes"
+        model = stack.models.get(dep.model)
+        if dep.nodes[0] != dep.host or len(dep.nodes) < 2 or len(set(dep.nodes)) != len(dep.nodes):
+            errors.append(
+                f"{key}: {list(dep.nodes)} must list two or more different hosts, the head first, and the head "
+                f"is deployments[{i}].host ({dep.host!r})"
+            )
+            continue
+        unknown = [n for n in dep.nodes if n not in hosts]
+        if unknown:
+            errors.append(f"{key}: unknown host(s) {unknown}; use names from vllm-fleet:hosts")
+            continue
+        for node in dep.nodes:
+            if hosts[node].cluster is None:
+                errors.append(
+                    f"{key}: host {node!r} has no hosts[].cluster (address and interface of the private network "
+                    "the nodes reach each other on); add it"
+                )
+            if node not in storage_by_host:
+                errors.append(f"{key}: host {node!r} has no storage; every node loads the model from its own")
+            elif dep.host in storage_by_host and storage_by_host[node].path != storage_by_host[dep.host].path:
+                errors.append(
+                    f"{key}: storage path {storage_by_host[node].path} of {node!r} differs from "
+                    f"{storage_by_host[dep.host].path} of the head {dep.host!r}; every node must see the model "
+                    "at the same path"
+                )
+        if dep.distributed_backend is DistributedBackend.RAY:
+            errors.append(
+                f"vllm-fleet:deployments[{i}].distributedBackend: ray is not built yet (no Ray on the sandbox to "
+                "test it against); use mp, vLLM's own multi-node engine"
+            )
+        gpu_counts = {hosts[n].gpus.count for n in dep.nodes if n in hosts}
+        if len(gpu_counts) > 1:
+            errors.append(f"{key}: the nodes have different GPU counts {sorted(gpu_counts)}; use equal hosts")
+        if model is None:
+            continue
+        serving = dep.overrides.apply(model.serving)
+        total = serving.tensor_parallel * serving.pipeline_parallel
+        if total != len(dep.gpus) * len(dep.nodes):
+            errors.append(
+                f"vllm-fleet:deployments[{i}].gpus: tensorParallel {serving.tensor_parallel} x pipelineParallel "
+                f"{serving.pipeline_parallel} = {total} GPUs must equal {len(dep.gpus)} GPUs per node x "
+                f"{len(dep.nodes)} nodes; list {total // len(dep.nodes) if total % len(dep.nodes) == 0 else '?'} "
+                "GPUs per node (a multi-node deployment swaps stop-start, so no spare ones)"
+            )
+    return errors
+
+
+def _disk_errors(stack: StackConfig, hosts: dict[str, Host], storage_by_host: dict[str, Storage]) -> list[str]:
+    errors: list[str] = []
+    for i, store in enumerate(stack.storage):
+        dirs: dict[str, str] = {}
+        for name in stack.wanted_models_on(store.name):
+            directory = f"{store.path}/{stack.models[name].dir}"
+            if directory in dirs:
+                errors.append(
+                    f"vllm-fleet:models.{name}.dir: {directory} is also the directory of {dirs[directory]} on "
+                    f"storage {store.name!r}; give each model a dir of its own"
+                )
+            dirs.setdefault(directory, name)
+            hf_home = store.effective_hf_home
+            if hf_home == directory or hf_home.startswith(directory + "/") or directory.startswith(hf_home + "/"):
+                errors.append(
+                    f"vllm-fleet:models.{name}.dir: {directory} overlaps the Hugging Face home {hf_home} "
+                    f"(storage[{i}].hfHome); give the model another dir"
+                )
+        wanted = stack.wanted_models_on(store.name)
+        total = sum(stack.models[m].size_gb for m in wanted)
+        usable = store.capacity_gb - store.free_margin_gb
+        if total > usable:
+            listing = ", ".join(f"{m} {stack.models[m].size_gb:g} GB" for m in wanted)
+            errors.append(
+                f"vllm-fleet:storage[{i}].capacityGb: models kept on {store.name!r} need "
+                f"{total:g} GB ({listing}) but capacity {store.capacity_gb:g} GB minus margin "
+                f"{store.free_margin_gb:g} GB leaves {usable:g} GB; set keep: false on a model "
+                "no deployment serves, or add capacity"
+            )
+    return errors
+
+
+def _overlap(a: str, b: str) -> bool:
+    a, b = a.rstrip("/"), b.rstrip("/")
+    return a == b or a.startswith(b + "/") or b.startswith(a + "/")
+
+
+def _unique(errors: list[str], key: str, names: list[str]) -> None:
+    seen: set[str] = set()
+    for i, name in enumerate(names):
+        if name in seen:
+            errors.append(f"vllm-fleet:{key}[{i}].name: {name!r} is used twice; names must be unique")
+        seen.add(name)
