@@ -8,7 +8,7 @@ from pathlib import Path
 import pulumi
 from pulumi.runtime import config as runtime_config
 
-from components import cordon, host_survey, render
+from components import cordon, host_survey
 from components.access import build_access, read_access
 from components.deploy_report import DeployReport, DeployReportArgs
 from components.front_door import FrontDoor, FrontDoorArgs
@@ -28,6 +28,7 @@ from models.loader import (
     parse_stack_config,
     read_key_file,
 )
+from render.launch import load_strategy_note
 
 config = pulumi.Config("vllm-fleet")
 raw: dict[str, object] = {
@@ -97,7 +98,7 @@ hf_token = config.get_secret("hfToken")
 access = read_access(config, stack)
 resolved = stack.resolved_deployments()
 for rd in resolved:
-    load_note = render.load_strategy_note(rd)
+    load_note = load_strategy_note(rd)
     if load_note is not None:
         pulumi.log.warn(load_note)
 

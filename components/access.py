@@ -1,4 +1,4 @@
-"""Who may call a deployment: its access files beside the front door (components/render_access.py).
+"""Who may call a deployment: its access files beside the front door (render/access.py).
 
 One step per deployment. Its script holds what is public (listen line, certificate, /metrics allow
 list); the API keys' map and the TLS private key reach the host on its stdin, a secret. A change of
@@ -16,13 +16,13 @@ from pathlib import Path
 import pulumi
 from pulumi.runtime import config as runtime_config
 
-from components import render_access
 from components.front_door import FrontDoor
 from components.host import GpuHost
 from components.remote import remote_step
 from models.access import access_problems, parse_api_keys
 from models.config import ResolvedDeployment, StackConfig
 from models.loader import ConfigError, read_key_file
+from render import access as render_access
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ from typing import Any
 
 import pulumi
 
-from components import render
 from components.remote import Target, connect, remote_step
 from models.config import Host
+from render.steps import TOOL_GROUPS, preflight_script, tool_group_script, tools_delete_script, tools_script
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class GpuHost(pulumi.ComponentResource):
         self.preflight = remote_step(
             f"{name}-preflight",
             self.target,
-            create=render.preflight_script(args.host),
+            create=preflight_script(args.host),
             parent=self,
             timeout_seconds=300,
         )
@@ -49,24 +49,24 @@ class GpuHost(pulumi.ComponentResource):
         self.tools = remote_step(
             f"{name}-tools",
             self.target,
-            create=render.tools_script(),
-            delete=render.tools_delete_script(),
+            create=tools_script(),
+            delete=tools_delete_script(),
             parent=self,
             depends_on=[self.preflight],
             timeout_seconds=300,
         )
-        # The tools in groups (render.TOOL_GROUPS). No delete: the files go with the directory, which the
+        # The tools in groups (TOOL_GROUPS). No delete: the files go with the directory, which the
         # tools step removes once no deployment of any stack is left on the host.
         self.tool_steps = [
             remote_step(
                 f"{name}-tools-{group}",
                 self.target,
-                create=render.tool_group_script(group),
+                create=tool_group_script(group),
                 parent=self,
                 depends_on=[self.tools],
                 timeout_seconds=120,
             )
-            for group in sorted(render.TOOL_GROUPS)
+            for group in sorted(TOOL_GROUPS)
         ]
         # What a step that runs a tool waits for.
         self.installed: list[pulumi.Resource] = [self.tools, *self.tool_steps]

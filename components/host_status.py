@@ -17,9 +17,10 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from components import render
-from components.render import HOST_PROGRAMS
 from models.config import ResolvedDeployment
+from render.paths import HOST_PROGRAMS, deployment_state_dir
+from render.scripts import HEREDOC_DELIMITER
+from render.units import render_unit
 
 STATUS_SOURCE = HOST_PROGRAMS / "status.py"
 
@@ -31,8 +32,8 @@ def spec(rd: ResolvedDeployment, stack: str) -> dict[str, Any]:
         "owner": f"{stack}.{rd.deployment.name}",
         "deployment": rd.deployment.name,
         "unit": rd.unit_name,
-        "unitSha256": hashlib.sha256(render.render_unit(rd, stack).text.encode()).hexdigest(),
-        "stateDir": render.deployment_state_dir(stack, rd.deployment.name),
+        "unitSha256": hashlib.sha256(render_unit(rd, stack).text.encode()).hexdigest(),
+        "stateDir": deployment_state_dir(stack, rd.deployment.name),
         "modelDir": rd.model_path,
         "python": rd.host.runtime.python,
         "frontDoor": f"http://{_url_host(rd.deployment.readiness_address)}:{rd.deployment.port}",
@@ -60,7 +61,7 @@ def report_script(entry: Mapping[str, Any], with_bench: bool) -> str:
     flag = " --bench" if with_bench else ""
     return (
         "#!/usr/bin/env bash\n# vllm-fleet report: what the deployment serves now, for the stack's outputs.\nset -euo pipefail\n"
-        f"exec python3 - {shlex.quote(argument)}{flag} <<'{render.HEREDOC_DELIMITER}'\n{program}{render.HEREDOC_DELIMITER}\n"
+        f"exec python3 - {shlex.quote(argument)}{flag} <<'{HEREDOC_DELIMITER}'\n{program}{HEREDOC_DELIMITER}\n"
     )
 
 

@@ -26,11 +26,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from components import render
-from components.render import FRONT_DOOR_UNIT, HOST_PROGRAMS
 from host.swap import RUNNING_STATES, ActiveRecord, Plan, decide
 from models import downtime
 from models.config import GIB_PER_GB, ForeignGpuProcesses, Host, LoadStrategy, ResolvedDeployment
+from render.launch import load_strategy_flag
+from render.paths import FRONT_DOOR_UNIT, HOST_PROGRAMS
+from render.plan import swap_plan
+from render.units import render_unit
 
 SURVEY_SOURCE = HOST_PROGRAMS / "survey.py"
 CACHE_SECONDS = 3600
@@ -149,7 +151,7 @@ def repairs(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> int:
     unit = {u["name"]: u for u in found.get("units", [])}.get(rd.unit_name)
     if unit is not None and "sha256" not in unit:
         return done  # a survey from before unit digests
-    expected = hashlib.sha256(render.render_unit(rd, stack).text.encode()).hexdigest()
+    expected = hashlib.sha256(render_unit(rd, stack).text.encode()).hexdigest()
     return done + 1 if unit is None or unit["sha256"] != expected else done
 
 
@@ -296,7 +298,7 @@ def swap_forecast(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> 
         for gpu in holder.get("gpus", [])
         if gpu in rd.deployment.gpus
     )
-    plan = Plan.from_dict(render.swap_plan(rd, stack))
+    plan = Plan.from_dict(swap_plan(rd, stack))
     decision = decide(plan, old, running(old.unit), busy, any(running(u) for u in rd.deployment.replaces))
     head = f"the swap from {old.unit} to {rd.unit_name} will run {decision.mode.replace('-', '/', 1) if decision.mode == 'blue-green' else 'stop-then-start'} ({decision.reason})"
     if decision.mode == "blue-green":
@@ -308,6 +310,6 @@ def swap_forecast(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> 
     # A staging copy on local disk reads about as fast as the page cache (the copy's pages stay cached too).
     prewarmed = rd.host.staging_path is not None or 0 < rd.model.size_gb * GIB_PER_GB <= available_gib - 8
     estimate = downtime.stop_start_estimate(
-        rd.model.size_gb, render.load_strategy_flag(rd) is LoadStrategy.PREFETCH, prewarmed
+        rd.model.size_gb, load_strategy_flag(rd) is LoadStrategy.PREFETCH, prewarmed
     )
     return f"{head}; expected downtime about {downtime.describe(estimate.seconds)} ({estimate.basis})"

@@ -12,7 +12,7 @@ wrong):
   is a secret input, and the stdout/stderr of a step that receives secrets are secret outputs;
 - a time limit on every step. pulumi-command 1.2.1 ignores the engine's `customTimeouts` (its Create,
   Update and Delete never read the request's timeout), so the limit is enforced on the host by
-  coreutils `timeout` around the step's script (render.remote_invocation); `customTimeouts` carries the
+  coreutils `timeout` around the step's script (render/scripts.py, remote_invocation); `customTimeouts` carries the
   same value, so the engine and `pulumi stack export` state it too;
 - `delete_before_replace` where the step owns a singleton on the host (a unit name, a port, GPUs);
 - the host's identity (address, port, user) in `triggers`: a step moved to another host is replaced
@@ -32,8 +32,8 @@ import pulumi
 from pulumi_command import remote
 
 from components import cordon
-from components.render import remote_invocation
 from models.config import Host
+from render.scripts import remote_invocation
 
 # Seconds a step gets after its time limit's TERM before it is killed.
 KILL_AFTER_SECONDS = 30
@@ -75,7 +75,7 @@ def remote_step(
     owns_singleton: bool = False,
     log_output: bool = True,
 ) -> remote.Command:
-    """A remote command running a rendered script (see components/render.py) over SSH.
+    """A remote command running a rendered script (render/steps.py) over SSH.
 
     `log_output=False` keeps a step's output off the terminal (it is still stored, as a secret when the
     step receives secrets); for steps whose output is not worth streaming.

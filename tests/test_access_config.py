@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from components import render_access
 from host import swap
 from models.access import Access, access_problems, parse_api_keys
 from models.loader import ConfigError, parse_stack_config
+from render import access as render_access
 from tests.pulumi_mocks import run_program
 
 SECRET = "s3cret-key-value-0123456789"

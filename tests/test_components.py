@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from components import render
 from models.loader import load_stack_file, parse_stack_config, read_stack_file
+from render.plan import activation_timeout
+from render.steps import TOOL_GROUPS
 from tests.conftest import ROOT
 from tests.pulumi_mocks import COMMAND_TYPE, Registered, run_program, unsecret
 
@@ -36,7 +37,7 @@ def test_prod_graph(prod: dict[str, Registered]) -> None:
         "gpu-01-front-door-proxy",
         "gpu-01-preflight",
         "gpu-01-tools",
-        *(f"gpu-01-tools-{group}" for group in sorted(render.TOOL_GROUPS)),
+        *(f"gpu-01-tools-{group}" for group in sorted(TOOL_GROUPS)),
         "primary-access-files",
         "primary-report-run",
         "primary-serving",
@@ -58,7 +59,7 @@ def test_dev_graph() -> None:
         "sandbox-front-door-proxy",
         "sandbox-preflight",
         "sandbox-tools",
-        *(f"sandbox-tools-{group}" for group in sorted(render.TOOL_GROUPS)),
+        *(f"sandbox-tools-{group}" for group in sorted(TOOL_GROUPS)),
         "shared-layout",
         "shared-tiny-chat-a-files",
     ]
@@ -103,7 +104,7 @@ def test_singletons_are_deleted_before_replacement_and_long_steps_have_timeouts(
     config = load_stack_file(ROOT / "Pulumi.prod.yaml")
     (rd,) = config.resolved_deployments()
     # A 36-minute load, then a rollback that waits for the old model again, must fit.
-    assert time_limit(steps["primary-serving"]) >= 2 * render.activation_timeout(rd) > 2 * 36 * 60
+    assert time_limit(steps["primary-serving"]) >= 2 * activation_timeout(rd) > 2 * 36 * 60
     # The reference download took ~28 minutes.
     assert time_limit(steps["shared-kimi-k2.5-int4-files"]) >= 2 * 28 * 60
     assert time_limit(steps["gpu-01-preflight"]) == 300
@@ -185,7 +186,7 @@ def test_dependency_order(prod: dict[str, Registered]) -> None:
     assert deps["gpu-01-preflight"] == []
     assert deps["gpu-01-tools"] == ["gpu-01-preflight"]
     assert deps["gpu-01-front-door-proxy"] == ["gpu-01-preflight"]
-    tools = ["gpu-01-tools", *(f"gpu-01-tools-{group}" for group in sorted(render.TOOL_GROUPS))]
+    tools = ["gpu-01-tools", *(f"gpu-01-tools-{group}" for group in sorted(TOOL_GROUPS))]
     assert deps["gpu-01-tools-swap"] == ["gpu-01-tools"]
     assert deps["shared-layout"] == sorted(tools)
     assert deps["shared-kimi-k2.5-int4-files"] == ["shared-layout"]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pulumi import automation as auto
 
-from components import render
+from render.steps import TOOL_GROUPS
 from tests import engine
 from tests.conftest import ROOT
 
@@ -64,7 +64,7 @@ def test_real_engine_previews_the_dev_stack(tmp_path: Path) -> None:
     result = dev.preview()
     # The stack, 7 components (host, front door, storage, model, service, access, deploy report) and their
     # steps: 9, and one per group of tools.
-    expected = 1 + 7 + 9 + len(render.TOOL_GROUPS)
+    expected = 1 + 7 + 9 + len(TOOL_GROUPS)
     assert result.change_summary.get(auto.OpType.CREATE) == expected, result.change_summary
     dev.workspace.remove_stack("dev")
 

@@ -14,9 +14,35 @@ from typing import Any
 
 import pytest
 
-from components import render, render_access
 from models.config import StackConfig
 from models.loader import load_stack_file, parse_stack_config
+from render import access as render_access
+from render.launch import args_check_spec, engine_environment, vllm_arguments
+from render.paths import FRONT_DOOR_UNIT, HOST_TOOLS, UNIT_DIR
+from render.scripts import HEREDOC_DELIMITER, MAX_SCRIPT_BYTES, heredoc_file, remote_invocation, render_script
+from render.steps import (
+    TOOL_GROUPS,
+    activate_script,
+    deactivate_script,
+    download_delete_script,
+    download_script,
+    front_door_delete_script,
+    front_door_files,
+    front_door_script,
+    node_activate_script,
+    node_deactivate_script,
+    node_stage_delete_script,
+    node_stage_script,
+    preflight_script,
+    stage_delete_script,
+    stage_script,
+    storage_delete_script,
+    storage_script,
+    tool_group_script,
+    tools_delete_script,
+    tools_script,
+)
+from render.units import render_node_unit, render_unit, systemd_quote
 from tests.conftest import ROOT
 
 GOLDEN = Path(__file__).with_name("golden")
@@ -31,33 +57,33 @@ def rendered_scripts(name: str) -> dict[str, str]:
     """Every script a stack runs on its hosts, by a stable file name."""
     config = stack(name)
     scripts = {
-        **{f"tools-{group}.sh": render.tool_group_script(group) for group in render.TOOL_GROUPS},
-        "tools.sh": render.tools_script(),
-        "tools-delete.sh": render.tools_delete_script(),
-        "frontdoor.sh": render.front_door_script(),
-        "frontdoor-delete.sh": render.front_door_delete_script(),
+        **{f"tools-{group}.sh": tool_group_script(group) for group in TOOL_GROUPS},
+        "tools.sh": tools_script(),
+        "tools-delete.sh": tools_delete_script(),
+        "frontdoor.sh": front_door_script(),
+        "frontdoor-delete.sh": front_door_delete_script(),
     }
     for host in config.hosts:
-        scripts[f"preflight-{host.name}.sh"] = render.preflight_script(host)
+        scripts[f"preflight-{host.name}.sh"] = preflight_script(host)
     for store in config.storage:
-        scripts[f"storage-{store.name}.sh"] = render.storage_script(store, config.kept_dirs_on(store.name), name)
-        scripts[f"storage-delete-{store.name}.sh"] = render.storage_delete_script(store, name)
+        scripts[f"storage-{store.name}.sh"] = storage_script(store, config.kept_dirs_on(store.name), name)
+        scripts[f"storage-delete-{store.name}.sh"] = storage_delete_script(store, name)
         host = next(h for h in config.hosts if h.name == store.host)
         for model in config.wanted_models_on(store.name):
             spec = config.models[model]
-            scripts[f"download-{model}.sh"] = render.download_script(model, spec, store, host, config.hf_endpoint)
-            scripts[f"download-delete-{model}.sh"] = render.download_delete_script(model, spec, store, host, name)
+            scripts[f"download-{model}.sh"] = download_script(model, spec, store, host, config.hf_endpoint)
+            scripts[f"download-delete-{model}.sh"] = download_delete_script(model, spec, store, host, name)
     for rd in config.resolved_deployments():
-        scripts[f"stage-{rd.deployment.name}.sh"] = render.stage_script(rd, name)
-        scripts[f"stage-delete-{rd.deployment.name}.sh"] = render.stage_delete_script(rd, name)
-        scripts[f"activate-{rd.deployment.name}.sh"] = render.activate_script(rd, name)
-        scripts[f"deactivate-{rd.deployment.name}.sh"] = render.deactivate_script(rd, name)
+        scripts[f"stage-{rd.deployment.name}.sh"] = stage_script(rd, name)
+        scripts[f"stage-delete-{rd.deployment.name}.sh"] = stage_delete_script(rd, name)
+        scripts[f"activate-{rd.deployment.name}.sh"] = activate_script(rd, name)
+        scripts[f"deactivate-{rd.deployment.name}.sh"] = deactivate_script(rd, name)
         for rank in range(1, len(rd.node_hosts)):
             node = f"{rd.deployment.name}-node{rank}"
-            scripts[f"stage-{node}.sh"] = render.node_stage_script(rd, name, rank)
-            scripts[f"stage-delete-{node}.sh"] = render.node_stage_delete_script(rd, name, rank)
-            scripts[f"activate-{node}.sh"] = render.node_activate_script(rd, name, rank)
-            scripts[f"deactivate-{node}.sh"] = render.node_deactivate_script(rd, name, rank)
+            scripts[f"stage-{node}.sh"] = node_stage_script(rd, name, rank)
+            scripts[f"stage-delete-{node}.sh"] = node_stage_delete_script(rd, name, rank)
+            scripts[f"activate-{node}.sh"] = node_activate_script(rd, name, rank)
+            scripts[f"deactivate-{node}.sh"] = node_deactivate_script(rd, name, rank)
         # The certificate is a file of the machine that runs the program (the sandbox makes its own).
         certificate = GOLDEN_CERTIFICATE if rd.access.tls is not None else None
         scripts[f"access-{rd.deployment.name}.sh"] = render_access.access_script(rd, name, certificate)
@@ -70,12 +96,12 @@ GOLDEN_CERTIFICATE = "-----BEGIN CERTIFICATE-----\n(the stack's certificate chai
 
 def rendered_units(name: str) -> dict[str, str]:
     """Each deployment's unit, and the front door's (the same for every stack)."""
-    units = {rd.unit_name: render.render_unit(rd, name).text for rd in stack(name).resolved_deployments()}
+    units = {rd.unit_name: render_unit(rd, name).text for rd in stack(name).resolved_deployments()}
     for rd in stack(name).resolved_deployments():
         for rank in range(1, len(rd.node_hosts)):
-            units[rd.worker_unit_name(rank)] = render.render_node_unit(rd, name, rank).text
-    front_door = render.front_door_files()[f"{render.UNIT_DIR}/{render.FRONT_DOOR_UNIT}"]
-    return {**units, render.FRONT_DOOR_UNIT: front_door}
+            units[rd.worker_unit_name(rank)] = render_node_unit(rd, name, rank).text
+    front_door = front_door_files()[f"{UNIT_DIR}/{FRONT_DOOR_UNIT}"]
+    return {**units, FRONT_DOOR_UNIT: front_door}
 
 
 def check_golden(path: Path, text: str) -> None:
@@ -89,7 +115,7 @@ def check_golden(path: Path, text: str) -> None:
 @pytest.mark.parametrize("name", STACKS)
 def test_units_match_golden(name: str) -> None:
     for unit, text in rendered_units(name).items():
-        check_golden((GOLDEN if unit == render.FRONT_DOOR_UNIT else GOLDEN / name) / unit, text)
+        check_golden((GOLDEN if unit == FRONT_DOOR_UNIT else GOLDEN / name) / unit, text)
 
 
 # The host tools do not depend on the stack: one golden file serves every stack.
@@ -98,7 +124,7 @@ STACK_INDEPENDENT = (
     "tools-delete.sh",
     "frontdoor.sh",
     "frontdoor-delete.sh",
-    *(f"tools-{group}.sh" for group in render.TOOL_GROUPS),
+    *(f"tools-{group}.sh" for group in TOOL_GROUPS),
 )
 
 
@@ -110,7 +136,7 @@ def pinned_text(script: str) -> str:
     body: list[str] | None = None
     for line in script.splitlines(keepends=True):
         if body is not None:
-            if line.rstrip("\n") == render.HEREDOC_DELIMITER:
+            if line.rstrip("\n") == HEREDOC_DELIMITER:
                 text = "".join(body)
                 digest = hashlib.sha256(text.encode()).hexdigest()
                 out.append(f"<{len(body)} lines, {len(text)} bytes, sha256 {digest}>\n{line}")
@@ -119,7 +145,7 @@ def pinned_text(script: str) -> str:
                 body.append(line)
             continue
         out.append(line)
-        if line.rstrip("\n").endswith(f"<<'{render.HEREDOC_DELIMITER}'"):
+        if line.rstrip("\n").endswith(f"<<'{HEREDOC_DELIMITER}'"):
             body = []
     return "".join(out)
 
@@ -138,7 +164,7 @@ def test_scripts_match_golden(name: str) -> None:
 
 
 def test_prod_unit_carries_the_reference_launch() -> None:
-    (unit,) = [text for name, text in rendered_units("prod").items() if name != render.FRONT_DOOR_UNIT]
+    (unit,) = [text for name, text in rendered_units("prod").items() if name != FRONT_DOOR_UNIT]
     exec_start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
     for flag in (
         "--model /shared/kimi-k2.5-int4",
@@ -181,9 +207,9 @@ def test_prod_unit_carries_the_reference_launch() -> None:
 
 
 def test_systemd_quoting() -> None:
-    assert render.systemd_quote("--max-model-len") == "--max-model-len"
-    assert render.systemd_quote('{"level": 3}') == '"{\\"level\\": 3}"'
-    assert render.systemd_quote("50%") == '"50%%"'
+    assert systemd_quote("--max-model-len") == "--max-model-len"
+    assert systemd_quote('{"level": 3}') == '"{\\"level\\": 3}"'
+    assert systemd_quote("50%") == '"50%%"'
 
 
 def _verify_root(tmp_path: Path, units: dict[str, str]) -> Path:
@@ -219,7 +245,7 @@ def test_units_pass_systemd_analyze_verify(name: str, tmp_path: Path) -> None:
 
 
 def test_systemd_analyze_verify_catches_a_broken_unit(tmp_path: Path) -> None:
-    ((unit_name, text),) = [(n, t) for n, t in rendered_units("prod").items() if n != render.FRONT_DOOR_UNIT]
+    ((unit_name, text),) = [(n, t) for n, t in rendered_units("prod").items() if n != FRONT_DOOR_UNIT]
     broken = text.replace("KillMode=control-group", "KillMode=everything")
     root = _verify_root(tmp_path, {unit_name: broken})
     result = subprocess.run(
@@ -250,23 +276,21 @@ def test_shellcheck_catches_an_unquoted_parameter(tmp_path: Path) -> None:
 
 
 def test_parameters_are_shell_quoted() -> None:
-    script = render.render_script(
-        "storage.sh", {"STORAGE_PATH": "/x'; reboot; '", "HF_HOME_DIR": "/x", "OWNER": "root"}
-    )
+    script = render_script("storage.sh", {"STORAGE_PATH": "/x'; reboot; '", "HF_HOME_DIR": "/x", "OWNER": "root"})
     header = script.split("\n")[2]
     assert header == "readonly STORAGE_PATH='/x'\"'\"'; reboot; '\"'\"''"
 
 
 def test_heredoc_delimiter_cannot_be_smuggled() -> None:
     with pytest.raises(ValueError, match="delimiter"):
-        render.heredoc_file("/x", "a\nVLLM_FLEET_EOF\nrm -rf /\n", "0644")
+        heredoc_file("/x", "a\nVLLM_FLEET_EOF\nrm -rf /\n", "0644")
 
 
 def test_remote_invocation_passes_stdin_and_stops_at_its_time_limit(tmp_path: Path) -> None:
     """The string a remote Command runs, executed by a local shell as sshd would run it."""
     marker = tmp_path / "after-sleep"
     script = f'#!/usr/bin/env bash\nread -r secret\necho "got ${{#secret}} chars"\nsleep 30\ntouch {marker}\n'
-    invocation = render.remote_invocation(script, "slow-step", 1, 2)
+    invocation = remote_invocation(script, "slow-step", 1, 2)
     started = time.monotonic()
     result = subprocess.run(["sh", "-c", invocation], input="s3cret\n", capture_output=True, text=True, timeout=20)
     elapsed = time.monotonic() - started
@@ -277,7 +301,7 @@ def test_remote_invocation_passes_stdin_and_stops_at_its_time_limit(tmp_path: Pa
 
 
 def test_remote_invocation_keeps_the_script_exit_status() -> None:
-    invocation = render.remote_invocation("#!/usr/bin/env bash\nexit 3\n", "failing", 10, 2)
+    invocation = remote_invocation("#!/usr/bin/env bash\nexit 3\n", "failing", 10, 2)
     result = subprocess.run(["sh", "-c", invocation], capture_output=True, text=True, timeout=20)
     assert result.returncode == 3 and "time limit" not in result.stderr
 
@@ -286,14 +310,14 @@ def test_attention_backend_is_a_flag_from_vllm_0_12(prod_raw: dict[str, Any]) ->
     prod_raw["hosts"][0]["runtime"]["vllmVersion"] = "0.12.0"
     prod_raw["deployments"][0]["overrides"]["extraArgs"] = []
     (rd,) = parse_stack_config(prod_raw).resolved_deployments()
-    args = render.vllm_arguments(rd)
+    args = vllm_arguments(rd)
     assert args[args.index("--attention-backend") + 1] == "TRITON_MLA"
-    assert "VLLM_ATTENTION_BACKEND" not in render.engine_environment(rd)
+    assert "VLLM_ATTENTION_BACKEND" not in engine_environment(rd)
 
 
 def test_args_check_spec_names_each_flags_config_key() -> None:
     (rd,) = load_stack_file(ROOT / "Pulumi.prod.yaml").resolved_deployments()
-    spec = json.loads(render.args_check_spec(rd))
+    spec = json.loads(args_check_spec(rd))
     assert spec["unit"] == "vllm-kimi-k25-int4.service"
     assert spec["args"][:2] == ["--model", "/shared/kimi-k2.5-int4"]
     assert spec["origins"]["--disable-log-requests"] == "vllm-fleet:deployments[primary].overrides.extraArgs"
@@ -302,15 +326,15 @@ def test_args_check_spec_names_each_flags_config_key() -> None:
 
 
 def test_every_host_tool_is_installed_by_one_group() -> None:
-    grouped = [tool for tools in render.TOOL_GROUPS.values() for tool in tools]
-    assert sorted(grouped) == sorted(render.HOST_TOOLS)
+    grouped = [tool for tools in TOOL_GROUPS.values() for tool in tools]
+    assert sorted(grouped) == sorted(HOST_TOOLS)
 
 
 def test_every_step_fits_one_shell_argument() -> None:
     """sshd hands the command to the remote shell as one `-c` argument, which Linux caps at 128 KiB."""
     for name in STACKS:
         for file_name, text in rendered_scripts(name).items():
-            invocation = render.remote_invocation(text, file_name, 60, 30)
+            invocation = remote_invocation(text, file_name, 60, 30)
             assert len(invocation.encode()) < 128 * 1024, file_name
     with pytest.raises(ValueError, match="split the step"):
-        render.remote_invocation("#!/usr/bin/env bash\n" + "x" * render.MAX_SCRIPT_BYTES, "huge", 60, 30)
+        remote_invocation("#!/usr/bin/env bash\n" + "x" * MAX_SCRIPT_BYTES, "huge", 60, 30)
