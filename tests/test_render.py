@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import stat
 import subprocess
@@ -17,31 +18,10 @@ import pytest
 from models.config import StackConfig
 from models.loader import load_stack_file, parse_stack_config
 from render import access as render_access
+from render import steps
 from render.launch import args_check_spec, engine_environment, vllm_arguments
-from render.paths import FRONT_DOOR_UNIT, HOST_TOOLS, UNIT_DIR
+from render.paths import FILES, FRONT_DOOR_UNIT, HOST_TOOLS, UNIT_DIR
 from render.scripts import HEREDOC_DELIMITER, MAX_SCRIPT_BYTES, heredoc_file, remote_invocation, render_script
-from render.steps import (
-    TOOL_GROUPS,
-    activate_script,
-    deactivate_script,
-    download_delete_script,
-    download_script,
-    front_door_delete_script,
-    front_door_files,
-    front_door_script,
-    node_activate_script,
-    node_deactivate_script,
-    node_stage_delete_script,
-    node_stage_script,
-    preflight_script,
-    stage_delete_script,
-    stage_script,
-    storage_delete_script,
-    storage_script,
-    tool_group_script,
-    tools_delete_script,
-    tools_script,
-)
 from render.units import render_node_unit, render_unit, systemd_quote
 from tests.conftest import ROOT
 
@@ -57,33 +37,33 @@ def rendered_scripts(name: str) -> dict[str, str]:
     """Every script a stack runs on its hosts, by a stable file name."""
     config = stack(name)
     scripts = {
-        **{f"tools-{group}.sh": tool_group_script(group) for group in TOOL_GROUPS},
-        "tools.sh": tools_script(),
-        "tools-delete.sh": tools_delete_script(),
-        "frontdoor.sh": front_door_script(),
-        "frontdoor-delete.sh": front_door_delete_script(),
+        **{f"tools-{group}.sh": steps.tool_group_script(group) for group in steps.TOOL_GROUPS},
+        "tools.sh": steps.tools_script(),
+        "tools-delete.sh": steps.tools_delete_script(),
+        "frontdoor.sh": steps.front_door_script(),
+        "frontdoor-delete.sh": steps.front_door_delete_script(),
     }
     for host in config.hosts:
-        scripts[f"preflight-{host.name}.sh"] = preflight_script(host)
+        scripts[f"preflight-{host.name}.sh"] = steps.preflight_script(host)
     for store in config.storage:
-        scripts[f"storage-{store.name}.sh"] = storage_script(store, config.kept_dirs_on(store.name), name)
-        scripts[f"storage-delete-{store.name}.sh"] = storage_delete_script(store, name)
+        scripts[f"storage-{store.name}.sh"] = steps.storage_script(store, config.kept_dirs_on(store.name), name)
+        scripts[f"storage-delete-{store.name}.sh"] = steps.storage_delete_script(store, name)
         host = next(h for h in config.hosts if h.name == store.host)
         for model in config.wanted_models_on(store.name):
             spec = config.models[model]
-            scripts[f"download-{model}.sh"] = download_script(model, spec, store, host, config.hf_endpoint)
-            scripts[f"download-delete-{model}.sh"] = download_delete_script(model, spec, store, host, name)
+            scripts[f"download-{model}.sh"] = steps.download_script(model, spec, store, host, config.hf_endpoint)
+            scripts[f"download-delete-{model}.sh"] = steps.download_delete_script(model, spec, store, host, name)
     for rd in config.resolved_deployments():
-        scripts[f"stage-{rd.deployment.name}.sh"] = stage_script(rd, name)
-        scripts[f"stage-delete-{rd.deployment.name}.sh"] = stage_delete_script(rd, name)
-        scripts[f"activate-{rd.deployment.name}.sh"] = activate_script(rd, name)
-        scripts[f"deactivate-{rd.deployment.name}.sh"] = deactivate_script(rd, name)
+        scripts[f"stage-{rd.deployment.name}.sh"] = steps.stage_script(rd, name)
+        scripts[f"stage-delete-{rd.deployment.name}.sh"] = steps.stage_delete_script(rd, name)
+        scripts[f"activate-{rd.deployment.name}.sh"] = steps.activate_script(rd, name)
+        scripts[f"deactivate-{rd.deployment.name}.sh"] = steps.deactivate_script(rd, name)
         for rank in range(1, len(rd.node_hosts)):
             node = f"{rd.deployment.name}-node{rank}"
-            scripts[f"stage-{node}.sh"] = node_stage_script(rd, name, rank)
-            scripts[f"stage-delete-{node}.sh"] = node_stage_delete_script(rd, name, rank)
-            scripts[f"activate-{node}.sh"] = node_activate_script(rd, name, rank)
-            scripts[f"deactivate-{node}.sh"] = node_deactivate_script(rd, name, rank)
+            scripts[f"stage-{node}.sh"] = steps.node_stage_script(rd, name, rank)
+            scripts[f"stage-delete-{node}.sh"] = steps.node_stage_delete_script(rd, name, rank)
+            scripts[f"activate-{node}.sh"] = steps.node_activate_script(rd, name, rank)
+            scripts[f"deactivate-{node}.sh"] = steps.node_deactivate_script(rd, name, rank)
         # The certificate is a file of the machine that runs the program (the sandbox makes its own).
         certificate = GOLDEN_CERTIFICATE if rd.access.tls is not None else None
         scripts[f"access-{rd.deployment.name}.sh"] = render_access.access_script(rd, name, certificate)
@@ -95,12 +75,19 @@ GOLDEN_CERTIFICATE = "-----BEGIN CERTIFICATE-----\n(the stack's certificate chai
 
 
 def rendered_units(name: str) -> dict[str, str]:
-    """Each deployment's unit, and the front door's (the same for every stack)."""
-    units = {rd.unit_name: render_unit(rd, name).text for rd in stack(name).resolved_deployments()}
-    for rd in stack(name).resolved_deployments():
+    """Each deployment's unit by the name of its golden file, and the front door's (the same for every
+    stack). The name is the unit's; deployments on different hosts that share a unit name (the fleet's
+    chat-1 and chat-2) each get `<deployment>.<unit>`, so neither hides the other."""
+    resolved = stack(name).resolved_deployments()
+    shared = {rd.unit_name for rd in resolved if [o.unit_name for o in resolved].count(rd.unit_name) > 1}
+    units: dict[str, str] = {}
+    for rd in resolved:
+        units[f"{rd.deployment.name}.{rd.unit_name}" if rd.unit_name in shared else rd.unit_name] = render_unit(
+            rd, name
+        ).text
         for rank in range(1, len(rd.node_hosts)):
             units[rd.worker_unit_name(rank)] = render_node_unit(rd, name, rank).text
-    front_door = front_door_files()[f"{UNIT_DIR}/{FRONT_DOOR_UNIT}"]
+    front_door = steps.front_door_files()[f"{UNIT_DIR}/{FRONT_DOOR_UNIT}"]
     return {**units, FRONT_DOOR_UNIT: front_door}
 
 
@@ -114,8 +101,11 @@ def check_golden(path: Path, text: str) -> None:
 
 @pytest.mark.parametrize("name", STACKS)
 def test_units_match_golden(name: str) -> None:
-    for unit, text in rendered_units(name).items():
+    units = rendered_units(name)
+    for unit, text in units.items():
         check_golden((GOLDEN if unit == FRONT_DOOR_UNIT else GOLDEN / name) / unit, text)
+    stale = {p.name for p in (GOLDEN / name).glob("*.service")} - set(units)
+    assert not stale, f"golden files no longer rendered: {stale}"
 
 
 # The host tools do not depend on the stack: one golden file serves every stack.
@@ -124,22 +114,24 @@ STACK_INDEPENDENT = (
     "tools-delete.sh",
     "frontdoor.sh",
     "frontdoor-delete.sh",
-    *(f"tools-{group}.sh" for group in TOOL_GROUPS),
+    *(f"tools-{group}.sh" for group in steps.TOOL_GROUPS),
 )
 
 
-def pinned_text(script: str) -> str:
-    """What a golden file pins of a script: files it writes from sources that live in the repository
-    (host/*.py) appear as their size and digest, so the golden pins what is installed where, not a
-    second copy of every program."""
+def _digest(text: str) -> str:
+    data, lines = text.encode(), text.count("\n")
+    return f"{lines} lines, {len(data)} bytes, sha256 {hashlib.sha256(data).hexdigest()}"
+
+
+def _installed_files(script: str) -> str:
+    """Files a script writes from sources that live in the repository (host/*.py) as their size and
+    digest, so the golden pins what is installed where, not a second copy of every program."""
     out: list[str] = []
     body: list[str] | None = None
     for line in script.splitlines(keepends=True):
         if body is not None:
             if line.rstrip("\n") == HEREDOC_DELIMITER:
-                text = "".join(body)
-                digest = hashlib.sha256(text.encode()).hexdigest()
-                out.append(f"<{len(body)} lines, {len(text)} bytes, sha256 {digest}>\n{line}")
+                out.append(f"<{_digest(''.join(body))}>\n{line}")
                 body = None
             else:
                 body.append(line)
@@ -150,15 +142,47 @@ def pinned_text(script: str) -> str:
     return "".join(out)
 
 
+def _shared_bodies() -> list[tuple[str, str]]:
+    """Each script body of components/files as it stands in a rendered script, with the line that stands
+    for it in a golden file: after its `#!` line (render_script puts the parameters there), or after its
+    first two lines (a body appended to another script's, as the front door's finish is). Longest first."""
+    parts: dict[str, str] = {}
+    for path in sorted(FILES.glob("*.sh")):
+        text = path.read_text(encoding="utf-8")
+        where = path.relative_to(ROOT)
+        for skip in (1, 2):
+            part = text.split("\n", skip)[skip]
+            if part.strip():
+                parts.setdefault(part, f"# <the body of {where} after line {skip}: {_digest(part)}>\n")
+    return sorted(parts.items(), key=lambda item: -len(item[0]))
+
+
+def pinned_text(script: str, units: dict[str, str]) -> str:
+    """What a golden file pins of a script: what a user reads (its parameter header, the files it writes
+    by name), and a digest of each part that is a file of the repository. A script body from
+    components/files becomes one line naming it with its digest; a staged unit that has a golden file of
+    its own becomes its name and digest; a host program a tools group installs, its size and digest."""
+    if script.startswith("#!/usr/bin/env bash\n# vllm-fleet tools ("):
+        return _installed_files(script)
+    for body, line in _shared_bodies():
+        if body in script:
+            assert script.count(body) == 1, f"{line.strip()} stands twice in one script"
+            script = script.replace(body, line)
+    for name, text in units.items():
+        script = script.replace(
+            f"readonly UNIT_TEXT={shlex.quote(text)}\n",
+            f"readonly UNIT_TEXT=<the unit of golden file {name}: {_digest(text)}>\n",
+        )
+    return script
+
+
 @pytest.mark.parametrize("name", STACKS)
 def test_scripts_match_golden(name: str) -> None:
     scripts = rendered_scripts(name)
+    units = rendered_units(name)
     for file_name, text in scripts.items():
         folder = GOLDEN if file_name in STACK_INDEPENDENT else GOLDEN / name
-        check_golden(
-            folder / file_name,
-            pinned_text(text) if file_name.startswith("tools-") and file_name != "tools-delete.sh" else text,
-        )
+        check_golden(folder / file_name, pinned_text(text, units))
     stale = {p.name for p in (GOLDEN / name).glob("*.sh")} - set(scripts)
     assert not stale, f"golden files no longer rendered: {stale}"
 
@@ -326,7 +350,7 @@ def test_args_check_spec_names_each_flags_config_key() -> None:
 
 
 def test_every_host_tool_is_installed_by_one_group() -> None:
-    grouped = [tool for tools in TOOL_GROUPS.values() for tool in tools]
+    grouped = [tool for tools in steps.TOOL_GROUPS.values() for tool in tools]
     assert sorted(grouped) == sorted(HOST_TOOLS)
 
 
