@@ -1,4 +1,4 @@
-"""Who may call a deployment: its access files beside the front door (components/render_access.py).
+"""Who may call a deployment: its access files beside the front door (render/access.py).
 
 One step per deployment. Its script holds what is public (listen line, certificate, /metrics allow
 list); the API keys' map and the TLS private key reach the host on its stdin, a secret. A change of
@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 import pulumi
 
-from components import render_access
 from components.front_door import FrontDoor
 from components.host import GpuHost
 from components.remote import remote_step
 from models.config import ResolvedDeployment
+from render.access import access_delete_script, access_script, keys_map, stdin_bundle
 
 
 @dataclass(frozen=True)
@@ -48,15 +48,15 @@ class DeploymentAccess(pulumi.ComponentResource):
             assert isinstance(keys, Mapping)
             # No key at all serves everyone who reaches the port (the preview refuses that for a production
             # stack on a non-loopback address unless access.open says so); one key or more: only them.
-            text = render_access.keys_map(args.stack, rd.deployment.name, dict(keys), open_access or not keys)
-            return render_access.stdin_bundle(text, tls_key if isinstance(tls_key, str) else None)
+            text = keys_map(args.stack, rd.deployment.name, dict(keys), open_access or not keys)
+            return stdin_bundle(text, tls_key if isinstance(tls_key, str) else None)
 
         stdin = pulumi.Output.all(args.api_keys, args.tls_private_key or "").apply(bundle)
         self.step = remote_step(
             f"{name}-files",
             args.host.target,
-            create=render_access.access_script(rd, args.stack, args.certificate),
-            delete=render_access.access_delete_script(rd, args.stack),
+            create=access_script(rd, args.stack, args.certificate),
+            delete=access_delete_script(rd, args.stack),
             stdin=stdin,
             parent=self,
             depends_on=[args.front_door.proxy],

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 
 import pulumi
 
-from components import render
 from components.host import GpuHost
 from components.remote import remote_step
+from render.paths import FRONT_DOOR_UNIT
+from render.steps import front_door_delete_script, front_door_script
 
 
 @dataclass(frozen=True)
@@ -31,12 +32,12 @@ class FrontDoor(pulumi.ComponentResource):
         self.proxy = remote_step(
             f"{name}-proxy",
             args.host.target,
-            create=render.front_door_script(),
-            delete=render.front_door_delete_script(),
+            create=front_door_script(),
+            delete=front_door_delete_script(),
             parent=self,
             depends_on=[args.host.preflight],
             timeout_seconds=900,
             owns_singleton=True,
         )
-        self.unit_name = pulumi.Output.from_input(render.FRONT_DOOR_UNIT)
+        self.unit_name = pulumi.Output.from_input(FRONT_DOOR_UNIT)
         self.register_outputs({"unitName": self.unit_name})

@@ -8,9 +8,9 @@ from typing import Any
 
 import pulumi
 
-from components import render
 from components.remote import StepLedger, Target, connect, remote_step
 from models.config import Host
+from render.steps import preflight_script, tools_delete_script, tools_package_script, tools_script
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class GpuHost(pulumi.ComponentResource):
         self.preflight = remote_step(
             f"{name}-preflight",
             self.target,
-            create=render.preflight_script(args.host),
+            create=preflight_script(args.host),
             parent=self,
             timeout_seconds=300,
         )
@@ -51,8 +51,8 @@ class GpuHost(pulumi.ComponentResource):
         self.tools = remote_step(
             f"{name}-tools",
             self.target,
-            create=render.tools_script(),
-            delete=render.tools_delete_script(),
+            create=tools_script(),
+            delete=tools_delete_script(),
             parent=self,
             depends_on=[self.preflight],
             timeout_seconds=300,
@@ -63,7 +63,7 @@ class GpuHost(pulumi.ComponentResource):
         self.package = remote_step(
             f"{name}-tools-package",
             self.target,
-            create=render.tools_package_script(),
+            create=tools_package_script(),
             parent=self,
             depends_on=[self.tools],
             timeout_seconds=120,

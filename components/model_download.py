@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 import pulumi
 
-from components import render
 from components.remote import remote_step
 from components.storage import SharedStorage
 from models.config import ModelSpec
+from render.steps import download_delete_script, download_script
 
 # Slowest download rate a step is given time for; the reference download ran at ~20 GB/min.
 SLOWEST_GB_PER_MINUTE = 4.0
@@ -42,8 +42,8 @@ class ModelDownload(pulumi.ComponentResource):
         self.files = remote_step(
             f"{name}-files",
             args.storage.host.target,
-            create=render.download_script(args.model_name, args.model, storage, host, args.hf_endpoint),
-            delete=render.download_delete_script(args.model_name, args.model, storage, host, pulumi.get_stack()),
+            create=download_script(args.model_name, args.model, storage, host, args.hf_endpoint),
+            delete=download_delete_script(args.model_name, args.model, storage, host, pulumi.get_stack()),
             stdin=token_line,
             parent=self,
             depends_on=[args.storage.layout],

@@ -29,8 +29,8 @@ from typing import Protocol
 import pulumi
 from pulumi_command import remote
 
-from components.render import remote_invocation
 from models.config import Host
+from render.scripts import remote_invocation
 
 # Seconds a step gets after its time limit's TERM before it is killed.
 KILL_AFTER_SECONDS = 30
@@ -91,7 +91,7 @@ def remote_step(
     owns_singleton: bool = False,
     log_output: bool = True,
 ) -> remote.Command:
-    """A remote command running a rendered script (see components/render.py) over SSH.
+    """A remote command running a rendered script (see render/) over SSH.
 
     `log_output=False` keeps a step's output off the terminal (it is still stored, as a secret when the
     step receives secrets); for steps whose output is not worth streaming.

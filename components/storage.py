@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 import pulumi
 
-from components import render
 from components.host import GpuHost
 from components.remote import remote_step
 from models.config import Storage
+from render.steps import storage_delete_script, storage_script
 
 
 @dataclass(frozen=True)
@@ -40,8 +40,8 @@ class SharedStorage(pulumi.ComponentResource):
         self.layout = remote_step(
             f"{name}-layout",
             args.host.target,
-            create=render.storage_script(args.storage, args.kept_dirs, pulumi.get_stack()),
-            delete=render.storage_delete_script(args.storage, pulumi.get_stack()),
+            create=storage_script(args.storage, args.kept_dirs, pulumi.get_stack()),
+            delete=storage_delete_script(args.storage, pulumi.get_stack()),
             parent=self,
             depends_on=args.host.installed,
             timeout_seconds=300,

@@ -9,12 +9,24 @@ from typing import Any
 
 import pulumi
 
-from components import render
 from components.front_door import FrontDoor
 from components.host import GpuHost
 from components.model_download import ModelDownload
 from components.remote import remote_step
 from models.config import ResolvedDeployment
+from render.launch import engine_environment, vllm_arguments
+from render.plan import activation_timeout
+from render.steps import (
+    activate_script,
+    deactivate_script,
+    node_activate_script,
+    node_deactivate_script,
+    node_stage_delete_script,
+    node_stage_script,
+    stage_delete_script,
+    stage_script,
+)
+from render.units import secret_env_file
 
 
 @dataclass(frozen=True)
@@ -58,14 +70,12 @@ class VllmService(pulumi.ComponentResource):
         super().__init__(self.TYPE, name, None, opts)
         rd = args.deployment
         target = args.host.target
-        env_file = pulumi.Output.from_input(args.hf_token or "").apply(
-            lambda token: render.secret_env_file(token or None)
-        )
+        env_file = pulumi.Output.from_input(args.hf_token or "").apply(lambda token: secret_env_file(token or None))
         self.unit = remote_step(
             f"{name}-unit",
             target,
-            create=render.stage_script(rd, args.stack),
-            delete=render.stage_delete_script(rd, args.stack),
+            create=stage_script(rd, args.stack),
+            delete=stage_delete_script(rd, args.stack),
             stdin=env_file,
             parent=self,
             depends_on=[args.download.files, *args.host.installed, args.front_door.proxy],
@@ -73,7 +83,7 @@ class VllmService(pulumi.ComponentResource):
             owns_singleton=True,
         )
         # Start, readiness and a possible rollback (which waits for the old model again) must all fit.
-        activation_minutes = math.ceil(2 * render.activation_timeout(rd) / 60) + 5
+        activation_minutes = math.ceil(2 * activation_timeout(rd) / 60) + 5
         earlier = [e.serving for e in args.after]
         # Every node stages and checks its unit while the old model serves; then the headless engines are
         # replaced, node by node, and the head's swap starts the API server they join.
@@ -81,8 +91,8 @@ class VllmService(pulumi.ComponentResource):
             remote_step(
                 f"{name}-node{rank}-unit",
                 node.target,
-                create=render.node_stage_script(rd, args.stack, rank),
-                delete=render.node_stage_delete_script(rd, args.stack, rank),
+                create=node_stage_script(rd, args.stack, rank),
+                delete=node_stage_delete_script(rd, args.stack, rank),
                 stdin=env_file,
                 parent=self,
                 depends_on=[download.files, *node.installed],
@@ -95,8 +105,8 @@ class VllmService(pulumi.ComponentResource):
             remote_step(
                 f"{name}-node{rank}-serving",
                 node.target,
-                create=render.node_activate_script(rd, args.stack, rank),
-                delete=render.node_deactivate_script(rd, args.stack, rank),
+                create=node_activate_script(rd, args.stack, rank),
+                delete=node_deactivate_script(rd, args.stack, rank),
                 parent=self,
                 depends_on=[self.unit, *node_stages, *earlier],
                 timeout_seconds=60 * activation_minutes,
@@ -107,8 +117,8 @@ class VllmService(pulumi.ComponentResource):
         self.serving = remote_step(
             f"{name}-serving",
             target,
-            create=render.activate_script(rd, args.stack, args.repairs),
-            delete=render.deactivate_script(rd, args.stack),
+            create=activate_script(rd, args.stack, args.repairs),
+            delete=deactivate_script(rd, args.stack),
             parent=self,
             depends_on=[
                 self.unit,
@@ -127,8 +137,8 @@ class VllmService(pulumi.ComponentResource):
         # while a step's script is cut to its first lines when it is created.
         self.launch = pulumi.Output.from_input(
             {
-                "execStart": [rd.host.runtime.python, *render.vllm_arguments(rd)],
-                "environment": render.engine_environment(rd),
+                "execStart": [rd.host.runtime.python, *vllm_arguments(rd)],
+                "environment": engine_environment(rd),
             }
         )
         self.register_outputs(

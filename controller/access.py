@@ -8,11 +8,11 @@ from pathlib import Path
 import pulumi
 from pulumi.runtime import config as runtime_config
 
-from components import render_access
 from components.access import AccessInputs
 from models.access import access_problems, parse_api_keys
 from models.config import StackConfig
 from models.loader import ConfigError, read_key_file
+from render.access import check_certificate
 
 
 def read_access(config: pulumi.Config, stack: StackConfig) -> AccessInputs:
@@ -40,7 +40,7 @@ def read_access(config: pulumi.Config, stack: StackConfig) -> AccessInputs:
                 "(for the dev sandbox, `sandbox/host.sh up` generates it)"
             )
         try:
-            certificate = render_access.check_certificate(cert_path.read_text(), str(cert_path))
+            certificate = check_certificate(cert_path.read_text(), str(cert_path))
         except ValueError as error:
             raise pulumi.RunError(str(error)) from None
     errors, warnings = access_problems(

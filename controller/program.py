@@ -11,7 +11,6 @@ from pathlib import Path
 import pulumi
 from pulumi.runtime import config as runtime_config
 
-from components import render
 from components.access import AccessInputs
 from controller.access import read_access
 from models.backend import refusal
@@ -25,6 +24,7 @@ from models.loader import (
     parse_stack_config,
     read_key_file,
 )
+from render.launch import load_strategy_note
 
 # A production stack's secrets must not be encrypted with the dev sandbox's passphrase, which
 # scripts/env.sh sets by default and this repository publishes.
@@ -122,7 +122,7 @@ def load() -> Stack:
     access = read_access(config, stack)
     resolved = stack.resolved_deployments()
     for rd in resolved:
-        load_note = render.load_strategy_note(rd)
+        load_note = load_strategy_note(rd)
         if load_note is not None:
             pulumi.log.warn(load_note)
     return Stack(name, stack, resolved, private_key, key_text, hf_token, access, offline)

@@ -18,9 +18,9 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from components import render
 from host.contract import TOOLS_DIR, deployment_state_dir, owner_key
 from models.config import ResolvedDeployment
+from render.units import render_unit
 
 # The module of the host package that reports (installed as TOOLS_DIR/status; sent along for `make status`).
 STATUS_MODULE = "host.status"
@@ -33,7 +33,7 @@ def spec(rd: ResolvedDeployment, stack: str) -> dict[str, Any]:
         "owner": owner_key(stack, rd.deployment.name),
         "deployment": rd.deployment.name,
         "unit": rd.unit_name,
-        "unitSha256": hashlib.sha256(render.render_unit(rd, stack).text.encode()).hexdigest(),
+        "unitSha256": hashlib.sha256(render_unit(rd, stack).text.encode()).hexdigest(),
         "stateDir": deployment_state_dir(stack, rd.deployment.name),
         "modelDir": rd.model_path,
         "python": rd.host.runtime.python,

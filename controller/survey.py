@@ -27,12 +27,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from components import render
 from controller import host_bundle
 from host.contract import RUNNING_STATES, ActiveRecord, Claims, owner_key
 from host.judgement import Judgement, judge, running_in
 from models import downtime
 from models.config import GIB_PER_GB, Host, LoadStrategy, ResolvedDeployment
+from render.launch import load_strategy_flag
+from render.plan import swap_plan
+from render.units import render_unit
 
 CACHE_SECONDS = 3600
 # Surveys at once: each is one `ssh` process, so a fleet's surveys take about as long as its slowest.
@@ -156,7 +158,7 @@ def repairs(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> int:
     unit = {u["name"]: u for u in found.get("units", [])}.get(rd.unit_name)
     if unit is not None and "sha256" not in unit:
         return done  # a survey from before unit digests
-    expected = hashlib.sha256(render.render_unit(rd, stack).text.encode()).hexdigest()
+    expected = hashlib.sha256(render_unit(rd, stack).text.encode()).hexdigest()
     return done + 1 if unit is None or unit["sha256"] != expected else done
 
 
@@ -166,7 +168,7 @@ def judgement(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> Judg
     owner = owner_key(stack, rd.deployment.name)
     claims = {name: Claims.from_dict(held) for name, held in (found.get("claims") or {}).items()}
     old = ActiveRecord.from_survey((found.get("active") or {}).get(owner) or {})
-    return judge(render.swap_plan(rd, stack), found, claims, running_in(found, sorted(RUNNING_STATES)), old)
+    return judge(swap_plan(rd, stack), found, claims, running_in(found, sorted(RUNNING_STATES)), old)
 
 
 def assess(
@@ -242,6 +244,6 @@ def swap_forecast(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> 
     # A staging copy on local disk reads about as fast as the page cache (the copy's pages stay cached too).
     prewarmed = rd.host.staging_path is not None or 0 < rd.model.size_gb * GIB_PER_GB <= available_gib - 8
     estimate = downtime.stop_start_estimate(
-        rd.model.size_gb, render.load_strategy_flag(rd) is LoadStrategy.PREFETCH, prewarmed
+        rd.model.size_gb, load_strategy_flag(rd) is LoadStrategy.PREFETCH, prewarmed
     )
     return f"{head}; expected downtime about {downtime.describe(estimate.seconds)} ({estimate.basis})"

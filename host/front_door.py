@@ -63,7 +63,7 @@ _MAP_KEY = re.compile(r'^\s*"~\^Bearer ([A-Za-z0-9_\[\].-]+)\$"\s+1;', re.M)
 
 
 def first_key(keys_map: str) -> str | None:
-    """One accepted API key from a deployment's keys' map (components/render_access.py), for the check
+    """One accepted API key from a deployment's keys' map (render/access.py), for the check
     through the front door; None when the map lists none (an open deployment)."""
     match = _MAP_KEY.search(keys_map)
     return match.group(1).replace("[.]", ".") if match else None

@@ -10,7 +10,7 @@ cd "$VLLM_FLEET_ROOT"
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-cp -r Pulumi.yaml Pulumi.prod.yaml __main__.py components controller models host "$work/"
+cp -r Pulumi.yaml Pulumi.prod.yaml __main__.py components controller models host render "$work/"
 ln -s "$VLLM_FLEET_ROOT/.venv" "$work/.venv"
 mkdir -p "$work/state"
 # A preview stores no state: only the final snapshot is made (README "Previewing a fleet").

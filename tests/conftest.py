@@ -73,10 +73,11 @@ def pulumi_engine() -> None:
 def host_tools(tmp_path: Path) -> Path:
     """The host package installed as a host has it (the package step's own script, its directory moved
     into tmp_path): run a tool as `python TOOLS/<tool> ...`, the way units and steps call it."""
-    from components import render  # imports the program's modules: keep the import out of module scope
+    from render.paths import TOOLS_DIR  # imports the program's modules: keep the import out of module scope
+    from render.steps import tools_package_script
 
     tools = tmp_path / "host-tools"
     tools.mkdir()
-    script = render.tools_package_script().replace(render.TOOLS_DIR, str(tools))
+    script = tools_package_script().replace(TOOLS_DIR, str(tools))
     subprocess.run(["bash", "-c", script], check=True, capture_output=True)
     return tools

@@ -22,7 +22,7 @@ from tests.conftest import ROOT
 
 TOOLS = ROOT / ".tools"
 COMMAND_PROVIDER_VERSION = "1.2.1"
-PROJECT_FILES = ("Pulumi.yaml", "__main__.py", "components", "controller", "models", "host")
+PROJECT_FILES = ("Pulumi.yaml", "__main__.py", "components", "controller", "models", "host", "render")
 
 
 def engine_env(backend: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from components import render_access
 from host import contract, front_door
 from models.access import Access, access_problems, parse_api_keys
 from models.loader import ConfigError, parse_stack_config
+from render.access import keys_map, metrics_conf, server_conf
 from tests.pulumi_mocks import run_program
 
 SECRET = "s3cret-key-value-0123456789"
@@ -72,15 +72,15 @@ def test_plaintext_api_keys_are_refused(dev_raw: dict[str, Any]) -> None:
 def test_rendered_access_files(dev_raw: dict[str, Any]) -> None:
     dev_raw["access"] = {"tls": {"certificateFile": "cert.pem"}, "metricsFrom": ["10.1.2.3"]}
     (rd,) = parse_stack_config(dev_raw).resolved_deployments()
-    server = render_access.server_conf(rd, "dev")
+    server = server_conf(rd, "dev")
     assert "listen 127.0.0.1:8000 ssl;" in server and "ssl_protocols TLSv1.2 TLSv1.3;" in server
-    assert render_access.metrics_conf(rd, "dev").endswith("allow 10.1.2.3/32;\ndeny all;\n")
-    keys = render_access.keys_map("dev", "chat", {"alice": "a.b-c_d0123456789xyz"}, open_access=False)
+    assert metrics_conf(rd, "dev").endswith("allow 10.1.2.3/32;\ndeny all;\n")
+    keys = keys_map("dev", "chat", {"alice": "a.b-c_d0123456789xyz"}, open_access=False)
     assert '"~^Bearer a[.]b-c_d0123456789xyz$" 1;  # alice' in keys and "default 0;" in keys
-    assert "default 1;" in render_access.keys_map("dev", "chat", {}, open_access=True)
+    assert "default 1;" in keys_map("dev", "chat", {}, open_access=True)
     # The swap reads one key back from the map for its check through the front door.
     assert front_door.first_key(keys) == "a.b-c_d0123456789xyz"
-    assert front_door.first_key(render_access.keys_map("dev", "chat", {}, open_access=True)) is None
+    assert front_door.first_key(keys_map("dev", "chat", {}, open_access=True)) is None
 
 
 def test_site_includes_the_access_files_and_proxies_only_the_api() -> None:

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from components import render
 from components.remote import COMMAND_INPUTS
 from models.loader import load_stack_file, parse_stack_config, read_stack_file
+from render.plan import activation_timeout
 from tests.conftest import ROOT
 from tests.pulumi_mocks import COMMAND_TYPE, Registered, run_program, unsecret
 
@@ -104,7 +104,7 @@ def test_singletons_are_deleted_before_replacement_and_long_steps_have_timeouts(
     config = load_stack_file(ROOT / "Pulumi.prod.yaml")
     (rd,) = config.resolved_deployments()
     # A 36-minute load, then a rollback that waits for the old model again, must fit.
-    assert time_limit(steps["primary-serving"]) >= 2 * render.activation_timeout(rd) > 2 * 36 * 60
+    assert time_limit(steps["primary-serving"]) >= 2 * activation_timeout(rd) > 2 * 36 * 60
     # The reference download took ~28 minutes.
     assert time_limit(steps["shared-kimi-k2.5-int4-files"]) >= 2 * 28 * 60
     assert time_limit(steps["gpu-01-preflight"]) == 300

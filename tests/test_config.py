@@ -9,6 +9,8 @@ import pytest
 
 from models.config import StackTier, start_timeout_for_size
 from models.loader import ConfigError, load_catalog, load_stack_file, parse_stack_config
+from render.launch import load_strategy_note, vllm_arguments
+from render.plan import swap_plan
 from tests.conftest import ROOT
 
 
@@ -346,37 +348,35 @@ def test_model_loader_extra_config_is_a_json_object_of_option_names(
 
 
 def test_load_fields_render_as_flags_the_hosts_vllm_knows(prod_raw: dict[str, Any], dev_raw: dict[str, Any]) -> None:
-    from components import render
 
     (kimi,) = parse_stack_config(prod_raw).resolved_deployments()
     # The preset's prefetch needs vLLM 0.17; the server pins 0.11: left out, and the preview says why.
     assert kimi.serving.safetensors_load_strategy == "prefetch"
-    assert "--safetensors-load-strategy" not in render.vllm_arguments(kimi)
-    note = render.load_strategy_note(kimi)
+    assert "--safetensors-load-strategy" not in vllm_arguments(kimi)
+    note = load_strategy_note(kimi)
     assert note is not None and "needs vLLM 0.17 or later" in note and "pins 0.11.0" in note
     prod_raw["deployments"][0]["overrides"].update(
         {"safetensorsLoadStrategy": "eager", "modelLoaderExtraConfig": {"enable_multithread_load": True}}
     )
     (eager,) = parse_stack_config(prod_raw).resolved_deployments()
-    args = render.vllm_arguments(eager)
-    assert args[args.index("--safetensors-load-strategy") + 1] == "eager" and render.load_strategy_note(eager) is None
+    args = vllm_arguments(eager)
+    assert args[args.index("--safetensors-load-strategy") + 1] == "eager" and load_strategy_note(eager) is None
     assert args[args.index("--model-loader-extra-config") + 1] == '{"enable_multithread_load": true}'
     dev_raw["deployments"][0]["overrides"] = {"safetensorsLoadStrategy": "prefetch", "loadFormat": "safetensors"}
     (tiny,) = parse_stack_config(dev_raw).resolved_deployments()
-    args = render.vllm_arguments(tiny)
+    args = vllm_arguments(tiny)
     assert args[args.index("--safetensors-load-strategy") + 1] == "prefetch"
     assert args[args.index("--load-format") + 1] == "safetensors"
 
 
 def test_a_staging_path_moves_the_load_and_stays_off_the_storage(prod_raw: dict[str, Any]) -> None:
-    from components import render
 
     prod_raw["hosts"][0]["stagingPath"] = "/local/vllm-staging"
     (rd,) = parse_stack_config(prod_raw).resolved_deployments()
     assert rd.load_path == "/local/vllm-staging/kimi-k2.5-int4" and rd.model_path == "/shared/kimi-k2.5-int4"
-    args = render.vllm_arguments(rd)
+    args = vllm_arguments(rd)
     assert args[args.index("--model") + 1] == "/local/vllm-staging/kimi-k2.5-int4"
-    assert render.swap_plan(rd, "prod").load_dir == "/local/vllm-staging/kimi-k2.5-int4"
+    assert swap_plan(rd, "prod").load_dir == "/local/vllm-staging/kimi-k2.5-int4"
     prod_raw["hosts"][0]["stagingPath"] = "/shared/staging"
     assert "hosts[0].stagingPath: /shared/staging overlaps the storage path /shared" in error_of(prod_raw)
     prod_raw["hosts"][0]["stagingPath"] = "/var"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import stat
 import subprocess
@@ -17,11 +18,16 @@ from typing import Any
 
 import pytest
 
-from components import render, render_access
 from controller import host_bundle
 from host.contract import BUNDLE_NAME
 from models.config import StackConfig
 from models.loader import load_stack_file, parse_stack_config
+from render import access as render_access
+from render import steps
+from render.launch import args_check_spec, engine_environment, vllm_arguments
+from render.paths import FILES, FRONT_DOOR_UNIT, SHELL_TOOLS, TOOLS_DIR, UNIT_DIR
+from render.scripts import HEREDOC_DELIMITER, MAX_SCRIPT_BYTES, heredoc_file, remote_invocation, render_script
+from render.units import render_node_unit, render_unit, systemd_quote
 from tests.conftest import ROOT
 
 GOLDEN = Path(__file__).with_name("golden")
@@ -36,32 +42,32 @@ def rendered_scripts(name: str) -> dict[str, str]:
     """Every script a stack runs on its hosts, by a stable file name."""
     config = stack(name)
     scripts = {
-        "tools.sh": render.tools_script(),
-        "tools-delete.sh": render.tools_delete_script(),
-        "frontdoor.sh": render.front_door_script(),
-        "frontdoor-delete.sh": render.front_door_delete_script(),
+        "tools.sh": steps.tools_script(),
+        "tools-delete.sh": steps.tools_delete_script(),
+        "frontdoor.sh": steps.front_door_script(),
+        "frontdoor-delete.sh": steps.front_door_delete_script(),
     }
     for host in config.hosts:
-        scripts[f"preflight-{host.name}.sh"] = render.preflight_script(host)
+        scripts[f"preflight-{host.name}.sh"] = steps.preflight_script(host)
     for store in config.storage:
-        scripts[f"storage-{store.name}.sh"] = render.storage_script(store, config.kept_dirs_on(store.name), name)
-        scripts[f"storage-delete-{store.name}.sh"] = render.storage_delete_script(store, name)
+        scripts[f"storage-{store.name}.sh"] = steps.storage_script(store, config.kept_dirs_on(store.name), name)
+        scripts[f"storage-delete-{store.name}.sh"] = steps.storage_delete_script(store, name)
         host = next(h for h in config.hosts if h.name == store.host)
         for model in config.wanted_models_on(store.name):
             spec = config.models[model]
-            scripts[f"download-{model}.sh"] = render.download_script(model, spec, store, host, config.hf_endpoint)
-            scripts[f"download-delete-{model}.sh"] = render.download_delete_script(model, spec, store, host, name)
+            scripts[f"download-{model}.sh"] = steps.download_script(model, spec, store, host, config.hf_endpoint)
+            scripts[f"download-delete-{model}.sh"] = steps.download_delete_script(model, spec, store, host, name)
     for rd in config.resolved_deployments():
-        scripts[f"stage-{rd.deployment.name}.sh"] = render.stage_script(rd, name)
-        scripts[f"stage-delete-{rd.deployment.name}.sh"] = render.stage_delete_script(rd, name)
-        scripts[f"activate-{rd.deployment.name}.sh"] = render.activate_script(rd, name)
-        scripts[f"deactivate-{rd.deployment.name}.sh"] = render.deactivate_script(rd, name)
+        scripts[f"stage-{rd.deployment.name}.sh"] = steps.stage_script(rd, name)
+        scripts[f"stage-delete-{rd.deployment.name}.sh"] = steps.stage_delete_script(rd, name)
+        scripts[f"activate-{rd.deployment.name}.sh"] = steps.activate_script(rd, name)
+        scripts[f"deactivate-{rd.deployment.name}.sh"] = steps.deactivate_script(rd, name)
         for rank in range(1, len(rd.node_hosts)):
             node = f"{rd.deployment.name}-node{rank}"
-            scripts[f"stage-{node}.sh"] = render.node_stage_script(rd, name, rank)
-            scripts[f"stage-delete-{node}.sh"] = render.node_stage_delete_script(rd, name, rank)
-            scripts[f"activate-{node}.sh"] = render.node_activate_script(rd, name, rank)
-            scripts[f"deactivate-{node}.sh"] = render.node_deactivate_script(rd, name, rank)
+            scripts[f"stage-{node}.sh"] = steps.node_stage_script(rd, name, rank)
+            scripts[f"stage-delete-{node}.sh"] = steps.node_stage_delete_script(rd, name, rank)
+            scripts[f"activate-{node}.sh"] = steps.node_activate_script(rd, name, rank)
+            scripts[f"deactivate-{node}.sh"] = steps.node_deactivate_script(rd, name, rank)
         # The certificate is a file of the machine that runs the program (the sandbox makes its own).
         certificate = GOLDEN_CERTIFICATE if rd.access.tls is not None else None
         scripts[f"access-{rd.deployment.name}.sh"] = render_access.access_script(rd, name, certificate)
@@ -73,13 +79,20 @@ GOLDEN_CERTIFICATE = "-----BEGIN CERTIFICATE-----\n(the stack's certificate chai
 
 
 def rendered_units(name: str) -> dict[str, str]:
-    """Each deployment's unit, and the front door's (the same for every stack)."""
-    units = {rd.unit_name: render.render_unit(rd, name).text for rd in stack(name).resolved_deployments()}
-    for rd in stack(name).resolved_deployments():
+    """Each deployment's unit by the name of its golden file, and the front door's (the same for every
+    stack). The name is the unit's; deployments on different hosts that share a unit name (the fleet's
+    chat-1 and chat-2) each get `<deployment>.<unit>`, so neither hides the other."""
+    resolved = stack(name).resolved_deployments()
+    shared = {rd.unit_name for rd in resolved if [o.unit_name for o in resolved].count(rd.unit_name) > 1}
+    units: dict[str, str] = {}
+    for rd in resolved:
+        units[f"{rd.deployment.name}.{rd.unit_name}" if rd.unit_name in shared else rd.unit_name] = render_unit(
+            rd, name
+        ).text
         for rank in range(1, len(rd.node_hosts)):
-            units[rd.worker_unit_name(rank)] = render.render_node_unit(rd, name, rank).text
-    front_door = render.front_door_files()[f"{render.UNIT_DIR}/{render.FRONT_DOOR_UNIT}"]
-    return {**units, render.FRONT_DOOR_UNIT: front_door}
+            units[rd.worker_unit_name(rank)] = render_node_unit(rd, name, rank).text
+    front_door = steps.front_door_files()[f"{UNIT_DIR}/{FRONT_DOOR_UNIT}"]
+    return {**units, FRONT_DOOR_UNIT: front_door}
 
 
 def check_golden(path: Path, text: str) -> None:
@@ -92,8 +105,11 @@ def check_golden(path: Path, text: str) -> None:
 
 @pytest.mark.parametrize("name", STACKS)
 def test_units_match_golden(name: str) -> None:
-    for unit, text in rendered_units(name).items():
-        check_golden((GOLDEN if unit == render.FRONT_DOOR_UNIT else GOLDEN / name) / unit, text)
+    units = rendered_units(name)
+    for unit, text in units.items():
+        check_golden((GOLDEN if unit == FRONT_DOOR_UNIT else GOLDEN / name) / unit, text)
+    stale = {p.name for p in (GOLDEN / name).glob("*.service")} - set(units)
+    assert not stale, f"golden files no longer rendered: {stale}"
 
 
 # The host tools do not depend on the stack: one golden file serves every stack.
@@ -105,43 +121,77 @@ STACK_INDEPENDENT = (
 )
 
 
-def pinned_text(script: str) -> str:
-    """What a golden file pins of a script: files it writes from sources that live in the repository
-    (host/*.py) appear as their size and digest, so the golden pins what is installed where, not a
-    second copy of every program."""
+def _digest(text: str) -> str:
+    data, lines = text.encode(), text.count("\n")
+    return f"{lines} lines, {len(data)} bytes, sha256 {hashlib.sha256(data).hexdigest()}"
+
+
+def _installed_files(script: str) -> str:
+    """Files a script writes from sources that live in the repository (host/*.py) as their size and
+    digest, so the golden pins what is installed where, not a second copy of every program."""
     out: list[str] = []
     body: list[str] | None = None
     for line in script.splitlines(keepends=True):
         if body is not None:
-            if line.rstrip("\n") == render.HEREDOC_DELIMITER:
-                text = "".join(body)
-                digest = hashlib.sha256(text.encode()).hexdigest()
-                out.append(f"<{len(body)} lines, {len(text)} bytes, sha256 {digest}>\n{line}")
+            if line.rstrip("\n") == HEREDOC_DELIMITER:
+                out.append(f"<{_digest(''.join(body))}>\n{line}")
                 body = None
             else:
                 body.append(line)
             continue
         out.append(line)
-        if line.rstrip("\n").endswith(f"<<'{render.HEREDOC_DELIMITER}'"):
+        if line.rstrip("\n").endswith(f"<<'{HEREDOC_DELIMITER}'"):
             body = []
     return "".join(out)
+
+
+def _shared_bodies() -> list[tuple[str, str]]:
+    """Each script body of components/files as it stands in a rendered script, with the line that stands
+    for it in a golden file: after its `#!` line (render_script puts the parameters there), or after its
+    first two lines (a body appended to another script's, as the front door's finish is). Longest first."""
+    parts: dict[str, str] = {}
+    for path in sorted(FILES.glob("*.sh")):
+        text = path.read_text(encoding="utf-8")
+        where = path.relative_to(ROOT)
+        for skip in (1, 2):
+            part = text.split("\n", skip)[skip]
+            if part.strip():
+                parts.setdefault(part, f"# <the body of {where} after line {skip}: {_digest(part)}>\n")
+    return sorted(parts.items(), key=lambda item: -len(item[0]))
+
+
+def pinned_text(script: str, units: dict[str, str]) -> str:
+    """What a golden file pins of a script: what a user reads (its parameter header, the files it writes
+    by name), and a digest of each part that is a file of the repository. A script body from
+    components/files becomes one line naming it with its digest; a staged unit that has a golden file of
+    its own becomes its name and digest; a host program a tools group installs, its size and digest."""
+    if script.startswith("#!/usr/bin/env bash\n# vllm-fleet tools ("):
+        return _installed_files(script)
+    for body, line in _shared_bodies():
+        if body in script:
+            assert script.count(body) == 1, f"{line.strip()} stands twice in one script"
+            script = script.replace(body, line)
+    for name, text in units.items():
+        script = script.replace(
+            f"readonly UNIT_TEXT={shlex.quote(text)}\n",
+            f"readonly UNIT_TEXT=<the unit of golden file {name}: {_digest(text)}>\n",
+        )
+    return script
 
 
 @pytest.mark.parametrize("name", STACKS)
 def test_scripts_match_golden(name: str) -> None:
     scripts = rendered_scripts(name)
+    units = rendered_units(name)
     for file_name, text in scripts.items():
         folder = GOLDEN if file_name in STACK_INDEPENDENT else GOLDEN / name
-        check_golden(
-            folder / file_name,
-            pinned_text(text) if file_name.startswith("tools-") and file_name != "tools-delete.sh" else text,
-        )
+        check_golden(folder / file_name, pinned_text(text, units))
     stale = {p.name for p in (GOLDEN / name).glob("*.sh")} - set(scripts)
     assert not stale, f"golden files no longer rendered: {stale}"
 
 
 def test_prod_unit_carries_the_reference_launch() -> None:
-    (unit,) = [text for name, text in rendered_units("prod").items() if name != render.FRONT_DOOR_UNIT]
+    (unit,) = [text for name, text in rendered_units("prod").items() if name != FRONT_DOOR_UNIT]
     exec_start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
     for flag in (
         "--model /shared/kimi-k2.5-int4",
@@ -184,9 +234,9 @@ def test_prod_unit_carries_the_reference_launch() -> None:
 
 
 def test_systemd_quoting() -> None:
-    assert render.systemd_quote("--max-model-len") == "--max-model-len"
-    assert render.systemd_quote('{"level": 3}') == '"{\\"level\\": 3}"'
-    assert render.systemd_quote("50%") == '"50%%"'
+    assert systemd_quote("--max-model-len") == "--max-model-len"
+    assert systemd_quote('{"level": 3}') == '"{\\"level\\": 3}"'
+    assert systemd_quote("50%") == '"50%%"'
 
 
 def _verify_root(tmp_path: Path, units: dict[str, str]) -> Path:
@@ -222,7 +272,7 @@ def test_units_pass_systemd_analyze_verify(name: str, tmp_path: Path) -> None:
 
 
 def test_systemd_analyze_verify_catches_a_broken_unit(tmp_path: Path) -> None:
-    ((unit_name, text),) = [(n, t) for n, t in rendered_units("prod").items() if n != render.FRONT_DOOR_UNIT]
+    ((unit_name, text),) = [(n, t) for n, t in rendered_units("prod").items() if n != FRONT_DOOR_UNIT]
     broken = text.replace("KillMode=control-group", "KillMode=everything")
     root = _verify_root(tmp_path, {unit_name: broken})
     result = subprocess.run(
@@ -253,23 +303,21 @@ def test_shellcheck_catches_an_unquoted_parameter(tmp_path: Path) -> None:
 
 
 def test_parameters_are_shell_quoted() -> None:
-    script = render.render_script(
-        "storage.sh", {"STORAGE_PATH": "/x'; reboot; '", "HF_HOME_DIR": "/x", "OWNER": "root"}
-    )
+    script = render_script("storage.sh", {"STORAGE_PATH": "/x'; reboot; '", "HF_HOME_DIR": "/x", "OWNER": "root"})
     header = script.split("\n")[2]
     assert header == "readonly STORAGE_PATH='/x'\"'\"'; reboot; '\"'\"''"
 
 
 def test_heredoc_delimiter_cannot_be_smuggled() -> None:
     with pytest.raises(ValueError, match="delimiter"):
-        render.heredoc_file("/x", "a\nVLLM_FLEET_EOF\nrm -rf /\n", "0644")
+        heredoc_file("/x", "a\nVLLM_FLEET_EOF\nrm -rf /\n", "0644")
 
 
 def test_remote_invocation_passes_stdin_and_stops_at_its_time_limit(tmp_path: Path) -> None:
     """The string a remote Command runs, executed by a local shell as sshd would run it."""
     marker = tmp_path / "after-sleep"
     script = f'#!/usr/bin/env bash\nread -r secret\necho "got ${{#secret}} chars"\nsleep 30\ntouch {marker}\n'
-    invocation = render.remote_invocation(script, "slow-step", 1, 2)
+    invocation = remote_invocation(script, "slow-step", 1, 2)
     started = time.monotonic()
     result = subprocess.run(["sh", "-c", invocation], input="s3cret\n", capture_output=True, text=True, timeout=20)
     elapsed = time.monotonic() - started
@@ -280,7 +328,7 @@ def test_remote_invocation_passes_stdin_and_stops_at_its_time_limit(tmp_path: Pa
 
 
 def test_remote_invocation_keeps_the_script_exit_status() -> None:
-    invocation = render.remote_invocation("#!/usr/bin/env bash\nexit 3\n", "failing", 10, 2)
+    invocation = remote_invocation("#!/usr/bin/env bash\nexit 3\n", "failing", 10, 2)
     result = subprocess.run(["sh", "-c", invocation], capture_output=True, text=True, timeout=20)
     assert result.returncode == 3 and "time limit" not in result.stderr
 
@@ -289,14 +337,14 @@ def test_attention_backend_is_a_flag_from_vllm_0_12(prod_raw: dict[str, Any]) ->
     prod_raw["hosts"][0]["runtime"]["vllmVersion"] = "0.12.0"
     prod_raw["deployments"][0]["overrides"]["extraArgs"] = []
     (rd,) = parse_stack_config(prod_raw).resolved_deployments()
-    args = render.vllm_arguments(rd)
+    args = vllm_arguments(rd)
     assert args[args.index("--attention-backend") + 1] == "TRITON_MLA"
-    assert "VLLM_ATTENTION_BACKEND" not in render.engine_environment(rd)
+    assert "VLLM_ATTENTION_BACKEND" not in engine_environment(rd)
 
 
 def test_args_check_spec_names_each_flags_config_key() -> None:
     (rd,) = load_stack_file(ROOT / "Pulumi.prod.yaml").resolved_deployments()
-    spec = json.loads(render.args_check_spec(rd))
+    spec = json.loads(args_check_spec(rd))
     assert spec["unit"] == "vllm-kimi-k25-int4.service"
     assert spec["args"][:2] == ["--model", "/shared/kimi-k2.5-int4"]
     assert spec["origins"]["--disable-log-requests"] == "vllm-fleet:deployments[primary].overrides.extraArgs"
@@ -306,16 +354,16 @@ def test_args_check_spec_names_each_flags_config_key() -> None:
 
 def test_the_host_package_installs_and_every_tool_runs_from_it(tmp_path: Path) -> None:
     """The package step, run for real with its paths pointed at a temp dir: the archive holds every
-    module of host/, and each launcher runs its tool from it (argparse's --help, or the tool's import)."""
-    script = render.tools_package_script()
-    assert len(render.remote_invocation(script, "tools-package.sh", 60, 30).encode()) < 128 * 1024
+    module of host/, and each launcher runs its tool from it (argparse's --help)."""
+    script = steps.tools_package_script()
+    assert len(remote_invocation(script, "tools-package.sh", 60, 30).encode()) < 128 * 1024
     tools_dir = tmp_path / "tools"
     tools_dir.mkdir()
-    subprocess.run(["bash", "-c", script.replace(render.TOOLS_DIR, str(tools_dir))], check=True, capture_output=True)
+    subprocess.run(["bash", "-c", script.replace(TOOLS_DIR, str(tools_dir))], check=True, capture_output=True)
     with zipfile.ZipFile(tools_dir / BUNDLE_NAME) as bundle:
         assert sorted(bundle.namelist()) == sorted(f"host/{p.name}" for p in (ROOT / "host").glob("*.py"))
     assert sorted(p.name for p in tools_dir.iterdir() if p.name != BUNDLE_NAME) == sorted(
-        [*host_bundle.TOOLS, *render.SHELL_TOOLS]
+        [*host_bundle.TOOLS, *SHELL_TOOLS]
     )
     for tool in ("swap", "prewarm", "model-sync", "gpu-release-guard", "node-watch"):
         # Outside the repository, so nothing but the archive can provide the `host` package.
@@ -344,7 +392,7 @@ def test_every_step_fits_one_shell_argument() -> None:
     """sshd hands the command to the remote shell as one `-c` argument, which Linux caps at 128 KiB."""
     for name in STACKS:
         for file_name, text in rendered_scripts(name).items():
-            invocation = render.remote_invocation(text, file_name, 60, 30)
+            invocation = remote_invocation(text, file_name, 60, 30)
             assert len(invocation.encode()) < 128 * 1024, file_name
     with pytest.raises(ValueError, match="split the step"):
-        render.remote_invocation("#!/usr/bin/env bash\n" + "x" * render.MAX_SCRIPT_BYTES, "huge", 60, 30)
+        remote_invocation("#!/usr/bin/env bash\n" + "x" * MAX_SCRIPT_BYTES, "huge", 60, 30)

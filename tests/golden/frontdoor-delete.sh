@@ -2,17 +2,4 @@
 # vllm-fleet frontdoor-delete.sh: parameters rendered from the stack config
 readonly FRONT_DOOR_DIR=/etc/vllm-fleet/frontdoor
 readonly FRONT_DOOR_UNIT=vllm-fleet-frontdoor.service
-# vllm-fleet front door removal: stop and remove the front door's unit and configuration once no
-# deployment has a site in it. The nginx package stays (other software may use it).
-set -euo pipefail
-
-if [ -d "$FRONT_DOOR_DIR/sites" ] && [ -n "$(find "$FRONT_DOOR_DIR/sites" -maxdepth 1 -name '*.conf' -print -quit)" ]; then
-  echo "front door: deployments still have sites in $FRONT_DOOR_DIR/sites; left running" >&2
-  exit 0
-fi
-systemctl disable --now --quiet "$FRONT_DOOR_UNIT" 2>/dev/null || true
-rm -f "/etc/systemd/system/$FRONT_DOOR_UNIT"
-rm -rf -- "$FRONT_DOOR_DIR"
-systemctl daemon-reload
-systemctl reset-failed "$FRONT_DOOR_UNIT" 2>/dev/null || true
-echo "front door: removed"
+# <the body of components/files/frontdoor-delete.sh after line 1: 14 lines, 686 bytes, sha256 919c8cf2ea5ff441e0fb3b36f8d66435dca3be85bc455ea1fb05e95f18cdad9a>

@@ -2,29 +2,7 @@
 # vllm-fleet frontdoor.sh: parameters rendered from the stack config
 readonly FRONT_DOOR_DIR=/etc/vllm-fleet/frontdoor
 readonly FRONT_DOOR_UNIT=vllm-fleet-frontdoor.service
-# vllm-fleet front door: Debian's nginx, run by its own unit with its own configuration, listening on
-# each deployment's port and passing requests to the engine that serves it now (a site per deployment,
-# written by the swap). Installs the nginx package when the host lacks it, without starting the
-# distribution's nginx.service. The configuration and unit follow this header.
-set -euo pipefail
-
-if [ ! -x /usr/sbin/nginx ]; then
-  echo "front door: installing Debian's nginx"
-  export DEBIAN_FRONTEND=noninteractive
-  # Debian's way to keep a package's service from starting on install: policy-rc.d exiting 101.
-  policy_added=0
-  if [ ! -e /usr/sbin/policy-rc.d ]; then
-    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
-    chmod 0755 /usr/sbin/policy-rc.d
-    policy_added=1
-  fi
-  remove_policy() { if [ "$policy_added" = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi; }
-  trap remove_policy EXIT
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends nginx >/dev/null
-  systemctl disable --quiet nginx.service 2>/dev/null || true
-fi
-install -d -m 0755 "$FRONT_DOOR_DIR" "$FRONT_DOOR_DIR/sites" "$FRONT_DOOR_DIR/access" "$FRONT_DOOR_DIR/keys"
+# <the body of components/files/frontdoor.sh after line 1: 23 lines, 1170 bytes, sha256 aadff38e69a88a76f97405f42486f396cbab6b5b1480fce032a39ecd12713858>
 install -d -m 0755 /etc/vllm-fleet/frontdoor
 cat > /etc/vllm-fleet/frontdoor/nginx.conf.vllm-fleet-tmp <<'VLLM_FLEET_EOF'
 # Managed by vllm-fleet: the front door of this host's vLLM deployments. `pulumi up` overwrites this
@@ -88,17 +66,4 @@ WantedBy=multi-user.target
 VLLM_FLEET_EOF
 chmod 0644 /etc/systemd/system/vllm-fleet-frontdoor.service.vllm-fleet-tmp
 mv -f /etc/systemd/system/vllm-fleet-frontdoor.service.vllm-fleet-tmp /etc/systemd/system/vllm-fleet-frontdoor.service
-if ! out=$(/usr/sbin/nginx -t -q -c "$FRONT_DOOR_DIR/nginx.conf" 2>&1); then
-  echo "the front door's nginx configuration does not pass nginx -t:" >&2
-  echo "$out" >&2
-  exit 1
-fi
-systemctl daemon-reload
-systemctl enable --quiet "$FRONT_DOOR_UNIT"
-if systemctl is-active --quiet "$FRONT_DOOR_UNIT"; then
-  systemctl reload "$FRONT_DOOR_UNIT"
-else
-  systemctl start "$FRONT_DOOR_UNIT"
-fi
-sites=$(find "$FRONT_DOOR_DIR/sites" -maxdepth 1 -name '*.conf' | wc -l)
-echo "front door: $FRONT_DOOR_UNIT active ($(/usr/sbin/nginx -v 2>&1 | sed 's/^nginx version: //'), $sites deployment site(s))"
+# <the body of components/files/frontdoor-finish.sh after line 2: 14 lines, 589 bytes, sha256 ba302dbc8e50c418eaa05052f40812045bc0f98d10e0a482d4ea6972b6a5d066>

@@ -1,12 +1,4 @@
 #!/usr/bin/env bash
 # vllm-fleet tools-delete.sh: parameters rendered from the stack config
 readonly TOOLS_DIR=/usr/local/lib/vllm-fleet
-# vllm-fleet host tools removal: only once no deployment of any stack is left on the host.
-set -euo pipefail
-
-if [ -n "$(ls -A /var/lib/vllm-fleet/deployments 2>/dev/null)" ]; then
-  echo "keeping $TOOLS_DIR: other deployments on this host still use it"
-  exit 0
-fi
-rm -rf -- "$TOOLS_DIR" /var/lib/vllm-fleet
-echo "removed $TOOLS_DIR and /var/lib/vllm-fleet"
+# <the body of components/files/tools-delete.sh after line 1: 9 lines, 359 bytes, sha256 7cc8364a5d464aadb9f92076bf569bb6312ef8defcea496e2b9ba8a085269e44>

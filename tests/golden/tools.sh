@@ -1,9 +1,4 @@
 #!/usr/bin/env bash
 # vllm-fleet tools.sh: parameters rendered from the stack config
 readonly TOOLS_DIR=/usr/local/lib/vllm-fleet
-# vllm-fleet host tools: the directory of the GPU-release guard, readiness check, model verifier, swap
-# and the rest, which units and steps call on the host. Each tool is installed by a step of its own.
-set -euo pipefail
-
-install -d -m 0755 "$TOOLS_DIR"
-echo "tools directory $TOOLS_DIR ready"
+# <the body of components/files/tools.sh after line 1: 6 lines, 295 bytes, sha256 1826a20b91bd54be620832b3eb2f1d135871bcc137e5eea5d78dece02e4fa283>

@@ -3,10 +3,4 @@
 readonly STORAGE_PATH=/shared
 readonly HF_HOME_DIR=/shared/huggingface
 readonly KEEP_LIST=/shared/.vllm-fleet-keep.fleet
-# vllm-fleet storage removal: leave the storage as it was found. Model directories are removed by
-# their own downloads; here only the layout this project created goes, and only when empty.
-set -euo pipefail
-
-rm -f "$KEEP_LIST"
-rmdir "$HF_HOME_DIR/hub" "$HF_HOME_DIR" 2>/dev/null || true
-echo "storage $STORAGE_PATH released (kept: it may hold data vllm-fleet does not manage)"
+# <the body of components/files/storage-delete.sh after line 1: 7 lines, 378 bytes, sha256 23db2d0066fe7a9a0b441568292fa4c41174deb75dcba1930faf1768940a0220>

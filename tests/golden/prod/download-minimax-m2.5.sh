@@ -9,16 +9,4 @@ readonly ENDPOINT=''
 readonly PYTHON=/root/ml-env/bin/python3
 readonly TOOLS_DIR=/usr/local/lib/vllm-fleet
 readonly MARGIN_GB=100.0
-# vllm-fleet model download: bring one pinned revision onto the shared storage and verify it.
-# The Hugging Face token arrives on stdin (never argv or the unit), travels to `hf download` in its
-# environment only, and is never printed.
-set -euo pipefail
-
-IFS= read -r HF_TOKEN || true
-if [ -n "$HF_TOKEN" ]; then export HF_TOKEN; else unset HF_TOKEN; fi
-if [ -n "$ENDPOINT" ]; then export HF_ENDPOINT="$ENDPOINT"; fi
-export HF_HOME="$HF_HOME_DIR" HF_HUB_DISABLE_TELEMETRY=1 HF_HUB_DISABLE_UPDATE_CHECK=1
-export HF_HUB_DISABLE_PROGRESS_BARS=1 PYTHONUNBUFFERED=1
-echo "model $MODEL: $REPO@$REVISION -> $MODEL_DIR"
-exec "$PYTHON" "$TOOLS_DIR/model-sync" sync --repo "$REPO" --revision "$REVISION" --dir "$MODEL_DIR" \
-  --margin-gb "$MARGIN_GB"
+# <the body of components/files/download.sh after line 1: 13 lines, 742 bytes, sha256 7d8b98fa219206a54bc2cc22a8aa47e96c4fff3777f7a2995caf7f81341f55de>

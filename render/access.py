@@ -16,8 +16,9 @@ import hashlib
 import ipaddress
 from collections.abc import Mapping
 
-from components.render import FRONT_DOOR_DIR, FRONT_DOOR_UNIT, ParamValue, render_script
 from models.config import ResolvedDeployment
+from render.paths import FRONT_DOOR_DIR, FRONT_DOOR_UNIT
+from render.scripts import ParamValue, render_script
 
 ACCESS_ROOT = f"{FRONT_DOOR_DIR}/access"
 KEYS_DIR = f"{FRONT_DOOR_DIR}/keys"

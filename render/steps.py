@@ -1,0 +1,262 @@
+"""The script of each step, with its parameters bound: the host's tools and front door, its preflight, a
+storage, a model's download, and a deployment's stage, activation and their deletes (the head's and each
+other node's). A deployment's access step is render/access.py's."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import asdict
+from string import Template
+
+from controller import host_bundle
+from host.contract import BUNDLE_NAME
+from models.config import Host, ModelSpec, ResolvedDeployment, Storage
+from render.launch import args_check_spec, node_args_check_spec
+from render.paths import (
+    FRONT_DOOR_DIR,
+    FRONT_DOOR_UNIT,
+    SHELL_TOOLS,
+    TOOLS_DIR,
+    UNIT_DIR,
+    deployment_state_dir,
+    node_state_dir,
+)
+from render.plan import swap_plan
+from render.scripts import HEREDOC_DELIMITER, ParamValue, heredoc_file, render_script, script_body
+from render.units import RenderedUnit, render_node_unit, render_unit
+
+
+@functools.cache
+def tools_script() -> str:
+    """The tools' directory; the tools themselves install as one package (tools_package_script)."""
+    return render_script("tools.sh", {"TOOLS_DIR": TOOLS_DIR})
+
+
+@functools.cache
+def tools_package_script() -> str:
+    """Install the host package: one archive of host/ (its version is the archive's digest) and a launcher
+    per tool, plus the shell tools. A changed host tool changes this one step. The archive travels as
+    base64 (about 60 KB), inside the 128 KiB one argument of the remote shell may have."""
+    archive = base64.b64encode(host_bundle.archive()).decode()
+    lines = "\n".join(archive[i : i + 100] for i in range(0, len(archive), 100))
+    tools = sorted([*host_bundle.TOOLS, *SHELL_TOOLS])
+    script = (
+        "#!/usr/bin/env bash\n"
+        f"# vllm-fleet host package {host_bundle.version()}: {', '.join(tools)}, installed in {TOOLS_DIR}\n"
+        "set -euo pipefail\n"
+        f"base64 -d >{TOOLS_DIR}/.{BUNDLE_NAME}.tmp <<'{HEREDOC_DELIMITER}'\n{lines}\n{HEREDOC_DELIMITER}\n"
+        f"chmod 0644 {TOOLS_DIR}/.{BUNDLE_NAME}.tmp\n"
+        f"mv -f {TOOLS_DIR}/.{BUNDLE_NAME}.tmp {TOOLS_DIR}/{BUNDLE_NAME}\n"
+    )
+    for tool in sorted(host_bundle.TOOLS):
+        script += heredoc_file(f"{TOOLS_DIR}/{tool}", host_bundle.launcher(tool), "0755")
+    for tool, path in sorted(SHELL_TOOLS.items()):
+        script += heredoc_file(f"{TOOLS_DIR}/{tool}", path.read_text(encoding="utf-8"), "0755")
+    return (
+        script
+        + f'echo "installed the vllm-fleet host package {host_bundle.version()} in {TOOLS_DIR}: {" ".join(tools)}"\n'
+    )
+
+
+def front_door_files() -> dict[str, str]:
+    """The front door's nginx configuration and unit, by the path they are installed at."""
+    conf = f"{FRONT_DOOR_DIR}/nginx.conf"
+    nginx = Template(script_body("frontdoor-nginx.conf")).substitute(
+        sites_dir=f"{FRONT_DOOR_DIR}/sites", keys_dir=f"{FRONT_DOOR_DIR}/keys"
+    )
+    unit = Template(script_body(FRONT_DOOR_UNIT)).substitute(conf=conf)
+    return {conf: nginx, f"{UNIT_DIR}/{FRONT_DOOR_UNIT}": unit}
+
+
+def front_door_script() -> str:
+    params: dict[str, ParamValue] = {"FRONT_DOOR_DIR": FRONT_DOOR_DIR, "FRONT_DOOR_UNIT": FRONT_DOOR_UNIT}
+    script = render_script("frontdoor.sh", params)
+    for path, content in front_door_files().items():
+        script += heredoc_file(path, content, "0644")
+    return script + script_body("frontdoor-finish.sh").split("\n", 2)[2]
+
+
+def front_door_delete_script() -> str:
+    return render_script("frontdoor-delete.sh", {"FRONT_DOOR_DIR": FRONT_DOOR_DIR, "FRONT_DOOR_UNIT": FRONT_DOOR_UNIT})
+
+
+def tools_delete_script() -> str:
+    return render_script("tools-delete.sh", {"TOOLS_DIR": TOOLS_DIR})
+
+
+def preflight_script(host: Host) -> str:
+    return render_script(
+        "preflight.sh",
+        {
+            "HOST_NAME": host.name,
+            "PYTHON": host.runtime.python,
+            "EXPECTED_GPUS": host.gpus.count,
+            "EXPECTED_VLLM_VERSION": host.runtime.vllm_version or "",
+        },
+    )
+
+
+def storage_params(storage: Storage) -> dict[str, ParamValue]:
+    return {
+        "STORAGE_PATH": storage.path,
+        "HF_HOME_DIR": storage.effective_hf_home,
+        "OWNER": storage.owner,
+    }
+
+
+def keep_list(storage: Storage, stack: str) -> str:
+    """The file that lists the model directories a stack keeps on a storage: one per stack, since stacks
+    share storage paths (the dev stack and the tests' on the sandbox's /shared) and each decides alone."""
+    return f"{storage.path}/.vllm-fleet-keep.{stack}"
+
+
+def storage_script(storage: Storage, kept_dirs: Sequence[str], stack: str) -> str:
+    params = {**storage_params(storage), "KEEP_DIRS": sorted(kept_dirs), "KEEP_LIST": keep_list(storage, stack)}
+    return render_script("storage.sh", params)
+
+
+def storage_delete_script(storage: Storage, stack: str) -> str:
+    params = storage_params(storage)
+    return render_script(
+        "storage-delete.sh",
+        {**{k: params[k] for k in ("STORAGE_PATH", "HF_HOME_DIR")}, "KEEP_LIST": keep_list(storage, stack)},
+    )
+
+
+def download_params(
+    model_name: str, model: ModelSpec, storage: Storage, host: Host, endpoint: str | None
+) -> dict[str, ParamValue]:
+    return {
+        "MODEL": model_name,
+        "REPO": model.repo,
+        "REVISION": model.revision,
+        "MODEL_DIR": f"{storage.path}/{model.dir}",
+        "STORAGE_PATH": storage.path,
+        "HF_HOME_DIR": storage.effective_hf_home,
+        "ENDPOINT": endpoint or "",
+        "PYTHON": host.runtime.python,
+        "TOOLS_DIR": TOOLS_DIR,
+        "MARGIN_GB": storage.free_margin_gb,
+    }
+
+
+def download_script(model_name: str, model: ModelSpec, storage: Storage, host: Host, endpoint: str | None) -> str:
+    params = download_params(model_name, model, storage, host, endpoint)
+    return render_script("download.sh", {k: v for k, v in params.items() if k != "STORAGE_PATH"})
+
+
+def download_delete_script(model_name: str, model: ModelSpec, storage: Storage, host: Host, stack: str) -> str:
+    params = download_params(model_name, model, storage, host, None)
+    return render_script(
+        "download-delete.sh",
+        {**{k: params[k] for k in ("MODEL", "MODEL_DIR", "STORAGE_PATH")}, "KEEP_LIST": keep_list(storage, stack)},
+    )
+
+
+def stage_script(rd: ResolvedDeployment, stack: str) -> str:
+    return _stage(rd.deployment.name, render_unit(rd, stack), rd.host.runtime.python, args_check_spec(rd))
+
+
+def node_stage_script(rd: ResolvedDeployment, stack: str, rank: int) -> str:
+    """Stage node `rank`'s headless unit like the head's, checked by that node's own vLLM."""
+    unit = render_node_unit(rd, stack, rank)
+    python = rd.node_hosts[rank].runtime.python
+    return _stage(f"{rd.deployment.name}.node{rank}", unit, python, node_args_check_spec(rd, rank))
+
+
+def _stage(deployment: str, unit: RenderedUnit, python: str, spec: str) -> str:
+    return render_script(
+        "stage.sh",
+        {
+            "DEPLOYMENT": deployment,
+            "STATE_DIR": unit.state_dir,
+            "UNIT_NAME": unit.name,
+            "UNIT_STEM": unit.name.removesuffix(".service"),
+            "UNIT_TEXT": unit.text,
+            "PYTHON": python,
+            "TOOLS_DIR": TOOLS_DIR,
+            "ARGS_CHECK_SPEC": spec,
+        },
+    )
+
+
+def node_activate_script(rd: ResolvedDeployment, stack: str, rank: int) -> str:
+    unit = render_node_unit(rd, stack, rank)
+    return render_script(
+        "node-activate.sh",
+        {
+            "STACK": stack,
+            "DEPLOYMENT": f"{rd.deployment.name}.node{rank}",
+            "STATE_DIR": unit.state_dir,
+            "UNIT_NAME": unit.name,
+            "UNIT_STEM": unit.name.removesuffix(".service"),
+            "GPUS": " ".join(str(g) for g in rd.deployment.gpus),
+            "GPUS_JSON": json.dumps(list(rd.deployment.gpus)),
+            "UNIT_SHA256": hashlib.sha256(unit.text.encode()).hexdigest(),
+        },
+    )
+
+
+def node_deactivate_script(rd: ResolvedDeployment, stack: str, rank: int) -> str:
+    return render_script(
+        "deactivate.sh",
+        {
+            "STACK": stack,
+            "DEPLOYMENT": f"{rd.deployment.name}.node{rank}",
+            "STATE_DIR": node_state_dir(stack, rd, rank),
+            "UNIT_NAME": rd.worker_unit_name(rank),
+            "TOOLS_DIR": TOOLS_DIR,
+            "FRONT_DOOR_DIR": FRONT_DOOR_DIR,
+            "FRONT_DOOR_UNIT": FRONT_DOOR_UNIT,
+            "STAGING_PATH": "",
+        },
+    )
+
+
+def stage_delete_script(rd: ResolvedDeployment, stack: str) -> str:
+    return render_script(
+        "stage-delete.sh",
+        {"DEPLOYMENT": rd.deployment.name, "STATE_DIR": deployment_state_dir(stack, rd.deployment.name)},
+    )
+
+
+def node_stage_delete_script(rd: ResolvedDeployment, stack: str, rank: int) -> str:
+    return render_script(
+        "stage-delete.sh",
+        {"DEPLOYMENT": f"{rd.deployment.name}.node{rank}", "STATE_DIR": node_state_dir(stack, rd, rank)},
+    )
+
+
+def activate_script(rd: ResolvedDeployment, stack: str, repairs: int = 0) -> str:
+    plan = swap_plan(rd, stack)
+    return render_script(
+        "activate.sh",
+        {
+            "STATE_DIR": plan.state_dir,
+            "PYTHON": rd.host.runtime.python,
+            "TOOLS_DIR": TOOLS_DIR,
+            "UNIT_SHA256": plan.unit_sha256,
+            "REPAIRS": str(repairs),
+            "PLAN": json.dumps(asdict(plan), sort_keys=True, indent=1),
+        },
+    )
+
+
+def deactivate_script(rd: ResolvedDeployment, stack: str) -> str:
+    return render_script(
+        "deactivate.sh",
+        {
+            "STACK": stack,
+            "DEPLOYMENT": rd.deployment.name,
+            "STATE_DIR": deployment_state_dir(stack, rd.deployment.name),
+            "UNIT_NAME": rd.unit_name,
+            "TOOLS_DIR": TOOLS_DIR,
+            "FRONT_DOOR_DIR": FRONT_DOOR_DIR,
+            "FRONT_DOOR_UNIT": FRONT_DOOR_UNIT,
+            "STAGING_PATH": rd.host.staging_path or "",
+        },
+    )
