@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from models.loader import read_stack_file  # noqa: E402
-from tests import engine, sandbox_env  # noqa: E402
-from tests.sandbox_env import on_host  # noqa: E402
+from tests.support import engine, sandbox_env  # noqa: E402
+from tests.support.sandbox_env import on_host  # noqa: E402
 
 OUT = ROOT / "bench"
 RUNS = int(os.environ.get("BENCH_RUNS", "5"))

@@ -12,7 +12,7 @@ from components import render_access
 from host import swap
 from models.access import Access, access_problems, parse_api_keys
 from models.loader import ConfigError, parse_stack_config
-from tests.pulumi_mocks import run_program
+from tests.support.pulumi_mocks import run_program
 
 SECRET = "s3cret-key-value-0123456789"
 

@@ -9,7 +9,7 @@ import pytest
 
 from models.config import StackTier, start_timeout_for_size
 from models.loader import ConfigError, load_catalog, load_stack_file, parse_stack_config
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 
 def test_real_stack_files_load() -> None:

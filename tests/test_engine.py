@@ -10,8 +10,8 @@ import pytest
 from pulumi import automation as auto
 
 from components import render
-from tests import engine
-from tests.conftest import ROOT
+from tests.support import engine
+from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.usefixtures("pulumi_engine")
 

@@ -19,8 +19,8 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
-from tests import engine, sandbox_env
-from tests.sandbox_env import on_host
+from tests.support import engine, sandbox_env
+from tests.support.sandbox_env import on_host
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
 

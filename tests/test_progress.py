@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 
 def run_step(tmp_path: Path, command: str) -> subprocess.CompletedProcess[str]:

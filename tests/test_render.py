@@ -17,7 +17,7 @@ import pytest
 from components import render, render_access
 from models.config import StackConfig
 from models.loader import load_stack_file, parse_stack_config
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 GOLDEN = Path(__file__).with_name("golden")
 STACKS = ("dev", "prod", "fleet")

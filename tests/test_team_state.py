@@ -25,7 +25,7 @@ import yaml
 from pulumi import automation as auto
 
 from sandbox.postgres import Cluster, PostgresMissing
-from tests import engine, sandbox_env
+from tests.support import engine, sandbox_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
 

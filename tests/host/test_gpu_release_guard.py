@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from host import gpu_release_guard as guard
-from tests.conftest import FIXTURES, ROOT
+from tests.support.paths import FIXTURES, ROOT
 
 GUARD_PATH = ROOT / "host" / "gpu_release_guard.py"
 

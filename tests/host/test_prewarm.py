@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from host import model_sync, prewarm
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 GIB = prewarm.GIB
 PREWARM = ROOT / "host" / "prewarm.py"

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from models.loader import read_stack_file
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 HOST_SH = ROOT / "sandbox" / "host.sh"
 MIRROR_SH = ROOT / "scripts" / "mirror.sh"

@@ -18,7 +18,7 @@ from typing import Any
 
 from pulumi import automation as auto
 
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 TOOLS = ROOT / ".tools"
 COMMAND_PROVIDER_VERSION = "1.2.1"
