@@ -9,7 +9,7 @@ chmod 0755 /usr/local/lib/vllm-fleet/clean-shm.vllm-fleet-tmp
 mv -f /usr/local/lib/vllm-fleet/clean-shm.vllm-fleet-tmp /usr/local/lib/vllm-fleet/clean-shm
 install -d -m 0755 /usr/local/lib/vllm-fleet
 cat > /usr/local/lib/vllm-fleet/gpu-release-guard.vllm-fleet-tmp <<'VLLM_FLEET_EOF'
-<436 lines, 17918 bytes, sha256 19adffffb719aec14857f53c66fe83f7678ffac0dfb969c835a13baa80a8337e>
+<436 lines, 17924 bytes, sha256 d3702aa322769d0a8697972fe3471d3a45930384c70cdab31e137330776dbb6d>
 VLLM_FLEET_EOF
 chmod 0755 /usr/local/lib/vllm-fleet/gpu-release-guard.vllm-fleet-tmp
 mv -f /usr/local/lib/vllm-fleet/gpu-release-guard.vllm-fleet-tmp /usr/local/lib/vllm-fleet/gpu-release-guard
