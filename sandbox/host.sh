@@ -2,7 +2,7 @@
 # sandbox/host.sh: a throwaway Debian bookworm host with real systemd (systemd-nspawn --boot), reachable
 # over SSH on 127.0.0.1, for deploying vllm-fleet against something that behaves like a GPU server.
 #
-#   build             debootstrap + configure the cached base root (.cache/sandbox/base-*/root)
+#   build             debootstrap + configure the cached base root ($VLLM_FLEET_CACHE/sandbox/base-*/root)
 #   up                build if needed, boot it (overlay on the base, own netns), forward ports, wait for ssh
 #   down              power off, stop our processes, unmount, delete the netns and the run state
 #   status            exit 0 when up and ssh works, 1 when up but ssh fails, 3 when down
@@ -20,10 +20,12 @@
 # every host's /etc/hosts). One client key (.sandbox/ssh/id_ed25519) logs in to all of them.
 #
 # Design (see REFERENCE.md 2, "A throwaway host with real systemd"):
-#   * The base root .cache/sandbox/base-<flavour>-<key>/root is built once per key (hash of the build section of this script,
-#     nvidia-smi-standin and, for flavour "vllm", install-vllm.sh, vllm-requirements.txt and
-#     vllm-wheelhouse.sh) in a temp dir and renamed into place; the plain debootstrap result is cached too,
-#     as a tarball. Flavour "plain" (no vLLM): VLLM_FLEET_SANDBOX_SKIP_VLLM=1 or no install-vllm.sh.
+#   * The base root $VLLM_FLEET_CACHE/sandbox/base-<flavour>-<key>/root is built once per key (hash of the build
+#     section of this script, nvidia-smi-standin and, for flavour "vllm", install-vllm.sh, vllm-requirements.txt and
+#     vllm-wheelhouse.sh) in a temp dir and renamed into place, under a lock, in the machine-wide cache of
+#     scripts/env.sh (/var/cache/vllm-fleet for root): every checkout on the machine shares it. The plain
+#     debootstrap result is cached too, as a tarball. Flavour "plain" (no vLLM): VLLM_FLEET_SANDBOX_SKIP_VLLM=1
+#     or no install-vllm.sh.
 #   * The ssh key pair .sandbox/ssh/id_ed25519 survives `down`; known_hosts and ssh config are rewritten.
 #   * `up` mounts overlayfs (lower = base, upper/work in .sandbox/overlay) at .sandbox/root, so `down`
 #     discards every change and the base stays pristine (falls back to a full copy if overlay fails).
@@ -113,7 +115,10 @@ GPUS_JSON='{
   "compute_cap": "9.0"
 }'
 
-CACHE="$VLLM_FLEET_ROOT/.cache/sandbox"
+# Machine-wide, shared by every checkout: the base images (by content key) and the debootstrap tarball.
+CACHE="$VLLM_FLEET_CACHE/sandbox"
+# This checkout's own: the lock of its hosts' lifecycle and the last console log.
+LOCAL_CACHE="$VLLM_FLEET_ROOT/.cache/sandbox"
 ROOT="$STATE/root"
 PIDS="$STATE/pids"
 SOCK="$STATE/sock"
@@ -202,6 +207,10 @@ debootstrap_key() {
 }
 
 base_dir() { printf '%s/base-%s-%s' "$CACHE" "$(flavor)" "$(build_key)"; }
+
+# The lower directories of the overlays mounted on this machine: the base images sandboxes (of any
+# checkout) run on now.
+mounted_lowers() { findmnt -rn -t overlay -o OPTIONS | tr ',' '\n' | sed -n 's/^lowerdir=//p'; }
 
 in_root() { # in_root ROOTDIR CMD...: run CMD chrooted, with a clean environment
   local root="$1"
@@ -357,12 +366,14 @@ build() {
   base="$(base_dir)"
   BUILT_BASE="$base"
   if [[ -d "$base/root" ]]; then
+    touch "$base" # used now: the clean-up of another checkout's build keeps it
     say "base image is up to date: $base ($(du -sh "$base" 2>/dev/null | cut -f1))"
     return 0
   fi
   exec 8>"$CACHE/.build.lock"
   flock 8
   if [[ -d "$base/root" ]]; then # built by someone else while we waited
+    touch "$base"
     exec 8>&-
     return 0
   fi
@@ -382,13 +393,16 @@ build() {
   mv -T "$tmp" "$base"
   trap - EXIT
   say "base image built in $(elapsed "$t0"): $base ($(du -sh "$base" | cut -f1))"
-  # Old images of this flavour: keep only this one and the one a running sandbox still uses.
+  # Old images of this flavour: other checkouts on this machine may still want them. Keep this one, those
+  # a sandbox runs on (mounted as an overlay's lower directory, or recorded by this checkout's hosts) and
+  # those an `up` used within a day (it touches its image); remove the rest.
   local in_use
-  in_use="$(cat "$VLLM_FLEET_ROOT"/.sandbox/base "$VLLM_FLEET_ROOT"/.sandbox-*/base 2>/dev/null || true)"
+  in_use="$(cat "$VLLM_FLEET_ROOT"/.sandbox/base "$VLLM_FLEET_ROOT"/.sandbox-*/base 2>/dev/null || true; mounted_lowers)"
   for d in "${base%-*}-"* "$CACHE"/base-[0-9a-f]*; do
     [[ -d "$d" ]] || continue
     [[ "$d" == "$base" ]] && continue
     grep -qxF "$d/root" <<<"$in_use" && continue
+    [[ -z "$(find "$d" -maxdepth 0 -mmin -1440)" ]] || continue
     local t1="$EPOCHREALTIME"
     rm_tree "$d"
     say "removed old base image $d in $(elapsed "$t1")"
@@ -672,8 +686,8 @@ mount_root() {
 
 up() {
   need_root
-  mkdir -p "$CACHE"
-  exec 9>"$CACHE/.lifecycle.lock"
+  mkdir -p "$CACHE" "$LOCAL_CACHE"
+  exec 9>"$LOCAL_CACHE/.lifecycle.lock"
   flock 9
   if is_up; then
     say "already up"
@@ -742,7 +756,7 @@ up_failed() { # EXIT trap of `up` between the first change and success: show why
     warn "VLLM_FLEET_SANDBOX_KEEP_FAILED is set: left as it is; \`$SELF down\` cleans up"
   else
     say "tearing it down again (VLLM_FLEET_SANDBOX_KEEP_FAILED=1 keeps it for inspection);" \
-      "the whole console log stays in $CACHE/last-nspawn.log" >&2
+      "the whole console log stays in $LOCAL_CACHE/last-nspawn.log" >&2
     teardown >&2 || true
   fi
   exit $((rc == 0 ? 1 : rc))
@@ -881,7 +895,7 @@ teardown() {
   remove_nspawn_dirs
   # 7. run state (the ssh key pair stays, so a client configured with it keeps working); the last
   #    console log goes to the cache
-  if [[ -f "$LOG" ]]; then cp -f "$LOG" "$CACHE/last-nspawn.log"; fi
+  if [[ -f "$LOG" ]]; then cp -f "$LOG" "$LOCAL_CACHE/last-nspawn.log"; fi
   if [[ -d "$STATE" ]]; then
     find "$STATE" -mindepth 1 -maxdepth 1 ! -name ssh -exec rm -rf --one-file-system {} +
   fi
@@ -933,8 +947,8 @@ verify_gone() { # verify_gone [PIDNS]: nothing of the sandbox left (PIDNS: the c
 
 down() {
   need_root
-  mkdir -p "$CACHE"
-  exec 9>"$CACHE/.lifecycle.lock"
+  mkdir -p "$CACHE" "$LOCAL_CACHE"
+  exec 9>"$LOCAL_CACHE/.lifecycle.lock"
   flock 9
   local t0="$EPOCHREALTIME" pidns="" cp
   if [[ -f "$PIDS/container" ]]; then read -r cp pidns <"$PIDS/container" || true; fi

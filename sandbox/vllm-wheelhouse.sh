@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # sandbox/vllm-wheelhouse.sh: download every wheel that sandbox/vllm-requirements.txt pins into a local wheelhouse
-# ($VLLM_FLEET_ROOT/.cache/wheelhouse), so that sandbox/install-vllm.sh can install vLLM into a root fully offline.
+# ($VLLM_FLEET_CACHE/wheelhouse, shared by every checkout on the machine), so that sandbox/install-vllm.sh can
+# install vLLM into a root fully offline.
 #
 #   sandbox/vllm-wheelhouse.sh          fill or update the wheelhouse (a no-op when it already matches)
 #
@@ -16,7 +17,7 @@
 # holds the sha256 of that requirements file and of the .deb pins. A wheelhouse whose .complete matches is left alone, so this is cheap to call
 # before every install. Wheels that the requirements no longer pin are deleted (2-3 GB each time versions move).
 #
-# Environment: VLLM_FLEET_WHEELHOUSE (default $VLLM_FLEET_ROOT/.cache/wheelhouse),
+# Environment: VLLM_FLEET_WHEELHOUSE (default $VLLM_FLEET_CACHE/wheelhouse, see scripts/env.sh),
 #              VLLM_FLEET_VLLM_REQUIREMENTS (default sandbox/vllm-requirements.txt).
 set -euo pipefail
 
@@ -24,7 +25,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source-path=SCRIPTDIR source=../scripts/env.sh disable=SC1091
 source "$HERE/../scripts/env.sh"
 
-WHEELHOUSE="${VLLM_FLEET_WHEELHOUSE:-$VLLM_FLEET_ROOT/.cache/wheelhouse}"
+WHEELHOUSE="${VLLM_FLEET_WHEELHOUSE:-$VLLM_FLEET_CACHE/wheelhouse}"
 REQUIREMENTS="${VLLM_FLEET_VLLM_REQUIREMENTS:-$VLLM_FLEET_ROOT/sandbox/vllm-requirements.txt}"
 # The sandbox root's interpreter and C library (Debian bookworm: CPython 3.11, glibc 2.36).
 TARGET_PYTHON_VERSION=3.11
@@ -67,6 +68,16 @@ fetch_debs() { # download the pinned .debs into $WHEELHOUSE/debs, verify them, d
   done
 }
 
+# A wheelhouse this checkout filled before the cache was machine-wide moves over when the shared one does
+# not exist yet (a rename on one filesystem; two checkouts racing: the second rename fails, harmlessly).
+migrate_checkout_wheelhouse() {
+  local old="$VLLM_FLEET_ROOT/.cache/wheelhouse"
+  [[ "$old" != "$WHEELHOUSE" && -f "$old/.complete" && ! -e "$WHEELHOUSE" ]] || return 0
+  mkdir -p "$(dirname "$WHEELHOUSE")"
+  [[ "$(stat -c %d "$old")" == "$(stat -c %d "$(dirname "$WHEELHOUSE")")" ]] || return 0
+  if mv -T "$old" "$WHEELHOUSE" 2>/dev/null; then say "moved the wheelhouse $old to $WHEELHOUSE"; fi
+}
+
 is_complete() { [[ -f "$WHEELHOUSE/.complete" && "$(cat "$WHEELHOUSE/.complete")" == "$1" ]]; }
 
 main() {
@@ -74,6 +85,7 @@ main() {
   [[ -f "$REQUIREMENTS" ]] || die "requirements file not found: $REQUIREMENTS"
   local t0="$EPOCHREALTIME" want
   want="$({ cat "$REQUIREMENTS"; printf '%s\n' "${DEBS[@]}"; } | sha256sum | cut -d' ' -f1)"
+  migrate_checkout_wheelhouse
   mkdir -p "$WHEELHOUSE"
 
   # Readers (this check, and install-vllm.sh while it installs) hold the lock shared; changing the wheelhouse
