@@ -8,6 +8,8 @@ export VLLM_FLEET_ROOT
 # (.venv) by itself, so `pulumi` works from any shell. The project's own tools are called as $VENV/NAME.
 export PATH="$VLLM_FLEET_ROOT/.tools/bin:$PATH"
 VENV="$VLLM_FLEET_ROOT/.venv/bin"
+# The full output of each set-up step (scripts/progress.sh shows one line per step; a failure names the log).
+VLLM_FLEET_LOGS="$VLLM_FLEET_ROOT/.run/logs"
 export PULUMI_HOME="$VLLM_FLEET_ROOT/.tools/pulumi-home"
 # What takes minutes to build and depends only on its inputs (the sandbox's base images, keyed by the hash
 # of what builds them, and the vLLM wheelhouse, keyed by its pins) lives in one cache for the whole
