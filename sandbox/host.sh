@@ -44,6 +44,8 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source-path=SCRIPTDIR source=../scripts/env.sh disable=SC1091
 source "$HERE/../scripts/env.sh"
+# shellcheck source-path=SCRIPTDIR source=../scripts/progress.sh disable=SC1091
+source "$HERE/../scripts/progress.sh"
 
 SELF="$VLLM_FLEET_ROOT/sandbox/host.sh"
 INSTANCE="${VLLM_FLEET_SANDBOX_NAME:-sandbox}"
@@ -128,6 +130,10 @@ KEY_DIR="$VLLM_FLEET_ROOT/.sandbox/ssh"
 KEY="$KEY_DIR/id_ed25519"
 KNOWN_HOSTS="$SSH_DIR/known_hosts"
 LOG="$STATE/nspawn.log"
+# What the steps print, beyond their one line each (scripts/progress.sh): the build's (shared by the
+# hosts of this checkout, which build one after the other) and this host's `up`.
+BUILD_LOG="$VLLM_FLEET_LOGS/sandbox-build.log"
+UP_LOG="$VLLM_FLEET_LOGS/$INSTANCE-up.log"
 NETNS_PATH="/run/netns/$NETNS"
 export LC_NUMERIC=C
 
@@ -143,18 +149,16 @@ elapsed() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1fs", b - a }
 
 # The build's stages in the order build runs them, so each progress line can say what comes next.
 BUILD_STAGES=("debootstrap" "system config" "openssh-server" "CA certificates" "nvidia-smi stand-in"
-  "vLLM (sandbox/install-vllm.sh)")
-# timed LABEL CMD...: run CMD; say what it is and what comes next, then how long it and the build took.
+  "vLLM wheelhouse (sandbox/vllm-wheelhouse.sh)" "vLLM (sandbox/install-vllm.sh)")
+# timed LABEL CMD...: run CMD with its output in the build log; one line says what it is, how long it
+# took and what comes next (a progress line while it runs, on a terminal).
 timed() {
-  local label="$1" t0="$EPOCHREALTIME" next="" i
+  local label="$1" next="" i
   shift
   for i in "${!BUILD_STAGES[@]}"; do
     [[ "${BUILD_STAGES[i]}" == "$label" ]] && next="${BUILD_STAGES[i + 1]:-}"
   done
-  TIMED_T0="${TIMED_T0:-$t0}"
-  say "$label ...${next:+ (next: $next)}"
-  "$@"
-  say "$label: done in $(elapsed "$t0"), $(elapsed "$TIMED_T0") so far${next:+; next: $next}"
+  progress sandbox "$label" "$next" "$BUILD_LOG" "$@"
 }
 
 need_root() { [[ $EUID -eq 0 ]] || die "must run as root (debootstrap, mount, ip netns, systemd-nspawn)"; }
@@ -169,9 +173,10 @@ ensure_host_packages() {
   done
   ((${#pkgs[@]})) || return 0
   mapfile -t pkgs < <(printf '%s\n' "${pkgs[@]}" | sort -u)
-  say "installing host packages: ${pkgs[*]}"
-  apt-get update -qq || warn "apt-get update reported errors; trying the install anyway"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
+  # An update that reports errors (one unreachable source) need not stop the install.
+  progress sandbox "apt-get update" "installing ${pkgs[*]}" "$UP_LOG" bash -c 'apt-get update -qq || true'
+  progress sandbox "installing host packages: ${pkgs[*]}" "" "$UP_LOG" \
+    env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${pkgs[@]}"
 }
 
 # vLLM goes in unless VLLM_FLEET_SANDBOX_SKIP_VLLM=1 (or there is no install-vllm.sh yet); the two kinds
@@ -340,6 +345,10 @@ stage_nvidia_smi() {
   in_root "$root" /usr/local/bin/nvidia-smi -L | sed 's/^/  /'
 }
 
+stage_wheelhouse() { # the wheelhouse install-vllm.sh installs from: a step of its own, as it downloads
+  "$VLLM_FLEET_ROOT/sandbox/vllm-wheelhouse.sh"
+}
+
 stage_vllm() {
   local root="$1" script="$VLLM_FLEET_ROOT/sandbox/install-vllm.sh"
   if [[ ! -f "$script" ]]; then
@@ -382,12 +391,15 @@ build() {
   BUILD_TMP="$(mktemp -d "$CACHE/.tmp-${base##*/}.XXXXXX")"
   local tmp="$BUILD_TMP"
   trap build_failed EXIT
-  say "building base image $base"
+  mkdir -p "$VLLM_FLEET_LOGS"
+  : >"$BUILD_LOG"
+  say "building base image $base (a few minutes, once per machine; log: $BUILD_LOG)"
   timed "debootstrap" stage_debootstrap "$tmp/root"
   timed "system config" stage_system "$tmp/root"
   timed "openssh-server" stage_ssh "$tmp/root"
   timed "CA certificates" stage_ca_certs "$tmp/root"
   timed "nvidia-smi stand-in" stage_nvidia_smi "$tmp/root"
+  if [[ "$(flavor)" == vllm ]]; then timed "vLLM wheelhouse (sandbox/vllm-wheelhouse.sh)" stage_wheelhouse; fi
   timed "vLLM (sandbox/install-vllm.sh)" stage_vllm "$tmp/root"
   chmod 0755 "$tmp"
   mv -T "$tmp" "$base"
@@ -689,16 +701,16 @@ up() {
   mkdir -p "$CACHE" "$LOCAL_CACHE"
   exec 9>"$LOCAL_CACHE/.lifecycle.lock"
   flock 9
+  mkdir -p "$VLLM_FLEET_LOGS"
   if is_up; then
-    say "already up"
-    status_report || true
+    report_up "already up" || true
     return 0
   fi
-  local t0="$EPOCHREALTIME" lower t1 rc pair
+  : >"$UP_LOG"
+  local t0="$EPOCHREALTIME" lower rc pair
   ensure_host_packages
   if has_leftovers; then
-    say "cleaning up what a previous run left behind"
-    teardown
+    progress sandbox "cleaning up what a previous run left behind" "" "$UP_LOG" teardown
   fi
   build
   lower="$BUILT_BASE/root"
@@ -706,15 +718,14 @@ up() {
   for pair in "$SSH_PORT" "${API_PORTS[@]%%:*}"; do
     port_free "$pair" || die "127.0.0.1:$pair is already in use: $(ss -Hltnp "sport = :$pair" | head -1)"
   done
-  t1="$EPOCHREALTIME"
   UP_DONE=""
   trap up_failed EXIT
   mkdir -p "$STATE" "$PIDS" "$SOCK"
   rm -f "$STATE/stopping"
   prepare_ssh_client "$lower"
-  "$VLLM_FLEET_ROOT/sandbox/tls.sh"
+  "$VLLM_FLEET_ROOT/sandbox/tls.sh" >>"$UP_LOG" 2>&1
   echo "$lower" >"$STATE/base"
-  mount_root "$lower"
+  mount_root "$lower" >>"$UP_LOG"
   install -d -m 0700 "$ROOT/root/.ssh"
   install -m 0600 "$KEY.pub" "$ROOT/root/.ssh/authorized_keys"
   if ! mountpoint -q /run/netns 2>/dev/null; then touch "$STATE/created-run-netns"; fi
@@ -733,25 +744,36 @@ up() {
   done
   sleep 0.2
   is_up || die "systemd-nspawn exited at once"
-  say "prepared and started in $(elapsed "$t1"); waiting for ssh + systemd (at most ${BOOT_TIMEOUT}s)"
-  t1="$EPOCHREALTIME"
   rc=0
-  wait_ready "$BOOT_TIMEOUT" || rc=$?
+  progress sandbox "booting $MACHINE (ssh and systemd ready, at most ${BOOT_TIMEOUT}s)" "" "$UP_LOG" \
+    wait_ready "$BOOT_TIMEOUT" || rc=$?
   ((rc != 2)) || die "systemd-nspawn exited during the boot"
   ((rc == 0)) || die "no ssh + running systemd within ${BOOT_TIMEOUT}s"
   UP_DONE=1
   trap - EXIT
-  say "booted, ssh + systemd ready in $(elapsed "$t1")"
-  say "up in $(elapsed "$t0")"
-  status_report
+  report_up "up in $(elapsed "$t0")"
+}
+
+report_up() { # report_up WHAT: one line (what, how to log in); the full status report goes to the log
+  local state
+  if ! status_report >>"$UP_LOG" 2>&1; then
+    warn "$MACHINE is up but not healthy: $(grep -E 'WARNING|fails' "$UP_LOG" | tail -n 1); \`$SELF status\` says more"
+    return 1
+  fi
+  state="$(ssh_run systemctl is-system-running 2>/dev/null || true)"
+  if [[ "$state" == degraded ]]; then
+    warn "systemd in $MACHINE is degraded; failed units: $(ssh_run systemctl --failed --no-legend --plain 2>/dev/null | awk '{print $1}' | paste -sd' ' -)"
+  fi
+  say "$1: ssh -F $SSH_DIR/config $MACHINE (127.0.0.1:$SSH_PORT); sandbox/host.sh status for the rest"
 }
 
 up_failed() { # EXIT trap of `up` between the first change and success: show why, clean up
   local rc=$?
   [[ -z "${UP_DONE:-}" ]] || return 0
   trap - EXIT
-  printf '[sandbox] ERROR: the sandbox did not come up; last lines of %s:\n' "$LOG" >&2
-  if [[ -f "$LOG" ]]; then tail -n 40 "$LOG" >&2; fi
+  printf '[sandbox] ERROR: the sandbox did not come up; the steps'"'"' output is in %s, its console log in %s:\n' \
+    "$UP_LOG" "$LOG" >&2
+  if [[ -s "$LOG" ]]; then tail -n 40 "$LOG" >&2; elif [[ -f "$UP_LOG" ]]; then tail -n 25 "$UP_LOG" >&2; fi
   if [[ -n "${VLLM_FLEET_SANDBOX_KEEP_FAILED:-}" ]]; then
     warn "VLLM_FLEET_SANDBOX_KEEP_FAILED is set: left as it is; \`$SELF down\` cleans up"
   else

