@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from models.loader import read_stack_file  # noqa: E402
-from tests import engine, sandbox_env  # noqa: E402
-from tests.sandbox_env import on_host  # noqa: E402
+from tests.support import engine, sandbox_env  # noqa: E402
+from tests.support.sandbox_env import on_host  # noqa: E402
 
 OUT = ROOT / "bench"
 RUNS = int(os.environ.get("BENCH_RUNS", "5"))
@@ -508,7 +508,6 @@ def bench_backend(tmp: Path) -> dict[str, Any]:
     """No-op `pulumi up` of one stack (a host and its storage on the sandbox) with its state in PostgreSQL
     (sandbox/postgres.py, TLS on loopback) vs the same stack on a local file backend, interleaved."""
     from sandbox.postgres import Cluster
-    from tests.test_team_state import on_target, stack_file
 
     db = Cluster().start()
     backends = {"postgres": db.url(), "file": f"file://{tmp / 'backend-file'}"}
@@ -523,7 +522,7 @@ def bench_backend(tmp: Path) -> dict[str, Any]:
     results: dict[str, Any] = {kind: [] for kind in backends}
     try:
         for kind, env in envs.items():
-            config = yaml.safe_load(stack_file(f"/srv/vllm-fleet-bench-{kind}"))
+            config = yaml.safe_load(sandbox_env.storage_stack_file(f"/srv/vllm-fleet-bench-{kind}"))
             config["config"]["vllm-fleet:sshPrivateKeyFile"] = str(sandbox_env.SSH_KEY)
             (project / f"Pulumi.bench-{kind}.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
             subprocess.run(["pulumi", "stack", "init", f"bench-{kind}"], cwd=project, env=env, check=True)
@@ -538,7 +537,7 @@ def bench_backend(tmp: Path) -> dict[str, Any]:
                 ["pulumi", "destroy", "--yes", "--stack", f"bench-{kind}"], cwd=project, env=env, check=False
             )
             subprocess.run(["pulumi", "stack", "rm", "--yes", f"bench-{kind}"], cwd=project, env=env, check=False)
-            on_target(f"rm -rf /srv/vllm-fleet-bench-{kind}")
+            on_host(f"rm -rf /srv/vllm-fleet-bench-{kind}")
         db.stop()
     return {
         "runs": RUNS,

@@ -55,7 +55,7 @@ def parse_csv(text: str, fields: list[str]) -> list[dict[str, str]]:
     return rows
 
 
-# The exact queries recorded in shared/fixtures/nvidia-smi (mem-busy.csv, compute-apps-*.csv).
+# The exact queries recorded in tests/fixtures/nvidia-smi/ (mem-busy.csv, compute-apps-*.csv).
 MEMORY_QUERY = ["--query-gpu=index,memory.used", "--format=csv,noheader,nounits"]
 APPS_QUERY = ["--query-compute-apps=pid,gpu_uuid,used_memory,process_name", "--format=csv,noheader,nounits"]
 GPU_UUID_QUERY = ["--query-gpu=index,uuid", "--format=csv,noheader,nounits"]
@@ -105,7 +105,7 @@ def parse_gpu_uuids(text: str) -> dict[str, int]:
 
 def device_holders(proc: str = "/proc") -> dict[int, frozenset[int]]:
     """Processes with a /dev/nvidiaN open, and the N's: a child forked after CUDA initialisation holds its
-    parent's memory without nvidia-smi listing it (fixtures/nvidia-smi/dead-parent-trace.txt)."""
+    parent's memory without nvidia-smi listing it (tests/fixtures/nvidia-smi/dead-parent-trace.txt)."""
     found: dict[int, frozenset[int]] = {}
     for entry in os.listdir(proc):
         if not entry.isdigit():

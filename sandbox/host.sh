@@ -2,7 +2,7 @@
 # sandbox/host.sh: a throwaway Debian bookworm host with real systemd (systemd-nspawn --boot), reachable
 # over SSH on 127.0.0.1, for deploying vllm-fleet against something that behaves like a GPU server.
 #
-#   build             debootstrap + configure the cached base root (.cache/sandbox/base-*/root)
+#   build             debootstrap + configure the cached base root ($VLLM_FLEET_CACHE/sandbox/base-*/root)
 #   up                build if needed, boot it (overlay on the base, own netns), forward ports, wait for ssh
 #   down              power off, stop our processes, unmount, delete the netns and the run state
 #   status            exit 0 when up and ssh works, 1 when up but ssh fails, 3 when down
@@ -20,10 +20,12 @@
 # every host's /etc/hosts). One client key (.sandbox/ssh/id_ed25519) logs in to all of them.
 #
 # Design (see REFERENCE.md 2, "A throwaway host with real systemd"):
-#   * The base root .cache/sandbox/base-<flavour>-<key>/root is built once per key (hash of the build section of this script,
-#     nvidia-smi-standin and, for flavour "vllm", install-vllm.sh, vllm-requirements.txt and
-#     vllm-wheelhouse.sh) in a temp dir and renamed into place; the plain debootstrap result is cached too,
-#     as a tarball. Flavour "plain" (no vLLM): VLLM_FLEET_SANDBOX_SKIP_VLLM=1 or no install-vllm.sh.
+#   * The base root $VLLM_FLEET_CACHE/sandbox/base-<flavour>-<key>/root is built once per key (hash of the build
+#     section of this script, nvidia-smi-standin and, for flavour "vllm", install-vllm.sh, vllm-requirements.txt and
+#     vllm-wheelhouse.sh) in a temp dir and renamed into place, under a lock, in the machine-wide cache of
+#     scripts/env.sh (/var/cache/vllm-fleet for root): every checkout on the machine shares it. The plain
+#     debootstrap result is cached too, as a tarball. Flavour "plain" (no vLLM): VLLM_FLEET_SANDBOX_SKIP_VLLM=1
+#     or no install-vllm.sh.
 #   * The ssh key pair .sandbox/ssh/id_ed25519 survives `down`; known_hosts and ssh config are rewritten.
 #   * `up` mounts overlayfs (lower = base, upper/work in .sandbox/overlay) at .sandbox/root, so `down`
 #     discards every change and the base stays pristine (falls back to a full copy if overlay fails).
@@ -42,6 +44,8 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source-path=SCRIPTDIR source=../scripts/env.sh disable=SC1091
 source "$HERE/../scripts/env.sh"
+# shellcheck source-path=SCRIPTDIR source=../scripts/progress.sh disable=SC1091
+source "$HERE/../scripts/progress.sh"
 
 SELF="$VLLM_FLEET_ROOT/sandbox/host.sh"
 INSTANCE="${VLLM_FLEET_SANDBOX_NAME:-sandbox}"
@@ -113,7 +117,10 @@ GPUS_JSON='{
   "compute_cap": "9.0"
 }'
 
-CACHE="$VLLM_FLEET_ROOT/.cache/sandbox"
+# Machine-wide, shared by every checkout: the base images (by content key) and the debootstrap tarball.
+CACHE="$VLLM_FLEET_CACHE/sandbox"
+# This checkout's own: the lock of its hosts' lifecycle and the last console log.
+LOCAL_CACHE="$VLLM_FLEET_ROOT/.cache/sandbox"
 ROOT="$STATE/root"
 PIDS="$STATE/pids"
 SOCK="$STATE/sock"
@@ -123,6 +130,10 @@ KEY_DIR="$VLLM_FLEET_ROOT/.sandbox/ssh"
 KEY="$KEY_DIR/id_ed25519"
 KNOWN_HOSTS="$SSH_DIR/known_hosts"
 LOG="$STATE/nspawn.log"
+# What the steps print, beyond their one line each (scripts/progress.sh): the build's (shared by the
+# hosts of this checkout, which build one after the other) and this host's `up`.
+BUILD_LOG="$VLLM_FLEET_LOGS/sandbox-build.log"
+UP_LOG="$VLLM_FLEET_LOGS/$INSTANCE-up.log"
 NETNS_PATH="/run/netns/$NETNS"
 export LC_NUMERIC=C
 
@@ -138,18 +149,16 @@ elapsed() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1fs", b - a }
 
 # The build's stages in the order build runs them, so each progress line can say what comes next.
 BUILD_STAGES=("debootstrap" "system config" "openssh-server" "CA certificates" "nvidia-smi stand-in"
-  "vLLM (sandbox/install-vllm.sh)")
-# timed LABEL CMD...: run CMD; say what it is and what comes next, then how long it and the build took.
+  "vLLM wheelhouse (sandbox/vllm-wheelhouse.sh)" "vLLM (sandbox/install-vllm.sh)")
+# timed LABEL CMD...: run CMD with its output in the build log; one line says what it is, how long it
+# took and what comes next (a progress line while it runs, on a terminal).
 timed() {
-  local label="$1" t0="$EPOCHREALTIME" next="" i
+  local label="$1" next="" i
   shift
   for i in "${!BUILD_STAGES[@]}"; do
     [[ "${BUILD_STAGES[i]}" == "$label" ]] && next="${BUILD_STAGES[i + 1]:-}"
   done
-  TIMED_T0="${TIMED_T0:-$t0}"
-  say "$label ...${next:+ (next: $next)}"
-  "$@"
-  say "$label: done in $(elapsed "$t0"), $(elapsed "$TIMED_T0") so far${next:+; next: $next}"
+  progress sandbox "$label" "$next" "$BUILD_LOG" "$@"
 }
 
 need_root() { [[ $EUID -eq 0 ]] || die "must run as root (debootstrap, mount, ip netns, systemd-nspawn)"; }
@@ -164,9 +173,10 @@ ensure_host_packages() {
   done
   ((${#pkgs[@]})) || return 0
   mapfile -t pkgs < <(printf '%s\n' "${pkgs[@]}" | sort -u)
-  say "installing host packages: ${pkgs[*]}"
-  apt-get update -qq || warn "apt-get update reported errors; trying the install anyway"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
+  # An update that reports errors (one unreachable source) need not stop the install.
+  progress sandbox "apt-get update" "installing ${pkgs[*]}" "$UP_LOG" bash -c 'apt-get update -qq || true'
+  progress sandbox "installing host packages: ${pkgs[*]}" "" "$UP_LOG" \
+    env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${pkgs[@]}"
 }
 
 # vLLM goes in unless VLLM_FLEET_SANDBOX_SKIP_VLLM=1 (or there is no install-vllm.sh yet); the two kinds
@@ -202,6 +212,10 @@ debootstrap_key() {
 }
 
 base_dir() { printf '%s/base-%s-%s' "$CACHE" "$(flavor)" "$(build_key)"; }
+
+# The lower directories of the overlays mounted on this machine: the base images sandboxes (of any
+# checkout) run on now.
+mounted_lowers() { findmnt -rn -t overlay -o OPTIONS | tr ',' '\n' | sed -n 's/^lowerdir=//p'; }
 
 in_root() { # in_root ROOTDIR CMD...: run CMD chrooted, with a clean environment
   local root="$1"
@@ -331,6 +345,10 @@ stage_nvidia_smi() {
   in_root "$root" /usr/local/bin/nvidia-smi -L | sed 's/^/  /'
 }
 
+stage_wheelhouse() { # the wheelhouse install-vllm.sh installs from: a step of its own, as it downloads
+  "$VLLM_FLEET_ROOT/sandbox/vllm-wheelhouse.sh"
+}
+
 stage_vllm() {
   local root="$1" script="$VLLM_FLEET_ROOT/sandbox/install-vllm.sh"
   if [[ ! -f "$script" ]]; then
@@ -357,12 +375,14 @@ build() {
   base="$(base_dir)"
   BUILT_BASE="$base"
   if [[ -d "$base/root" ]]; then
+    touch "$base" # used now: the clean-up of another checkout's build keeps it
     say "base image is up to date: $base ($(du -sh "$base" 2>/dev/null | cut -f1))"
     return 0
   fi
   exec 8>"$CACHE/.build.lock"
   flock 8
   if [[ -d "$base/root" ]]; then # built by someone else while we waited
+    touch "$base"
     exec 8>&-
     return 0
   fi
@@ -371,24 +391,30 @@ build() {
   BUILD_TMP="$(mktemp -d "$CACHE/.tmp-${base##*/}.XXXXXX")"
   local tmp="$BUILD_TMP"
   trap build_failed EXIT
-  say "building base image $base"
+  mkdir -p "$VLLM_FLEET_LOGS"
+  : >"$BUILD_LOG"
+  say "building base image $base (a few minutes, once per machine; log: $BUILD_LOG)"
   timed "debootstrap" stage_debootstrap "$tmp/root"
   timed "system config" stage_system "$tmp/root"
   timed "openssh-server" stage_ssh "$tmp/root"
   timed "CA certificates" stage_ca_certs "$tmp/root"
   timed "nvidia-smi stand-in" stage_nvidia_smi "$tmp/root"
+  if [[ "$(flavor)" == vllm ]]; then timed "vLLM wheelhouse (sandbox/vllm-wheelhouse.sh)" stage_wheelhouse; fi
   timed "vLLM (sandbox/install-vllm.sh)" stage_vllm "$tmp/root"
   chmod 0755 "$tmp"
   mv -T "$tmp" "$base"
   trap - EXIT
   say "base image built in $(elapsed "$t0"): $base ($(du -sh "$base" | cut -f1))"
-  # Old images of this flavour: keep only this one and the one a running sandbox still uses.
+  # Old images of this flavour: other checkouts on this machine may still want them. Keep this one, those
+  # a sandbox runs on (mounted as an overlay's lower directory, or recorded by this checkout's hosts) and
+  # those an `up` used within a day (it touches its image); remove the rest.
   local in_use
-  in_use="$(cat "$VLLM_FLEET_ROOT"/.sandbox/base "$VLLM_FLEET_ROOT"/.sandbox-*/base 2>/dev/null || true)"
+  in_use="$(cat "$VLLM_FLEET_ROOT"/.sandbox/base "$VLLM_FLEET_ROOT"/.sandbox-*/base 2>/dev/null || true; mounted_lowers)"
   for d in "${base%-*}-"* "$CACHE"/base-[0-9a-f]*; do
     [[ -d "$d" ]] || continue
     [[ "$d" == "$base" ]] && continue
     grep -qxF "$d/root" <<<"$in_use" && continue
+    [[ -z "$(find "$d" -maxdepth 0 -mmin -1440)" ]] || continue
     local t1="$EPOCHREALTIME"
     rm_tree "$d"
     say "removed old base image $d in $(elapsed "$t1")"
@@ -672,19 +698,19 @@ mount_root() {
 
 up() {
   need_root
-  mkdir -p "$CACHE"
-  exec 9>"$CACHE/.lifecycle.lock"
+  mkdir -p "$CACHE" "$LOCAL_CACHE"
+  exec 9>"$LOCAL_CACHE/.lifecycle.lock"
   flock 9
+  mkdir -p "$VLLM_FLEET_LOGS"
   if is_up; then
-    say "already up"
-    status_report || true
+    report_up "already up" || true
     return 0
   fi
-  local t0="$EPOCHREALTIME" lower t1 rc pair
+  : >"$UP_LOG"
+  local t0="$EPOCHREALTIME" lower rc pair
   ensure_host_packages
   if has_leftovers; then
-    say "cleaning up what a previous run left behind"
-    teardown
+    progress sandbox "cleaning up what a previous run left behind" "" "$UP_LOG" teardown
   fi
   build
   lower="$BUILT_BASE/root"
@@ -692,15 +718,14 @@ up() {
   for pair in "$SSH_PORT" "${API_PORTS[@]%%:*}"; do
     port_free "$pair" || die "127.0.0.1:$pair is already in use: $(ss -Hltnp "sport = :$pair" | head -1)"
   done
-  t1="$EPOCHREALTIME"
   UP_DONE=""
   trap up_failed EXIT
   mkdir -p "$STATE" "$PIDS" "$SOCK"
   rm -f "$STATE/stopping"
   prepare_ssh_client "$lower"
-  "$VLLM_FLEET_ROOT/sandbox/tls.sh"
+  "$VLLM_FLEET_ROOT/sandbox/tls.sh" >>"$UP_LOG" 2>&1
   echo "$lower" >"$STATE/base"
-  mount_root "$lower"
+  mount_root "$lower" >>"$UP_LOG"
   install -d -m 0700 "$ROOT/root/.ssh"
   install -m 0600 "$KEY.pub" "$ROOT/root/.ssh/authorized_keys"
   if ! mountpoint -q /run/netns 2>/dev/null; then touch "$STATE/created-run-netns"; fi
@@ -719,30 +744,41 @@ up() {
   done
   sleep 0.2
   is_up || die "systemd-nspawn exited at once"
-  say "prepared and started in $(elapsed "$t1"); waiting for ssh + systemd (at most ${BOOT_TIMEOUT}s)"
-  t1="$EPOCHREALTIME"
   rc=0
-  wait_ready "$BOOT_TIMEOUT" || rc=$?
+  progress sandbox "booting $MACHINE (ssh and systemd ready, at most ${BOOT_TIMEOUT}s)" "" "$UP_LOG" \
+    wait_ready "$BOOT_TIMEOUT" || rc=$?
   ((rc != 2)) || die "systemd-nspawn exited during the boot"
   ((rc == 0)) || die "no ssh + running systemd within ${BOOT_TIMEOUT}s"
   UP_DONE=1
   trap - EXIT
-  say "booted, ssh + systemd ready in $(elapsed "$t1")"
-  say "up in $(elapsed "$t0")"
-  status_report
+  report_up "up in $(elapsed "$t0")"
+}
+
+report_up() { # report_up WHAT: one line (what, how to log in); the full status report goes to the log
+  local state
+  if ! status_report >>"$UP_LOG" 2>&1; then
+    warn "$MACHINE is up but not healthy: $(grep -E 'WARNING|fails' "$UP_LOG" | tail -n 1); \`$SELF status\` says more"
+    return 1
+  fi
+  state="$(ssh_run systemctl is-system-running 2>/dev/null || true)"
+  if [[ "$state" == degraded ]]; then
+    warn "systemd in $MACHINE is degraded; failed units: $(ssh_run systemctl --failed --no-legend --plain 2>/dev/null | awk '{print $1}' | paste -sd' ' -)"
+  fi
+  say "$1: ssh -F $SSH_DIR/config $MACHINE (127.0.0.1:$SSH_PORT); sandbox/host.sh status for the rest"
 }
 
 up_failed() { # EXIT trap of `up` between the first change and success: show why, clean up
   local rc=$?
   [[ -z "${UP_DONE:-}" ]] || return 0
   trap - EXIT
-  printf '[sandbox] ERROR: the sandbox did not come up; last lines of %s:\n' "$LOG" >&2
-  if [[ -f "$LOG" ]]; then tail -n 40 "$LOG" >&2; fi
+  printf '[sandbox] ERROR: the sandbox did not come up; the steps'"'"' output is in %s, its console log in %s:\n' \
+    "$UP_LOG" "$LOG" >&2
+  if [[ -s "$LOG" ]]; then tail -n 40 "$LOG" >&2; elif [[ -f "$UP_LOG" ]]; then tail -n 25 "$UP_LOG" >&2; fi
   if [[ -n "${VLLM_FLEET_SANDBOX_KEEP_FAILED:-}" ]]; then
     warn "VLLM_FLEET_SANDBOX_KEEP_FAILED is set: left as it is; \`$SELF down\` cleans up"
   else
     say "tearing it down again (VLLM_FLEET_SANDBOX_KEEP_FAILED=1 keeps it for inspection);" \
-      "the whole console log stays in $CACHE/last-nspawn.log" >&2
+      "the whole console log stays in $LOCAL_CACHE/last-nspawn.log" >&2
     teardown >&2 || true
   fi
   exit $((rc == 0 ? 1 : rc))
@@ -881,7 +917,7 @@ teardown() {
   remove_nspawn_dirs
   # 7. run state (the ssh key pair stays, so a client configured with it keeps working); the last
   #    console log goes to the cache
-  if [[ -f "$LOG" ]]; then cp -f "$LOG" "$CACHE/last-nspawn.log"; fi
+  if [[ -f "$LOG" ]]; then cp -f "$LOG" "$LOCAL_CACHE/last-nspawn.log"; fi
   if [[ -d "$STATE" ]]; then
     find "$STATE" -mindepth 1 -maxdepth 1 ! -name ssh -exec rm -rf --one-file-system {} +
   fi
@@ -933,8 +969,8 @@ verify_gone() { # verify_gone [PIDNS]: nothing of the sandbox left (PIDNS: the c
 
 down() {
   need_root
-  mkdir -p "$CACHE"
-  exec 9>"$CACHE/.lifecycle.lock"
+  mkdir -p "$CACHE" "$LOCAL_CACHE"
+  exec 9>"$LOCAL_CACHE/.lifecycle.lock"
   flock 9
   local t0="$EPOCHREALTIME" pidns="" cp
   if [[ -f "$PIDS/container" ]]; then read -r cp pidns <"$PIDS/container" || true; fi

@@ -28,7 +28,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source-path=SCRIPTDIR source=../scripts/env.sh disable=SC1091
 source "$HERE/../scripts/env.sh"
 
-WHEELHOUSE="${VLLM_FLEET_WHEELHOUSE:-$VLLM_FLEET_ROOT/.cache/wheelhouse}"
+WHEELHOUSE="${VLLM_FLEET_WHEELHOUSE:-$VLLM_FLEET_CACHE/wheelhouse}"
 REQUIREMENTS="${VLLM_FLEET_VLLM_REQUIREMENTS:-$VLLM_FLEET_ROOT/sandbox/vllm-requirements.txt}"
 VENV=/opt/vllm-env # inside the root
 MNT_WHEELHOUSE=/mnt/wheelhouse # inside the root

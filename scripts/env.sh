@@ -8,7 +8,17 @@ export VLLM_FLEET_ROOT
 # (.venv) by itself, so `pulumi` works from any shell. The project's own tools are called as $VENV/NAME.
 export PATH="$VLLM_FLEET_ROOT/.tools/bin:$PATH"
 VENV="$VLLM_FLEET_ROOT/.venv/bin"
+# The full output of each set-up step (scripts/progress.sh shows one line per step; a failure names the log).
+VLLM_FLEET_LOGS="$VLLM_FLEET_ROOT/.run/logs"
 export PULUMI_HOME="$VLLM_FLEET_ROOT/.tools/pulumi-home"
+# What takes minutes to build and depends only on its inputs (the sandbox's base images, keyed by the hash
+# of what builds them, and the vLLM wheelhouse, keyed by its pins) lives in one cache for the whole
+# machine, so a second checkout (a CI clone) reuses it; builds there are atomic and locked. `make down`
+# leaves it alone.
+if [ -z "${VLLM_FLEET_CACHE:-}" ]; then
+  if [ "$(id -u)" = 0 ]; then VLLM_FLEET_CACHE=/var/cache/vllm-fleet; else VLLM_FLEET_CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/vllm-fleet"; fi
+fi
+export VLLM_FLEET_CACHE
 # State: the backend the operator chose (PULUMI_BACKEND_URL, or `pulumi login` under this PULUMI_HOME) is
 # kept; otherwise the local folder .state. The dev stack's scripts (make setup/up/down) always use the
 # local folder: shared stacks go to a shared backend (README, "State backend").

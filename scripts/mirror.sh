@@ -5,6 +5,8 @@
 set -euo pipefail
 # shellcheck source=scripts/env.sh
 source "$(dirname "$0")/env.sh"
+# shellcheck source=scripts/progress.sh
+source "$(dirname "$0")/progress.sh"
 cd "$VLLM_FLEET_ROOT"
 
 port=${VLLM_FLEET_MIRROR_PORT:-18080}
@@ -18,12 +20,12 @@ running() { [ -f "$pid_file" ] && kill -0 "$(cat "$pid_file")" 2>/dev/null; }
 
 case "${1:-}" in
   up)
-    if running; then echo "mirror: already serving on 127.0.0.1:$port (pid $(cat "$pid_file"))"; exit 0; fi
+    if running; then echo "[mirror] already serving on 127.0.0.1:$port (pid $(cat "$pid_file"))"; exit 0; fi
     stamp=$(sha256sum sandbox/tiny_models.py | cut -c1-16)
     if [ "$(cat "$repos/.stamp" 2>/dev/null)" != "$stamp" ]; then
-      echo "mirror: generating the tiny chat models"
       rm -rf "$repos"
-      "$VENV/python" -m sandbox.tiny_models --out "$repos"
+      progress mirror "generating the tiny chat models" "" "$VLLM_FLEET_LOGS/mirror.log" \
+        "$VENV/python" -m sandbox.tiny_models --out "$repos"
       echo "$stamp" > "$repos/.stamp"
     fi
     mkdir -p "$run"
@@ -32,21 +34,21 @@ case "${1:-}" in
     echo $! > "$pid_file"
     for _ in $(seq 1 100); do
       grep -q "listening on" "$run/mirror.log" 2>/dev/null && break
-      running || { cat "$run/mirror.log" >&2; echo "mirror: failed to start" >&2; exit 1; }
+      running || { tail -n 25 "$run/mirror.log" >&2; echo "[mirror] ERROR: the mirror exited at once; its log is $run/mirror.log" >&2; exit 1; }
       sleep 0.1
     done
-    echo "mirror: serving acme/tiny-chat-a and acme/tiny-chat-b (gated) on http://127.0.0.1:$port (pid $(cat "$pid_file"))"
+    echo "[mirror] serving acme/tiny-chat-a and acme/tiny-chat-b (gated) on http://127.0.0.1:$port (pid $(cat "$pid_file"))"
     ;;
   down)
     if running; then
       kill "$(cat "$pid_file")"
       for _ in $(seq 1 50); do running || break; sleep 0.1; done
-      echo "mirror: stopped"
+      echo "[mirror] stopped"
     fi
     rm -f "$pid_file"
     ;;
   status)
-    if running; then echo "mirror: up on 127.0.0.1:$port"; else echo "mirror: down"; exit 3; fi
+    if running; then echo "[mirror] up on 127.0.0.1:$port"; else echo "[mirror] down"; exit 3; fi
     ;;
   *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
 esac

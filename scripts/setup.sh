@@ -12,9 +12,9 @@ cd "$VLLM_FLEET_ROOT"
 export PULUMI_BACKEND_URL="$VLLM_FLEET_DEV_BACKEND_URL"
 
 started=$(date +%s)
-step() { echo "==> setup: $*"; }
-# Each long step: one progress line on the terminal, its output in this log (named when it fails).
-LOG=.tools/logs/setup.log
+# Each step: one line on the terminal (a progress line while it runs), its output in this log, which a
+# failure names.
+LOG="$VLLM_FLEET_LOGS/setup.log"
 mkdir -p "$(dirname "$LOG")"
 : >"$LOG"
 
@@ -34,12 +34,12 @@ fi
 # PostgreSQL for the shared-state tests (sandbox/postgres.py runs a throwaway cluster of its own): Debian's
 # packages, told not to create their default cluster, so nothing of it runs as a service.
 if ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || ! command -v psql >/dev/null; then
-  step "installing PostgreSQL (binaries only: no default cluster, no service)"
   mkdir -p /etc/postgresql-common/createcluster.d
   echo "create_main_cluster = false" >/etc/postgresql-common/createcluster.d/vllm-fleet-no-main-cluster.conf
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends postgresql postgresql-client >/dev/null
+  progress setup "apt-get update" "installing PostgreSQL" "$LOG" apt-get update -qq
+  progress setup "installing PostgreSQL (binaries only: no default cluster, no service)" "the Python venv" "$LOG" \
+    apt-get install -y -qq --no-install-recommends postgresql postgresql-client
 fi
 
 # The venv, keyed on the pinned dependencies in pyproject.toml.
@@ -61,7 +61,7 @@ scripts/build-engine.sh
 # The local backend (a folder in the repo) and the dev stack, encrypted with the dev passphrase.
 mkdir -p .state
 if ! pulumi stack ls --json 2>/dev/null | grep -q '"name": "dev"'; then
-  step "creating the dev stack on the local backend ($PULUMI_BACKEND_URL)"
-  pulumi stack init dev --secrets-provider passphrase --non-interactive >/dev/null
+  progress setup "creating the dev stack on the local backend ($PULUMI_BACKEND_URL)" "" "$LOG" \
+    pulumi stack init dev --secrets-provider passphrase --non-interactive
 fi
 echo "==> setup: done in $(( $(date +%s) - started )) s"

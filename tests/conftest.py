@@ -1,4 +1,5 @@
-"""Shared fixtures: paths of the repo and the recorded nvidia-smi output, and stack-config builders."""
+"""Shared fixtures: the stack files as data, the sandbox and the engine. What tests import lives in
+tests/support/."""
 
 from __future__ import annotations
 
@@ -11,11 +12,8 @@ from typing import Any
 import pytest
 
 from models.loader import read_stack_file
-
-ROOT = Path(__file__).resolve().parent.parent
-# Real nvidia-smi output recorded on an H200 (see its README): part of the repository, so a user's
-# clone tests the guard on it.
-FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-smi"
+from tests.support import engine, sandbox_env
+from tests.support.paths import ROOT
 
 
 @pytest.fixture
@@ -32,8 +30,6 @@ def dev_raw() -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def sandbox() -> Iterator[None]:
     """The sandbox host and the mirror; started here (and stopped at the end) unless already up."""
-    from tests import sandbox_env  # imports this module: keep the import out of module scope
-
     started = []
     for script, timeout in ((sandbox_env.HOST_SH, 3000), (sandbox_env.MIRROR_SH, 120)):
         if not sandbox_env.is_up(script):
@@ -48,8 +44,6 @@ def sandbox() -> Iterator[None]:
 def fleet(sandbox: None) -> Iterator[int]:
     """Two more sandbox hosts, fleet-1 and fleet-2, on the fabric beside the dev sandbox (which the mirror
     comes with); started here and stopped at the end unless already up. Yields how many there are."""
-    from tests import sandbox_env
-
     hosts = 2
     started = not sandbox_env.fleet_is_up(hosts)
     if started:
@@ -62,8 +56,6 @@ def fleet(sandbox: None) -> Iterator[int]:
 @pytest.fixture(scope="session")
 def pulumi_engine() -> None:
     """The engine `make setup` builds. Missing, it fails the tests that need it, never skips them."""
-    from tests import engine  # imports this module: keep the import out of module scope
-
     problem = engine.missing_engine()
     if problem:
         pytest.fail(f"{problem}: run `make setup` (or scripts/build-engine.sh) to build the engine", pytrace=False)

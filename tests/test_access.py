@@ -21,8 +21,8 @@ from pulumi import automation as auto
 
 from scripts.api_client import client, tls_context
 from scripts.downtime_probe import DowntimeProbe
-from tests import engine, sandbox_env
-from tests.sandbox_env import on_host
+from tests.support import engine, sandbox_env
+from tests.support.sandbox_env import on_host
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
 

@@ -12,7 +12,7 @@ from host import contract, front_door
 from models.access import Access, access_problems, parse_api_keys
 from models.loader import ConfigError, parse_stack_config
 from render.access import keys_map, metrics_conf, server_conf
-from tests.pulumi_mocks import run_program
+from tests.support.pulumi_mocks import run_program
 
 SECRET = "s3cret-key-value-0123456789"
 

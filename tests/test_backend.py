@@ -12,8 +12,8 @@ from pulumi import automation as auto
 
 from models import backend
 from models.config import StackTier
-from tests import engine
-from tests.conftest import ROOT
+from tests.support import engine
+from tests.support.paths import ROOT
 
 PG = "postgres://vllm_fleet_state@db.internal:5432/vllm_fleet_state?sslmode=verify-full"
 

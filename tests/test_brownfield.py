@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
-import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -26,9 +23,9 @@ import yaml
 from pulumi import automation as auto
 
 from scripts.downtime_probe import DowntimeProbe
-from tests import engine, sandbox_env
-from tests.conftest import ROOT
-from tests.sandbox_env import on_host
+from tests.support import engine, sandbox_env
+from tests.support.paths import ROOT
+from tests.support.sandbox_env import on_host
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
 
@@ -211,25 +208,13 @@ def test_controller_killed_after_the_stop_and_the_host_finishes(brown: Brownfiel
     stack = brown.adopting("brown-b")
     env = engine.engine_env(brown.backend)
     start = time.monotonic()
-    process = subprocess.Popen(
-        ["pulumi", "up", "--yes", "--skip-preview", "--stack", STACK],
-        cwd=brown.work,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
+    # The moment the old model stops, the controller dies with its whole process group.
+    with engine.up_killed_on_exit(brown.work, env, STACK) as process:
         deadline = time.monotonic() + 300
-        # The moment the old model stops, the controller dies with its whole process group.
         while on_host("systemctl is-active vllm-brown-a.service || true").strip() == "active":
             assert time.monotonic() < deadline, "the swap never stopped the old model"
             assert process.poll() is None, "pulumi up ended before the swap"
             time.sleep(0.2)
-    finally:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-        engine.kill_orphans_of(brown.work)
     killed = time.monotonic()
     recovered = wait_serving("/shared/brown-b", 300)
     stats = brown.record("killed-controller", start)

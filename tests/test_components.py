@@ -12,8 +12,8 @@ import pytest
 from components.remote import COMMAND_INPUTS
 from models.loader import load_stack_file, parse_stack_config, read_stack_file
 from render.plan import activation_timeout
-from tests.conftest import ROOT
-from tests.pulumi_mocks import COMMAND_TYPE, Registered, run_program, unsecret
+from tests.support.paths import ROOT
+from tests.support.pulumi_mocks import COMMAND_TYPE, Registered, run_program, unsecret
 
 
 def commands(resources: dict[str, Registered]) -> dict[str, Registered]:

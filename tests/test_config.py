@@ -11,7 +11,7 @@ from models.config import StackTier, start_timeout_for_size
 from models.loader import ConfigError, load_catalog, load_stack_file, parse_stack_config
 from render.launch import load_strategy_note, vllm_arguments
 from render.plan import swap_plan
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 
 def test_real_stack_files_load() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from models import downtime
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 
 def test_lazy_estimate_matches_the_reference_kimi_load() -> None:

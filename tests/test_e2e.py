@@ -14,8 +14,8 @@ from pulumi import automation as auto
 
 from sandbox import tiny_models
 from scripts import status
-from tests import engine, sandbox_env
-from tests.sandbox_env import on_host
+from tests.support import engine, sandbox_env
+from tests.support.sandbox_env import on_host
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from pulumi import automation as auto
 
-from tests import engine
-from tests.conftest import ROOT
+from tests.support import engine
+from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.usefixtures("pulumi_engine")
 

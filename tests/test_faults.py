@@ -4,9 +4,7 @@ is left with. The tests run in file order on one stack ("faults"), after test_e2
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
 import subprocess
 import threading
 import time
@@ -19,8 +17,8 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
-from tests import engine, sandbox_env
-from tests.sandbox_env import on_host
+from tests.support import engine, sandbox_env
+from tests.support.sandbox_env import on_host
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
 
@@ -249,27 +247,16 @@ def test_controller_killed_mid_download(faults: Faults) -> None:
     on_host("rm -rf /shared/e2e-tiny-c")
     sandbox_env.mirror("/_mirror/config", "POST", {"rate_limit_bytes_per_s": 20000})
     env = engine.engine_env(faults.backend)
-    process = subprocess.Popen(
-        ["pulumi", "up", "--yes", "--skip-preview", "--stack", STACK],
-        cwd=faults.work,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    assert process.stdout is not None
     try:
-        deadline = time.monotonic() + 180
-        for line in process.stdout:
-            if "running: /opt/vllm-env/bin/hf download acme/tiny-chat-b" in line or time.monotonic() > deadline:
-                break
-        time.sleep(3)
-        assert on_host("find /shared/e2e-tiny-c -name '*.incomplete' | wc -l").strip() != "0", "not mid-download"
+        with engine.up_killed_on_exit(faults.work, env, STACK, stdout=subprocess.PIPE) as process:
+            assert process.stdout is not None
+            deadline = time.monotonic() + 180
+            for line in process.stdout:
+                if "running: /opt/vllm-env/bin/hf download acme/tiny-chat-b" in line or time.monotonic() > deadline:
+                    break
+            time.sleep(3)
+            assert on_host("find /shared/e2e-tiny-c -name '*.incomplete' | wc -l").strip() != "0", "not mid-download"
     finally:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-        engine.kill_orphans_of(faults.work)
         sandbox_env.mirror("/_mirror/config", "POST", {"rate_limit_bytes_per_s": 0})
     # What the README tells a user to do after a killed `pulumi up`: drop the dead run's lock, clear
     # the create it left pending, and run `up` again.

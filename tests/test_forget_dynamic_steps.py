@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from scripts.forget_dynamic_steps import DYNAMIC_TYPE, forget_dynamic_steps
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 STACK = "urn:pulumi:prod::vllm-fleet::pulumi:pulumi:Stack::vllm-fleet-prod"
 HOST = "urn:pulumi:prod::vllm-fleet::vllm-fleet:index:GpuHost::gpu-01"

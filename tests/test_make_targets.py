@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.usefixtures("pulumi_engine")
 

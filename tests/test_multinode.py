@@ -16,9 +16,9 @@ from openai import OpenAI
 from pulumi import automation as auto
 
 from scripts.downtime_probe import DowntimeProbe
-from tests import engine, sandbox_env
-from tests.conftest import ROOT
-from tests.sandbox_env import on_host
+from tests.support import engine, sandbox_env
+from tests.support.paths import ROOT
+from tests.support.sandbox_env import on_host
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 
 def run_step(tmp_path: Path, command: str) -> subprocess.CompletedProcess[str]:
@@ -34,3 +34,28 @@ def test_a_failed_step_shows_the_end_of_its_log_and_names_it(tmp_path: Path) -> 
     assert result.returncode == 3
     assert "the cause" in result.stderr
     assert f"compiling the thing failed after 0 s (exit 3); the whole log is {tmp_path}/logs/x.log" in result.stderr
+
+
+def run_script(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
+    script = f"set -euo pipefail; source {ROOT}/scripts/progress.sh; {body}"
+    return subprocess.run(
+        ["bash", "-c", script, "-", str(tmp_path / "x.log")], capture_output=True, text=True, check=False
+    )
+
+
+def test_a_step_that_is_a_shell_function_stops_at_its_first_failure(tmp_path: Path) -> None:
+    """A caller's function runs with `set -e` in force, as it would outside progress (called from `if` or
+    `||` it would run on), and the failure stops the caller."""
+    result = run_script(
+        tmp_path, 'step() { echo first; false; echo after-the-failure; }; progress t one "" "$1" step; echo on'
+    )
+    assert result.returncode == 1 and result.stdout == ""
+    assert f"one failed after 0 s (exit 1); the whole log is {tmp_path}/x.log" in result.stderr
+    logged = (tmp_path / "x.log").read_text()
+    assert "first" in logged and "after-the-failure" not in logged
+
+
+def test_a_functions_exit_ends_the_step_not_the_caller(tmp_path: Path) -> None:
+    result = run_script(tmp_path, 'dies() { echo dying; exit 4; }; progress t two "" "$1" dies || echo "two: $?"')
+    assert result.returncode == 0 and result.stdout == "two: 4\n"
+    assert "dying" in result.stderr  # the end of the log, shown with the failure

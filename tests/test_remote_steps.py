@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from pulumi import automation as auto
 
-from tests import engine, sandbox_env
-from tests.conftest import ROOT
+from tests.support import engine, sandbox_env
+from tests.support.paths import ROOT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine", "sandbox")]
 

@@ -28,7 +28,7 @@ from render.launch import args_check_spec, engine_environment, vllm_arguments
 from render.paths import FILES, FRONT_DOOR_UNIT, SHELL_TOOLS, TOOLS_DIR, UNIT_DIR
 from render.scripts import HEREDOC_DELIMITER, MAX_SCRIPT_BYTES, heredoc_file, remote_invocation, render_script
 from render.units import render_node_unit, render_unit, systemd_quote
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 GOLDEN = Path(__file__).with_name("golden")
 STACKS = ("dev", "prod", "fleet")

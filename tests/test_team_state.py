@@ -2,17 +2,15 @@
 PostgreSQL (sandbox/postgres.py: Debian's server, a throwaway cluster on loopback, TLS verified, a role
 with least privilege), and deploy real resources (a host and its storage) to a sandbox host.
 
-The tests run in file order and share one stack. The target is the dev sandbox; set
-VLLM_FLEET_TEAM_SANDBOX=fleet-N to run them against another sandbox host that is already up.
+The tests run in file order and share one stack. The target is the single-host tests' sandbox host
+(the dev one, or VLLM_FLEET_SANDBOX_NAME=fleet-N as sandbox/host.sh reads it).
 """
 
 from __future__ import annotations
 
 import base64
 import gzip
-import os
 import re
-import signal
 import subprocess
 import threading
 import time
@@ -21,52 +19,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from pulumi import automation as auto
 
 from sandbox.postgres import Cluster, PostgresMissing
-from tests import engine, sandbox_env
+from tests.support import engine, sandbox_env
+from tests.support.sandbox_env import on_host
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
 
 STACK = "team"
 # The team's passphrase (in real life from a secret store, shared by the operators of the stack).
 PASSPHRASE = "the-teams-own-passphrase"
-TARGET = os.environ.get("VLLM_FLEET_TEAM_SANDBOX", "sandbox")
 STORAGE = "/srv/vllm-fleet-team"
 SECOND_STORAGE = "/srv/vllm-fleet-team-b"
-
-
-def ssh_port(name: str) -> int:
-    if name == "sandbox":
-        return 2222
-    match = re.fullmatch(r"fleet-([1-8])", name)
-    if not match:
-        raise ValueError(f"VLLM_FLEET_TEAM_SANDBOX={name}: use sandbox or fleet-1 ... fleet-8")
-    return 2230 + int(match.group(1))
-
-
-def on_target(command: str) -> str:
-    result = subprocess.run(
-        [str(sandbox_env.HOST_SH), "ssh", command],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-        env={**os.environ, "VLLM_FLEET_SANDBOX_NAME": TARGET},
-    )
-    assert result.returncode == 0, f"on {TARGET}: {command!r} exited {result.returncode}: {result.stderr}"
-    return result.stdout
-
-
-def stack_file(storage: str) -> str:
-    """The dev stack's host (the target's port), no model, no deployment: a host and its storage."""
-    raw = sandbox_env.dev_config()
-    raw.pop("sshPrivateKeyFile", None)  # the key is a secret of the stack, as on a real server
-    raw["hosts"][0]["port"] = ssh_port(TARGET)
-    raw["storage"] = [{**raw["storage"][0], "name": "team1", "path": storage}]
-    raw["models"], raw["deployments"] = {}, []
-    return yaml.safe_dump({"config": {f"vllm-fleet:{k}": v for k, v in raw.items()}}, sort_keys=False)
 
 
 class Operator:
@@ -116,7 +81,7 @@ class Team:
 
     def configure(self, storage: str) -> None:
         """The first operator writes the stack file (and its secrets); the second gets it as from git."""
-        (self.first.work / f"Pulumi.{STACK}.yaml").write_text(stack_file(storage))
+        (self.first.work / f"Pulumi.{STACK}.yaml").write_text(sandbox_env.storage_stack_file(storage))
         self.first.stack.set_config("vllm-fleet:sshPrivateKey", auto.ConfigValue(self.key_text, secret=True))
         self.first.stack.set_config("vllm-fleet:hfToken", auto.ConfigValue(sandbox_env.MIRROR_TOKEN, secret=True))
         shared = (self.first.work / f"Pulumi.{STACK}.yaml").read_text()
@@ -146,22 +111,6 @@ class Team:
 
 
 @pytest.fixture(scope="module")
-def target(request: pytest.FixtureRequest) -> str:
-    if TARGET == "sandbox":
-        request.getfixturevalue("sandbox")  # brought up (and down again) by the session, as for every e2e test
-    else:
-        status = subprocess.run(
-            [str(sandbox_env.HOST_SH), "status"],
-            capture_output=True,
-            check=False,
-            env={**os.environ, "VLLM_FLEET_SANDBOX_NAME": TARGET},
-        )
-        if status.returncode != 0:
-            pytest.fail(f"{TARGET} is not up: VLLM_FLEET_SANDBOX_NAME={TARGET} sandbox/host.sh up", pytrace=False)
-    return TARGET
-
-
-@pytest.fixture(scope="module")
 def state_db() -> Iterator[Cluster]:
     """A real PostgreSQL for this module: started here, stopped and removed at the end."""
     try:
@@ -175,8 +124,8 @@ def state_db() -> Iterator[Cluster]:
 
 
 @pytest.fixture(scope="module")
-def team(target: str, state_db: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
-    on_target(f"rm -rf {STORAGE} {SECOND_STORAGE}")
+def team(sandbox: None, state_db: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
+    on_host(f"rm -rf {STORAGE} {SECOND_STORAGE}")
     team = Team(tmp_path_factory.mktemp("team"), state_db)
     team.first.open(create=True)
     team.configure(STORAGE)
@@ -190,7 +139,7 @@ def team(target: str, state_db: Cluster, tmp_path_factory: pytest.TempPathFactor
         team.first.stack.destroy(on_output=team.first.output.append)
         team.first.stack.workspace.remove_stack(STACK)
     finally:
-        on_target(f"rm -rf {STORAGE} {SECOND_STORAGE}")
+        on_host(f"rm -rf {STORAGE} {SECOND_STORAGE}")
 
 
 def test_role_has_least_privilege(state_db: Cluster) -> None:
@@ -238,7 +187,7 @@ def test_concurrent_up_is_refused_with_the_lock_owner_and_the_first_completes(te
     assert "error" not in outcome, outcome.get("error")
     assert outcome["result"].summary.result == "succeeded"
     assert team.locks() == []  # the refused run left no lock of its own
-    assert on_target(f"test -f {STORAGE}/.vllm-fleet-keep.{STACK} && echo present").strip() == "present"
+    assert on_host(f"test -f {STORAGE}/.vllm-fleet-keep.{STACK} && echo present").strip() == "present"
 
 
 def test_second_operator_sees_the_deployment_and_its_outputs(team: Team) -> None:
@@ -278,29 +227,21 @@ def test_killed_controller_leaves_a_lock_and_a_pending_create_that_cancel_and_re
     """The storage moves to a path where its layout step blocks on the host (a FIFO where it writes), so
     the step is in flight when the controller is killed, as a lost laptop would be."""
     team.configure(SECOND_STORAGE)
-    on_target(f"mkdir -p {SECOND_STORAGE} && mkfifo {SECOND_STORAGE}/.vllm-fleet-keep.{STACK}.tmp")
+    on_host(f"mkdir -p {SECOND_STORAGE} && mkfifo {SECOND_STORAGE}/.vllm-fleet-keep.{STACK}.tmp")
     log = team.first.work / "killed-up.log"
-    process = subprocess.Popen(
-        ["pulumi", "up", "--yes", "--skip-preview", "--stack", STACK],
-        cwd=team.first.work,
-        env=team.first.env,
-        stdout=log.open("w"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
     try:
-        deadline = time.monotonic() + 180
-        while (
-            '"pending_operations"' not in team.checkpoint() and process.poll() is None and time.monotonic() < deadline
-        ):
-            time.sleep(0.5)
-        assert '"pending_operations"' in team.checkpoint(), f"no step was in flight: {log.read_text()}"
+        with log.open("w") as out, engine.up_killed_on_exit(team.first.work, team.first.env, STACK, out) as process:
+            deadline = time.monotonic() + 180
+            while (
+                '"pending_operations"' not in team.checkpoint()
+                and process.poll() is None
+                and time.monotonic() < deadline
+            ):
+                time.sleep(0.5)
+            assert '"pending_operations"' in team.checkpoint(), f"no step was in flight: {log.read_text()}"
     finally:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-        engine.kill_orphans_of(team.first.work)
-        on_target(f"timeout 2 cat {SECOND_STORAGE}/.vllm-fleet-keep.{STACK}.tmp >/dev/null || true")
-        on_target(f"rm -f {SECOND_STORAGE}/.vllm-fleet-keep.{STACK}.tmp")
+        on_host(f"timeout 2 cat {SECOND_STORAGE}/.vllm-fleet-keep.{STACK}.tmp >/dev/null || true")
+        on_host(f"rm -f {SECOND_STORAGE}/.vllm-fleet-keep.{STACK}.tmp")
     assert len(team.locks()) == 1
     assert "team1-layout" in team.checkpoint().split('"pending_operations"')[1]
     # The other operator is refused, told whose lock it is: the dead run's.
@@ -317,5 +258,5 @@ def test_killed_controller_leaves_a_lock_and_a_pending_create_that_cancel_and_re
     assert '"pending_operations"' not in team.checkpoint()
     result = team.second.up()
     assert result.summary.result == "succeeded"
-    assert on_target(f"test -f {SECOND_STORAGE}/.vllm-fleet-keep.{STACK} && echo present").strip() == "present"
+    assert on_host(f"test -f {SECOND_STORAGE}/.vllm-fleet-keep.{STACK} && echo present").strip() == "present"
     team.first.stack.preview(expect_no_changes=True)

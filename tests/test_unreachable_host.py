@@ -13,7 +13,7 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
-from tests import engine, sandbox_env
+from tests.support import engine, sandbox_env
 
 pytestmark = pytest.mark.usefixtures("pulumi_engine")
 

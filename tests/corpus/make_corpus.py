@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from tests.sandbox_env import dev_config
+from tests.support.sandbox_env import dev_config
 
 OUT = Path(__file__).with_name("invalid")
 

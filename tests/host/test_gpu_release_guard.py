@@ -13,7 +13,7 @@ import pytest
 
 from host import facts
 from host import gpu_release_guard as guard
-from tests.conftest import FIXTURES, ROOT
+from tests.support.paths import FIXTURES, ROOT
 
 
 def fixture(name: str) -> str:

@@ -10,7 +10,7 @@ import pytest
 from controller import survey as host_survey
 from host import facts
 from models.loader import parse_stack_config
-from tests.conftest import FIXTURES
+from tests.support.paths import FIXTURES
 
 SS = """LISTEN 0      4096         0.0.0.0:8000      0.0.0.0:*    users:(("python3",pid=812,fd=21))
 LISTEN 0      128          127.0.0.1:22        0.0.0.0:*    users:(("sshd",pid=90,fd=3),("sshd",pid=91,fd=3))

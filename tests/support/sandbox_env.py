@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from models.loader import read_stack_file
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 HOST_SH = ROOT / "sandbox" / "host.sh"
 MIRROR_SH = ROOT / "scripts" / "mirror.sh"
@@ -112,6 +112,17 @@ def dev_config() -> dict[str, Any]:
     so tests set their secrets through the engine instead."""
     raw = read_stack_file(ROOT / "Pulumi.dev.yaml")
     return {k: v for k, v in raw.items() if not (isinstance(v, dict) and "secure" in v)}
+
+
+def storage_stack_file(storage: str) -> str:
+    """The dev stack's host (the test host's port), no model, no deployment: a host and its storage at
+    `storage`. The SSH key is left out: the caller sets it (as a secret of the stack, or as a file)."""
+    raw = dev_config()
+    raw.pop("sshPrivateKeyFile", None)
+    raw["hosts"][0]["port"] = SSH_PORT
+    raw["storage"] = [{**raw["storage"][0], "name": "team1", "path": storage}]
+    raw["models"], raw["deployments"] = {}, []
+    return yaml.safe_dump({"config": {f"vllm-fleet:{k}": v for k, v in raw.items()}}, sort_keys=False)
 
 
 def e2e_stack_file(

@@ -11,7 +11,7 @@ from typing import Any
 import pulumi
 from pulumi_command import remote
 
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 
 @dataclass

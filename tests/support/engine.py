@@ -12,13 +12,13 @@ import re
 import shutil
 import signal
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from pulumi import automation as auto
 
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 TOOLS = ROOT / ".tools"
 COMMAND_PROVIDER_VERSION = "1.2.1"
@@ -113,3 +113,27 @@ def kill_orphans_of(project: Path) -> None:
         if cwd == str(project) or str(project) in cmdline:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(entry.name), signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def up_killed_on_exit(
+    work_dir: Path, env: Mapping[str, str], stack_name: str, stdout: int | IO[str] = subprocess.DEVNULL
+) -> Iterator[subprocess.Popen[str]]:
+    """`pulumi up` of a stack in a process group of its own, killed with the whole group (SIGKILL, as a
+    lost laptop would be) when the block ends, and then its plugins that outlived it. stdout takes its
+    output and errors (subprocess.PIPE to read them in the block)."""
+    process = subprocess.Popen(
+        ["pulumi", "up", "--yes", "--skip-preview", "--stack", stack_name],
+        cwd=work_dir,
+        env=dict(env),
+        stdout=stdout,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        yield process
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        kill_orphans_of(work_dir)
