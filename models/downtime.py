@@ -2,9 +2,11 @@
 
 Blue/green keeps the old engine serving until the new one answers: zero, as long as the deployment's
 GPUs hold both. Stop-then-start is out for the engine's start: a fixed part (engine and worker start,
-compilation, CUDA graph capture) plus reading the weights. The rates are the figures REFERENCE.md
-cites; the README's "Swap downtime" section tabulates them for the reference server's models. Where
-the deployment has started on this host before, its measured start replaces the estimate.
+compilation, CUDA graph capture) plus reading the weights. The rates are the reference server's own
+lazy load, a published prefetch figure (REFERENCE.md) and a page-cache rate measured on an H200 box
+(tests/device/load_rate.py); the README's "Swap downtime" section tabulates them for the reference
+server's models. Where the deployment has started on this host before, its measured start replaces the
+estimate.
 """
 
 from __future__ import annotations
@@ -14,15 +16,28 @@ from dataclasses import dataclass
 # Engine start without the weights on the reference's class of server (init, compile, graph capture):
 # an estimate; MiniMax-M2.5 (215 GB) loaded in 75 s there in all, so it is at most about that.
 FIXED_START_SECONDS = 60.0
-# Kimi-K2.5 INT4, 547 GB read lazily (mmap) from /shared: 30-36 min, about 0.28 GB/s.
+# Kimi-K2.5 INT4, 547 GB read lazily (mmap) from /shared: 30-36 min, about 0.28 GB/s. The reference
+# server's own figure; nothing measured elsewhere replaces it.
 LAZY_GB_PER_SECOND = 547 / (33 * 60)
 # `--safetensors-load-strategy prefetch` (vllm#36012): DeepSeek-V3-0324 (~690 GB) weights in 435 s
-# instead of 1500 s on the slower of its two servers, about 1.6 GB/s.
+# instead of 1500 s on the slower of its two servers, about 1.6 GB/s. A published measurement on other
+# hardware, kept because nothing measured here applies: prefetch is bound by the storage's sequential
+# read rate, and /shared's is unknown. On the H200 box (tests/device/h200-load-2026-12-01.json) a
+# prefetch thread gained nothing over lazy reads from its local disk (`cold_single_prefetch` 1.46 GB/s,
+# `cold_single` 1.43), both disk-bound; its page-cache rate below is the ceiling prefetch can reach.
 PREFETCH_GB_PER_SECOND = 690 / 435
-# Weights already in the page cache (pre-warmed while the old model served): reads at memory speed;
-# a maintainer's rule of thumb is 180 GB in ~25 s from a 7 GB/s NVMe (vllm#15862), which we take as
-# the floor of a warm read.
-WARM_GB_PER_SECOND = 180 / 25
+# Weights already in the page cache (pre-warmed while the old model served), loaded by a TP8 engine's
+# workers: 8 processes, each reading every tensor through safe_open's mmap and copying its 1/8 slice to
+# the GPU, measured on an H200 box: tests/device/h200-load-2026-12-01.json, `warm_tp8.checkpoint_gbps`
+# (16 GB checkpoint in 1.9 s; a second run, h200-load-2026-12-01-run2.json, gave 8.63). The 8 workers
+# shared that box's one GPU, yet 8 processes copying disjoint whole tensors reached 18.55 GB/s into it
+# (`warm_disjoint8`): the bound was most likely each worker's walk over every tensor (mapping its
+# pages, copying strided slices), not the GPU's link (pinned copies ran at 53 GB/s) nor the page
+# cache. 4 workers gave 10.0 (`warm_tp4`; 9.03 in the second run): one constant, the slower TP8
+# figure, serves every TP size. One process: 6.48 (`warm_single.copy_into_params_gbps`). The
+# reference server's CPUs, RAM and PCIe RTX PRO 6000 cards are not that box's, so this is a measured
+# stand-in for the pre-warmed load, not the reference's own.
+WARM_GB_PER_SECOND = 8.41
 
 
 @dataclass(frozen=True)
