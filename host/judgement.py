@@ -201,10 +201,43 @@ def judge(
                 f"GPU {','.join(map(str, elsewhere))} of {key}.gpus is held by {holder_text(holder)}; the deployment "
                 "runs on its other GPUs and a swap cannot start the new model there beside the old one"
             )
+    conflicts.extend(waiting_units(plan, found, leaving, decision))
     both = decision.placement.gpus + (old.gpus if old is not None and decision.mode == "blue-green" else ())
     wanted = Claims(frozenset(both), frozenset({plan.port, *plan.backend_ports}), frozenset({plan.unit_name}))
     conflicts.extend(claim_conflicts(plan.owner, wanted, others))
     return Judgement(old, decision, leaving, conflicts, notes, replaces_running, old_running)
+
+
+def waiting_units(plan: Plan, found: Mapping[str, Any], leaving: Sequence[str], decision: Decision) -> list[str]:
+    """Hand-made vLLM units that do not run now but are enabled, so the next boot starts them: one that
+    would claim the deployment's port or the GPUs its engine gets fails there, restarting in a loop, and
+    its own clean-up (the reference server's `rm -f /dev/shm/psm_*`) breaks the engines starting beside
+    it. Running ones are judged by what they hold (listeners, GPU holders)."""
+    key = plan.config_key
+    problems = []
+    for unit in found.get("units", []):
+        name = unit["name"]
+        launch = unit.get("launch")
+        if unit.get("managed") or name in leaving or not unit.get("enabled") or launch is None:
+            continue
+        if unit.get("activeState") in ("active", "activating", "reloading"):
+            continue
+        claims = []
+        if launch.get("port") in (plan.port, *plan.backend_ports):
+            claims.append(f"port {launch['port']}")
+        gpus = launch.get("gpus")
+        shared = sorted(set(decision.placement.gpus) if gpus is None else set(gpus) & set(decision.placement.gpus))
+        if shared:
+            claims.append(
+                f"GPU {','.join(map(str, shared))}" + (" (it sets no CUDA_VISIBLE_DEVICES)" if gpus is None else "")
+            )
+        if claims:
+            problems.append(
+                f"{name} is a hand-made vLLM unit, enabled but not running: the next boot starts it and it claims "
+                f"{' and '.join(claims)} of this deployment; add {name} to {key}.replaces to take it over "
+                f"(stopped, disabled, its file backed up), or disable it (`systemctl disable {name}`)"
+            )
+    return problems
 
 
 def running_in(found: Mapping[str, Any], running_states: Sequence[str]) -> Callable[[str], bool]:

@@ -53,12 +53,12 @@ def run_transaction(plan_file: str) -> int:
 def follow(plan: Plan, host: SystemdHost, out: Callable[[str], None], cursor: str, poll: float = 1.0) -> None:
     """Print the transaction unit's journal after `cursor` until the unit is gone (collected when it ends)."""
     while True:
-        lines, cursor = host.journal(plan.transaction_unit, cursor)
+        lines, cursor = host.journal(plan.transaction_unit, cursor, own_output=True)
         for line in lines:
             out(line)
         if host.show(plan.transaction_unit, "ActiveState").get("ActiveState", "inactive") not in RUNNING_STATES:
             time.sleep(poll / 2)  # journald may still be writing the last lines
-            lines, cursor = host.journal(plan.transaction_unit, cursor)
+            lines, cursor = host.journal(plan.transaction_unit, cursor, own_output=True)
             for line in lines:
                 out(line)
             return

@@ -115,9 +115,16 @@ class SystemdHost:
             (line.removeprefix("-- cursor: ") for line in out.splitlines() if line.startswith("-- cursor: ")), ""
         )
 
-    def journal(self, unit: str, cursor: str, lines: int | None = None) -> tuple[list[str], str]:
-        """Lines of `unit` after `cursor`, and the cursor after them."""
-        args = ["journalctl", "-u", unit, "-o", "cat", "--no-pager", "--show-cursor"]
+    def journal(
+        self, unit: str, cursor: str, lines: int | None = None, own_output: bool = False
+    ) -> tuple[list[str], str]:
+        """Lines of `unit` after `cursor`, and the cursor after them. `own_output`: only what the unit's
+        processes printed, not what systemd says about the unit (`-u` matches both). Following a
+        transient unit needs that: once `--collect` unloaded it, the next `systemctl show` makes systemd
+        look for its file again and log "Failed to open /run/systemd/transient/...", which reads like a
+        failure after a success."""
+        match = [f"_SYSTEMD_UNIT={unit}"] if own_output else ["-u", unit]
+        args = ["journalctl", *match, "-o", "cat", "--no-pager", "--show-cursor"]
         if cursor:
             args += ["--after-cursor", cursor]
         out = self.run(*args, check=False).splitlines()

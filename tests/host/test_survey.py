@@ -175,3 +175,54 @@ def test_a_checkpoint_the_ram_cannot_hold_is_named(prod_raw: dict[str, Any]) -> 
     notes = host_survey.memory_notes(rd, {"memory": {"totalMib": 512 * 1024, "availableMib": 400 * 1024}})
     assert len(notes) == 1 and "over 90% of the host's 512 GiB RAM" in notes[0], notes
     assert host_survey.memory_notes(rd, {"memory": {"totalMib": 2048 * 1024, "availableMib": 1900 * 1024}}) == []
+
+
+def test_an_enabled_hand_made_unit_that_would_claim_the_port_at_boot_refuses(dev_raw: dict[str, Any]) -> None:
+    """The reference server's vllm-glm5.service: stopped, but enabled and launching on the same port."""
+    launch = facts.vllm_launch(
+        ["/root/ml-env/bin/python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "/shared/glm5"], {}
+    )
+    assert launch is not None and launch["port"] == 8000 and launch["gpus"] is None
+    assert launch["servedNames"] == ["/shared/glm5"]
+    found = {
+        "units": [
+            {"name": "vllm-glm5.service", "activeState": "inactive", "enabled": True, "managed": False,
+             "owner": None, "launch": launch},
+        ],
+        "listeners": [],
+        "gpuHolders": [],
+    }  # fmt: skip
+    config = parse_stack_config(dev_raw)
+    errors, _ = host_survey.assess("dev", config.hosts[0], config.resolved_deployments(), found)
+    assert any(
+        "vllm-glm5.service is a hand-made vLLM unit, enabled but not running: the next boot starts it and it "
+        "claims port 8000 and GPU 0 (it sets no CUDA_VISIBLE_DEVICES)"
+        in e
+        and "add vllm-glm5.service to vllm-fleet:deployments[chat].replaces" in e
+        for e in errors
+    ), errors
+    # Disabled, or listed under replaces: no obstacle.
+    found["units"][0]["enabled"] = False
+    assert host_survey.assess("dev", config.hosts[0], config.resolved_deployments(), found)[0] == []
+    found["units"][0]["enabled"] = True
+    dev_raw["deployments"][0]["replaces"] = ["vllm-glm5.service"]
+    config = parse_stack_config(dev_raw)
+    assert host_survey.assess("dev", config.hosts[0], config.resolved_deployments(), found)[0] == []
+
+
+def test_a_unit_launch_is_read_as_vllm_reads_it() -> None:
+    text = """[Service]
+Environment=CUDA_VISIBLE_DEVICES=4,5
+ExecStart=/root/ml-env/bin/vllm serve /shared/minimax-m2.5 \\
+    --served-model-name minimax MiniMax-M2.5 --port=8001 -tp 2
+"""
+    launch = facts.unit_launch(text, {"CUDA_VISIBLE_DEVICES": "4,5"})
+    assert launch is not None
+    assert (launch["model"], launch["servedNames"], launch["port"], launch["gpus"], launch["tensorParallel"]) == (
+        "/shared/minimax-m2.5",
+        ["minimax", "MiniMax-M2.5"],
+        8001,
+        [4, 5],
+        2,
+    )
+    assert facts.unit_launch("[Service]\nExecStart=/usr/bin/jupyter lab\n", {}) is None

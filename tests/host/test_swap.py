@@ -94,7 +94,9 @@ class RecordingSystemd(systemd.SystemdHost):
     def journal_cursor(self) -> str:
         return "c0"
 
-    def journal(self, unit: str, cursor: str, lines: int | None = None) -> tuple[list[str], str]:
+    def journal(
+        self, unit: str, cursor: str, lines: int | None = None, own_output: bool = False
+    ) -> tuple[list[str], str]:
         return [f"{unit}: last words"], "c1"
 
     def verbs(self, unit: str) -> list[str]:
