@@ -10,7 +10,7 @@ from controller import checks, program
 from controller.cordon import CordonedSteps
 
 stack = program.load()
-repairs = checks.check_hosts(stack)
+stack, repairs = checks.check_hosts(stack)
 cordoned = CordonedSteps()
 fleet = build_fleet(
     FleetArgs(

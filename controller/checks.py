@@ -8,35 +8,75 @@ contacted at all: it may be down for repair.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pulumi
 
 from controller import survey as host_survey
 from controller.probe import HostUnreachable, probe_all
 from controller.program import Stack
+from models.rules import stack_errors
+from render.launch import load_strategy_note
 
 SURVEY_CACHE = Path(".cache") / "survey"
 
 
-def check_hosts(stack: Stack) -> dict[str, int]:
+def with_host_versions(stack: Stack, surveys: Mapping[str, Mapping[str, Any]]) -> tuple[Stack, list[str]]:
+    """The stack as the hosts' own vLLM releases make it: where `hosts[].runtime.vllmVersion` is not set,
+    the version the survey read on the host decides the version-dependent rendering (and the rules that
+    depend on it run again); where it is set, it is an assertion, and a host that runs another release
+    refuses the preview."""
+    errors: list[str] = []
+    hosts = []
+    for host in stack.config.hosts:
+        reading = ((surveys.get(host.name) or {}).get("vllm") or {}).get("version")
+        pin = host.runtime.vllm_version
+        if reading is None:
+            hosts.append(host)
+            continue
+        release = str(reading).split("+", 1)[0]  # a local build tag (+cpu, +g1234abc) is not the release
+        if pin is not None:
+            if release != pin:
+                errors.append(
+                    f"host {host.name!r}: vllm-fleet:hosts[{host.name}].runtime.vllmVersion pins {pin}, but "
+                    f"{host.runtime.python} there has vLLM {reading}; set it to {release} or remove it to let the host's "
+                    "vLLM decide"
+                )
+            hosts.append(host)
+            continue
+        hosts.append(host.model_copy(update={"runtime": host.runtime.model_copy(update={"vllm_version": release})}))
+        pulumi.log.info(f"host {host.name!r} runs vLLM {reading}: the launch is rendered for that release")
+    if hosts == list(stack.config.hosts):
+        return stack, errors
+    config = stack.config.model_copy(update={"hosts": hosts})
+    errors += stack_errors(config)
+    return dataclasses.replace(stack, config=config, deployments=config.resolved_deployments()), errors
+
+
+def check_hosts(stack: Stack) -> tuple[Stack, dict[str, int]]:
     """Probe and survey the hosts, log what each swap will do, and refuse conflicts (pulumi.RunError).
-    Returns, per deployment, the drift-repair count its activation renders (controller/survey.repairs)."""
+    Returns the stack as the hosts' vLLM releases make it (`with_host_versions`) and, per deployment, the
+    drift-repair count its activation renders (controller/survey.repairs)."""
     reachable = [h for h in stack.config.hosts if not h.cordon]
     repairs: dict[str, int] = {}
     for host_config in stack.config.hosts:
         if host_config.cordon:
             pulumi.log.info(f"host {host_config.name!r} is cordoned: not contacted, no step runs there")
     if stack.offline:
-        return repairs
-    resolved = stack.deployments
+        load_notes(stack)
+        return stack, repairs
     # All hosts at once; an error names every host that failed.
     try:
         probe_all(reachable)
-        surveys = host_survey.survey_all(stack.name, reachable, resolved, stack.key_text, SURVEY_CACHE)
+        surveys = host_survey.survey_all(stack.name, reachable, stack.deployments, stack.key_text, SURVEY_CACHE)
     except (HostUnreachable, host_survey.SurveyFailed) as error:
         raise pulumi.RunError(str(error)) from None
-    conflicts: list[str] = []
+    stack, conflicts = with_host_versions(stack, surveys)
+    load_notes(stack)
+    resolved = stack.deployments
     for host_config in reachable:
         on_host = [rd for rd in resolved if rd.host.name == host_config.name]
         found = surveys[host_config.name]
@@ -59,4 +99,11 @@ def check_hosts(stack: Stack) -> dict[str, int]:
         raise pulumi.RunError(
             "what runs on the hosts conflicts with the stack; nothing was changed:\n" + "\n".join(conflicts)
         )
-    return repairs
+    return stack, repairs
+
+
+def load_notes(stack: Stack) -> None:
+    for rd in stack.deployments:
+        note = load_strategy_note(rd)
+        if note is not None:
+            pulumi.log.warn(note)

@@ -24,7 +24,6 @@ from models.loader import (
     parse_stack_config,
     read_key_file,
 )
-from render.launch import load_strategy_note
 
 # A production stack's secrets must not be encrypted with the dev sandbox's passphrase, which
 # scripts/env.sh sets by default and this repository publishes.
@@ -121,8 +120,4 @@ def load() -> Stack:
     hf_token = config.get_secret("hfToken")
     access = read_access(config, stack)
     resolved = stack.resolved_deployments()
-    for rd in resolved:
-        load_note = load_strategy_note(rd)
-        if load_note is not None:
-            pulumi.log.warn(load_note)
     return Stack(name, stack, resolved, private_key, key_text, hf_token, access, offline)

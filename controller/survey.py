@@ -61,7 +61,14 @@ def cache_key(host: Host, deployments: Sequence[ResolvedDeployment]) -> str:
 
 def ssh_survey(host: Host, private_key: str, timeout: float = 60) -> dict[str, Any]:
     survey: dict[str, Any] = json.loads(
-        ssh_python(host, private_key, "host.survey", [], timeout, "the survey of what runs there")
+        ssh_python(
+            host,
+            private_key,
+            "host.survey",
+            ["--python", host.runtime.python],
+            timeout,
+            "the survey of what runs there",
+        )
     )
     return survey
 

@@ -14,12 +14,14 @@ before it stops anything. It reports:
               and how many drift repairs its activations have made (the `repairs` file)
   claims      per live deployment, the GPUs, ports and unit names its last swap claimed
   memory      MemTotal and MemAvailable of /proc/meminfo, in MiB
+  vllm        with --python: the vLLM version that venv has (what the host runs, pinned or not)
 A process's unit is the last *.service of its cgroup path; a login session's scope or no cgroup means
 it belongs to no unit (host/facts.py reads all of these). Standard library only.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
@@ -174,8 +176,24 @@ def survey() -> dict[str, Any]:
     }
 
 
-def main() -> int:
-    json.dump(survey(), sys.stdout, sort_keys=True)
+def vllm_version(python: str) -> str | None:
+    """The vLLM release the host's venv has, as its package metadata says (no import of vLLM: fast), e.g.
+    0.32.0+cpu or a source build's 0.11.2.dev618+g..., or None when that python has no vLLM."""
+    code = (
+        "import importlib.metadata as m\ntry:\n    print(m.version('vllm'))\nexcept m.PackageNotFoundError:\n    pass\n"
+    )
+    version = run(python, "-c", code).strip()
+    return version or None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="survey", description="what already runs on this host, as JSON")
+    parser.add_argument("--python", help="the vLLM venv's python: report its vLLM version as well")
+    args = parser.parse_args(argv)
+    found = survey()
+    if args.python:
+        found["vllm"] = {"python": args.python, "version": vllm_version(args.python)}
+    json.dump(found, sys.stdout, sort_keys=True)
     sys.stdout.write("\n")
     return 0
 

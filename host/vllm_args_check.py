@@ -9,8 +9,12 @@ vllm.entrypoints.openai.api_server` builds, parses the rendered arguments and ru
 the parsed serve arguments. On failure it names the flag, the stack config key it came from and the
 vLLM version, and exits 1. It loads no model and touches no GPU.
 
-Usage: vllm-args-check --spec FILE, where FILE is JSON {"unit": ..., "args": [...], "origins": {flag: key}}
-(args are those after `-m vllm.entrypoints.openai.api_server`). Standard library only, besides vLLM.
+It also judges the VLLM_* variables the unit sets that vLLM reads only at start (the attention backend:
+one this vLLM has, and a variable it still reads).
+
+Usage: vllm-args-check --spec FILE, where FILE is JSON {"unit": ..., "args": [...], "origins": {flag: key},
+"environment": {VLLM_*: value}} (args are those after `-m vllm.entrypoints.openai.api_server`). Standard
+library only, besides vLLM.
 """
 
 from __future__ import annotations
@@ -89,6 +93,62 @@ def check(
     return Verdict(True, f"vLLM {version} accepts the launch of {unit} ({len(args)} arguments)")
 
 
+# Where vLLM keeps the attention backends VLLM_ATTENTION_BACKEND may name, newest layout first.
+BACKEND_ENUMS = (
+    ("vllm.v1.attention.backends.registry", "AttentionBackendEnum"),
+    ("vllm.attention.backends.registry", "AttentionBackendEnum"),
+    ("vllm.attention.backends.registry", "_Backend"),
+    ("vllm.platforms.interface", "_Backend"),
+)
+
+
+def check_environment(
+    environment: Mapping[str, str],
+    unit: str,
+    origins: Mapping[str, str],
+    version: str,
+    backends: Sequence[str] | None,
+    known_variables: Sequence[str] | None,
+) -> Verdict:
+    """The VLLM_* variables the unit sets that this vLLM judges only when it starts: the attention backend
+    must be one it has, and it must still read the variable (releases with --attention-backend warn and
+    later drop it). `backends`/`known_variables` None: this vLLM does not say, so nothing is refused."""
+    backend = environment.get("VLLM_ATTENTION_BACKEND")
+    if backend is None:
+        return Verdict(True, "")
+    where = origins.get("VLLM_ATTENTION_BACKEND", "the deployment serving config")
+    if known_variables is not None and "VLLM_ATTENTION_BACKEND" not in known_variables:
+        return Verdict(
+            False,
+            f"vLLM {version} on this host no longer reads VLLM_ATTENTION_BACKEND (from {where}), which the unit {unit} "
+            "sets: this release takes the backend as --attention-backend (serving.attentionBackend, with the host's "
+            "vLLM version known). Nothing was stopped.",
+        )
+    if backends is not None and backend not in backends:
+        return Verdict(
+            False,
+            f"vLLM {version} on this host has no attention backend {backend!r} (VLLM_ATTENTION_BACKEND, from {where}) "
+            f"for the unit {unit}; it has {', '.join(sorted(backends))}. Nothing was stopped.",
+        )
+    return Verdict(True, f"VLLM_ATTENTION_BACKEND={backend} is a backend of vLLM {version}")
+
+
+def host_backends() -> tuple[list[str] | None, list[str] | None]:
+    """The attention backends this vLLM has and the environment variables it reads (None: cannot tell)."""
+    backends = None
+    for module_name, attribute in BACKEND_ENUMS:
+        try:
+            backends = list(getattr(importlib.import_module(module_name), attribute).__members__)
+            break
+        except (ImportError, AttributeError):
+            continue
+    try:
+        known = list(importlib.import_module("vllm.envs").environment_variables)
+    except (ImportError, AttributeError):
+        known = None
+    return backends, known
+
+
 def _import_first(names: Sequence[str], attribute: str) -> Any:
     errors = []
     for name in names:
@@ -143,6 +203,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vllm-args-check: cannot load this host's vLLM argument parser: {error}", file=sys.stderr)
         return 1
     verdict = check(spec["args"], spec["unit"], spec.get("origins", {}), version, make_parser, validate)
+    if verdict.accepted and spec.get("environment"):
+        backends, known = host_backends()
+        environment = check_environment(
+            spec["environment"], spec["unit"], spec.get("origins", {}), version, backends, known
+        )
+        if not environment.accepted or environment.message:
+            verdict = Verdict(
+                environment.accepted,
+                verdict.message + "; " + environment.message if environment.accepted else environment.message,
+            )
     print(verdict.message, file=sys.stdout if verdict.accepted else sys.stderr)
     return 0 if verdict.accepted else 1
 

@@ -171,6 +171,7 @@ def vllm_argument_origins(rd: ResolvedDeployment) -> dict[str, str]:
             "--port": f"{deployment}.port",
             "--host": f"{deployment}.bindAddress",
             "--served-model-name": f"{deployment}.servedModelName",
+            "VLLM_ATTENTION_BACKEND": f"{deployment}.overrides / {model}.serving.attentionBackend",
         }
     )
     extra = (
@@ -217,7 +218,12 @@ def args_check_spec(rd: ResolvedDeployment) -> str:
     """What vllm-args-check reads: the engine's arguments after the module, and where each flag comes from."""
     # After `-m vllm.entrypoints.openai.api_server`, with the first engine port for the placement's.
     args = vllm_arguments(rd, port=rd.deployment.engine_ports[0])[2:]
-    return json.dumps({"unit": rd.unit_name, "args": args, "origins": vllm_argument_origins(rd)}, sort_keys=True)
+    spec: dict[str, object] = {"unit": rd.unit_name, "args": args, "origins": vllm_argument_origins(rd)}
+    # The variables vLLM judges only when it starts, judged before anything stops too.
+    judged = {k: v for k, v in engine_environment(rd).items() if k == "VLLM_ATTENTION_BACKEND"}
+    if judged:
+        spec["environment"] = judged
+    return json.dumps(spec, sort_keys=True)
 
 
 def node_args_check_spec(rd: ResolvedDeployment, rank: int) -> str:

@@ -89,3 +89,24 @@ def test_main_reports_a_host_without_vllm(tmp_path: Path, capsys: pytest.Capture
     # This controller's venv has no vLLM: the tool says so instead of passing the launch.
     assert tool.main(["--spec", str(spec)]) == 1
     assert "cannot load this host's vLLM argument parser" in capsys.readouterr().err
+
+
+def test_an_attention_backend_this_vllm_lacks_is_refused_before_the_stop() -> None:
+    environment = {"VLLM_ATTENTION_BACKEND": "TRITON_MLA"}
+    origins = {"VLLM_ATTENTION_BACKEND": "vllm-fleet:models.kimi.serving.attentionBackend"}
+    known = ["VLLM_ATTENTION_BACKEND", "VLLM_HOST_IP"]
+    accepted = tool.check_environment(
+        environment, "vllm-k.service", origins, "0.11.0", ["FLASH_ATTN", "TRITON_MLA"], known
+    )
+    assert accepted.accepted and "TRITON_MLA" in accepted.message
+    refused = tool.check_environment(environment, "vllm-k.service", origins, "0.11.0", ["FLASH_ATTN"], known)
+    assert not refused.accepted
+    assert "has no attention backend 'TRITON_MLA'" in refused.message and "serving.attentionBackend" in refused.message
+    # A release that no longer reads the variable would ignore it silently at start: refused too.
+    ignored = tool.check_environment(
+        environment, "vllm-k.service", origins, "0.32.0", ["TRITON_MLA"], ["VLLM_HOST_IP"]
+    )
+    assert not ignored.accepted and "no longer reads VLLM_ATTENTION_BACKEND" in ignored.message
+    # Nothing to judge, or a vLLM that does not say: accepted.
+    assert tool.check_environment({}, "u", {}, "0.11.0", None, None).accepted
+    assert tool.check_environment(environment, "u", {}, "0.11.0", None, None).accepted
