@@ -75,8 +75,12 @@ def check_hosts(stack: Stack) -> tuple[Stack, dict[str, int]]:
     except (HostUnreachable, host_survey.SurveyFailed) as error:
         raise pulumi.RunError(str(error)) from None
     stack, conflicts = with_host_versions(stack, surveys)
+    resolved = [
+        host_survey.with_client_ids(stack.name, rd, surveys[rd.host.name]) if rd.host.name in surveys else rd
+        for rd in stack.deployments
+    ]
+    stack = dataclasses.replace(stack, deployments=resolved)
     load_notes(stack)
-    resolved = stack.deployments
     for host_config in reachable:
         on_host = [rd for rd in resolved if rd.host.name == host_config.name]
         found = surveys[host_config.name]
@@ -90,6 +94,11 @@ def check_hosts(stack: Stack) -> tuple[Stack, dict[str, int]]:
                     f"deployment {rd.deployment.name!r}: {rd.unit_name} on host {host_config.name!r} is missing or was "
                     "edited by hand; this update activates the stack's unit again"
                 )
+        for rd in on_host:
+            info, warnings = host_survey.client_id_lines(stack.name, rd, found)
+            notes += warnings
+            for line in info:
+                pulumi.log.info(line)
         for note in notes:
             pulumi.log.warn(note)
         for forecast in host_survey.forecasts(stack.name, host_config, on_host, found):

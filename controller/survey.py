@@ -254,3 +254,52 @@ def swap_forecast(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> 
         rd.model.size_gb, load_strategy_flag(rd) is LoadStrategy.PREFETCH, prewarmed
     )
     return f"{head}; expected downtime about {downtime.describe(estimate.seconds)} ({estimate.basis})"
+
+
+def client_ids_now(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> list[str]:
+    """The model ids clients can send the deployment's port today: what its engine serves (the managed
+    units vllm-fleet made for it, whatever their state, so a crashed engine changes nothing) and what the
+    hand-made units it replaces serve while they run (a launch without --served-model-name serves its
+    --model path)."""
+    owner = owner_key(stack, rd.deployment.name)
+    active_unit = ((found.get("active") or {}).get(owner) or {}).get("unit")
+    ids: list[str] = []
+    for unit in found.get("units", []):
+        launch = unit.get("launch") or {}
+        ours = unit.get("owner") == owner and unit["name"] in (active_unit, rd.unit_name)
+        replaced = unit["name"] in rd.deployment.replaces or (unit["name"] == rd.unit_name and not unit.get("managed"))
+        serving = unit.get("activeState") in RUNNING_STATES and launch.get("port") == rd.deployment.port
+        if ours or (replaced and serving):
+            ids.extend(launch.get("servedNames") or [])
+    return list(dict.fromkeys(ids))
+
+
+def with_client_ids(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> ResolvedDeployment:
+    """The deployment serving, besides its served name, the ids its clients send today, unless
+    deployments[].alsoServedAs says which (a take-over must not turn every client's request into a 404)."""
+    if rd.deployment.also_served_as is not None:
+        return rd
+    extra = [i for i in client_ids_now(stack, rd, found) if i != rd.served_model_name]
+    if not extra:
+        return rd
+    deployment = rd.deployment.model_copy(update={"also_served_as": extra})
+    return rd.model_copy(update={"deployment": deployment})
+
+
+def client_id_lines(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(info, warnings): the ids clients can send before and after this update, and each that disappears."""
+    before = client_ids_now(stack, rd, found)
+    after = list(rd.served_model_names)
+    where = f"host {rd.host.name!r}, deployment {rd.deployment.name!r}"
+    if not before or before == after:
+        return [], []
+    info = [
+        f"{where}: model ids clients can send on port {rd.deployment.port}: today {before}; after this update {after}"
+    ]
+    gone = [i for i in before if i not in after]
+    warnings = [
+        f"{where}: clients that send model id {i!r} get 404 after this update; add it to "
+        f"vllm-fleet:deployments[{rd.deployment.name}].alsoServedAs to keep it"
+        for i in gone
+    ]
+    return info, warnings

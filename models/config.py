@@ -21,6 +21,7 @@ from models.types import (
     SSH_HOST_KEY_PATTERN,
     AbsPath,
     AttentionBackend,
+    ClientModelId,
     EngineArg,
     EnvName,
     EnvValue,
@@ -285,6 +286,11 @@ class Deployment(LocalBaseModel):
     # null turns the pre-warm off.
     prewarm_margin_gib: Annotated[float, Field(ge=0, le=4096)] | None = 8.0
     served_model_name: ServedName | None = None
+    # Further model ids the engine answers to (vLLM serves every name --served-model-name lists). Unset:
+    # the ids clients use today keep answering (what the deployment's engine or the units it replaces
+    # serve now, read by the preview's survey: a hand-made launch without --served-model-name serves its
+    # --model path); [] serves servedModelName alone.
+    also_served_as: list[ClientModelId] | None = None
     # Where clients reach the API when it is not http://<host address>:<port>/v1 (NAT, a forwarder).
     public_url: Annotated[str, Field(pattern=r"^https?://[A-Za-z0-9.:\[\]-]+(/[A-Za-z0-9._/-]*)?$")] | None = None
     unit_name: UnitStem | None = None
@@ -394,6 +400,11 @@ class ResolvedDeployment(LocalBaseModel):
     @property
     def served_model_name(self) -> str:
         return self.deployment.served_model_name or self.model_name
+
+    @property
+    def served_model_names(self) -> tuple[str, ...]:
+        """Every id the engine answers to: the served name first (vLLM reports it), then alsoServedAs."""
+        return tuple(dict.fromkeys([self.served_model_name, *(self.deployment.also_served_as or ())]))
 
     @property
     def gpus_needed(self) -> int:

@@ -62,6 +62,8 @@ Label = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9 ._/()+,:-]{1,120}
 
 # Served model names appear in URLs and JSON; vLLM accepts names like "moonshotai/Kimi-K2.5".
 ServedName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:-]{0,127}$")]
+# A model id clients send: a served name, or a model's path (vLLM's id where a launch sets no served name).
+ClientModelId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9/][A-Za-z0-9._/:-]{0,255}$")]
 
 ENV_NAME_PATTERN = r"^[A-Z_][A-Z0-9_]{0,127}$"
 EnvName = Annotated[str, StringConstraints(pattern=ENV_NAME_PATTERN)]

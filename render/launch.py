@@ -34,7 +34,7 @@ def vllm_arguments(rd: ResolvedDeployment, port: int | None = None) -> list[str]
         "--model",
         rd.load_path,
         "--served-model-name",
-        rd.served_model_name,
+        *rd.served_model_names,
     ]
     if s.tensor_parallel > 1 or rd.host.gpus.count > 0:
         args += ["--tensor-parallel-size", str(s.tensor_parallel)]

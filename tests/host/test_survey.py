@@ -226,3 +226,34 @@ ExecStart=/root/ml-env/bin/vllm serve /shared/minimax-m2.5 \\
         2,
     )
     assert facts.unit_launch("[Service]\nExecStart=/usr/bin/jupyter lab\n", {}) is None
+
+
+def test_a_take_over_keeps_the_ids_clients_send_and_the_preview_says_so(dev_raw: dict[str, Any]) -> None:
+    """The reference server's engine serves its --model path: after the take-over that id still answers."""
+    argv = ["/opt/vllm-env/bin/python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "/shared/legacy-a"]
+    legacy = {"name": "vllm-legacy.service", "activeState": "active", "enabled": True, "managed": False,
+              "owner": None, "launch": facts.vllm_launch([*argv, "--port", "8000"], {})}  # fmt: skip
+    found = {"units": [legacy], "listeners": [], "gpuHolders": []}
+    dev_raw["deployments"][0]["replaces"] = ["vllm-legacy.service"]
+    rd = parse_stack_config(dev_raw).resolved_deployments()[0]
+    assert host_survey.client_ids_now("dev", rd, found) == ["/shared/legacy-a"]
+    kept = host_survey.with_client_ids("dev", rd, found)
+    assert kept.served_model_names == ("chat", "/shared/legacy-a")
+    info, warnings = host_survey.client_id_lines("dev", kept, found)
+    assert info == [
+        "host 'sandbox', deployment 'chat': model ids clients can send on port 8000: today ['/shared/legacy-a']; "
+        "after this update ['chat', '/shared/legacy-a']"
+    ]
+    assert warnings == []
+    # The stack says otherwise: the id goes, and the preview warns with the key that keeps it.
+    dev_raw["deployments"][0]["alsoServedAs"] = []
+    only = host_survey.with_client_ids("dev", parse_stack_config(dev_raw).resolved_deployments()[0], found)
+    assert only.served_model_names == ("chat",)
+    _, warnings = host_survey.client_id_lines("dev", only, found)
+    assert warnings == [
+        "host 'sandbox', deployment 'chat': clients that send model id '/shared/legacy-a' get 404 after this update; "
+        "add it to vllm-fleet:deployments[chat].alsoServedAs to keep it"
+    ]
+    # A replaced unit that does not run serves nobody today: it adds no id.
+    legacy["activeState"] = "inactive"
+    assert host_survey.client_ids_now("dev", rd, found) == []

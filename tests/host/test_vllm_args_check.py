@@ -103,9 +103,7 @@ def test_an_attention_backend_this_vllm_lacks_is_refused_before_the_stop() -> No
     assert not refused.accepted
     assert "has no attention backend 'TRITON_MLA'" in refused.message and "serving.attentionBackend" in refused.message
     # A release that no longer reads the variable would ignore it silently at start: refused too.
-    ignored = tool.check_environment(
-        environment, "vllm-k.service", origins, "0.32.0", ["TRITON_MLA"], ["VLLM_HOST_IP"]
-    )
+    ignored = tool.check_environment(environment, "vllm-k.service", origins, "0.32.0", ["TRITON_MLA"], ["VLLM_HOST_IP"])
     assert not ignored.accepted and "no longer reads VLLM_ATTENTION_BACKEND" in ignored.message
     # Nothing to judge, or a vLLM that does not say: accepted.
     assert tool.check_environment({}, "u", {}, "0.11.0", None, None).accepted
