@@ -189,14 +189,18 @@ def assess(
         dep = rd.deployment
         where = f"host {host.name!r}, deployment {dep.name!r}"
         key = f"vllm-fleet:deployments[{dep.name}]"
+        adopted = ((found.get("active") or {}).get(owner_key(stack, dep.name)) or {}).get("adopted") or []
         for name in dep.replaces:
             unit = units.get(name)
+            if name in adopted and (unit is None or unit.get("managed")):
+                continue  # taken over already: its file is kept in the deployment's adopted/, nothing runs it
             if unit is None:
                 notes.append(f"{where}: {name} ({key}.replaces) is not on the host; nothing to adopt")
             else:
                 state = f"{unit['activeState']}, {'enabled' if unit['enabled'] else 'disabled'}"
                 notes.append(
-                    f"{where}: adopts {name} ({state}): stopped and disabled in the swap, its unit file backed up"
+                    f"{where}: takes over {name} ({state}): stopped, disabled and its unit file moved into the "
+                    "deployment's adopted/ in the swap, so nothing starts it again; pulumi destroy puts it back"
                 )
         same = units.get(rd.unit_name)
         if same is not None and not same["managed"]:

@@ -134,6 +134,10 @@ def active_records(state_root: str = STATE_DIR) -> dict[str, Any]:
                 out[owner] = parse_active(handle.read())
         except OSError:
             continue
+        # The hand-made units its take-over put away (host/transaction.py: put_away_hand_made).
+        out[owner]["adopted"] = sorted(
+            name.removesuffix(".was") for name in _listdir(f"{base}/{owner}/adopted") if name.endswith(".was")
+        )
         try:
             with open(f"{base}/{owner}/repairs", encoding="utf-8") as handle:
                 out[owner]["repairs"] = int(handle.read().strip() or 0)
@@ -154,6 +158,13 @@ def memory() -> dict[str, int]:
             return parse_meminfo(handle.read())
     except OSError:
         return {"totalMib": 0, "availableMib": 0}
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
 
 
 def claims(state_root: str = STATE_DIR) -> dict[str, Any]:

@@ -337,10 +337,37 @@ class Transaction:
         if old_unit and old_unit != plan.unit_name and old_unit not in plan.replaces:
             # The previous managed unit of this deployment: its files go, a backup stays until the next swap.
             self.remove_unit_files(old_unit)
-        adopted = [u for u in plan.replaces if any(b.unit == u and b.file for b in backups)]
-        if adopted:
-            self.log(f"adopted: {', '.join(adopted)} stopped and disabled (unit files backed up in {backups_dir})")
+        self.put_away_hand_made(backups)
         return self.succeeded(decision.placement, old)
+
+    def put_away_hand_made(self, backups: Sequence[Backup]) -> None:
+        """Move the files of the hand-made units this swap took over (those it replaces, and one of the
+        managed unit's name) out of systemd's reach, into the deployment's `adopted/` with how they were
+        (enabled, running): nothing starts them again, at a boot or by hand, and `pulumi destroy` puts them
+        back as they were. The first take-over's record wins: later swaps never overwrite it."""
+        adopted_dir = self.state_dir / "adopted"
+        taken: list[str] = []
+        for backup in backups:
+            hand_made = backup.unit in self.plan.replaces or backup.unit == self.plan.unit_name
+            if not hand_made or backup.saved is None or backup.file is None:
+                continue
+            if is_managed(backup.saved.read_text(encoding="utf-8", errors="replace")):
+                continue  # vllm-fleet's own unit of an earlier swap, not a hand-made one
+            adopted_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            record = adopted_dir / f"{backup.unit}.was"
+            if not record.is_file():
+                shutil.copy2(backup.saved, adopted_dir / backup.unit)
+                was = {"path": str(backup.file), "enabled": backup.was_enabled, "running": backup.was_running}
+                record.write_text(json.dumps(was, sort_keys=True) + "\n", encoding="utf-8")
+            if backup.unit != self.plan.unit_name:
+                backup.file.unlink(missing_ok=True)
+            taken.append(backup.unit)
+        if taken:
+            self.host.run("systemctl", "daemon-reload")
+            self.log(
+                f"took over {', '.join(taken)}: stopped and disabled, unit files kept in {adopted_dir} "
+                "(pulumi destroy puts them back as they were)"
+            )
 
     def record(self, placement: Placement) -> ActiveRecord:
         plan = self.plan

@@ -171,8 +171,8 @@ def test_preview_refuses_what_it_would_have_to_stop_unasked(brown: Brownfield) -
 def test_preview_names_the_units_it_adopts_and_the_stray_it_stops(brown: Brownfield) -> None:
     preview = brown.adopting().preview(diff=True)
     shown = preview.stdout + preview.stderr
-    assert f"adopts {LEGACY} (active, enabled)" in shown
-    assert f"adopts {SPARE} (inactive, enabled)" in shown
+    assert f"takes over {LEGACY} (active, enabled)" in shown
+    assert f"takes over {SPARE} (inactive, enabled)" in shown
     assert f"PID {brown.stray_pid} (VLLM::stray" in shown and "the GPU-release guard will stop it" in shown
 
 
@@ -182,7 +182,12 @@ def test_up_adopts_the_hand_made_units_and_serves(brown: Brownfield) -> None:
     assert result.summary.result == "succeeded"
     stats = brown.record("adopt", start)
     assert on_host(f"systemctl is-active {LEGACY} || true").strip() == "inactive"
-    assert on_host(f"systemctl is-enabled {LEGACY} {SPARE} || true").split() == ["disabled", "disabled"]
+    # Taken over: their files put away where no boot and no hand starts them, with how they were.
+    assert on_host(f"ls /etc/systemd/system/{LEGACY} /etc/systemd/system/{SPARE} 2>/dev/null || true").strip() == ""
+    adopted_dir = "/var/lib/vllm-fleet/deployments/brown.chat/adopted"
+    assert sorted(on_host(f"ls {adopted_dir}").split()) == sorted([LEGACY, f"{LEGACY}.was", SPARE, f"{SPARE}.was"])
+    was = json.loads(on_host(f"cat {adopted_dir}/{LEGACY}.was"))
+    assert was == {"path": f"/etc/systemd/system/{LEGACY}", "enabled": True, "running": True}
     assert on_host(f"test -e /proc/{brown.stray_pid} || echo gone").strip() == "gone"
     backups = on_host("ls /var/lib/vllm-fleet/deployments/brown.chat/previous").split()
     assert LEGACY in backups and SPARE in backups

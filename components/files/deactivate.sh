@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # vllm-fleet deactivate: stop serving a deployment and leave the host as it was found: its front door
 # site is removed, the unit is stopped (its whole control group), disabled and removed, systemd reloaded, /dev/shm cleaned, and the
-# deployment's claims on GPUs, port and unit name released.
+# deployment's claims on GPUs, port and unit name released; hand-made units it took over are put back as they were.
 set -euo pipefail
 
 log() { echo "[$DEPLOYMENT] $*"; }
@@ -32,6 +32,17 @@ for unit in $(printf '%s\n' "${units[@]}" | sort -u); do
 done
 systemctl daemon-reload
 "$TOOLS_DIR/clean-shm" || true
+# The hand-made units its take-over put away go back as they were: file, enabled, running.
+for was in "$STATE_DIR"/adopted/*.service.was; do
+  [ -f "$was" ] || continue
+  unit=$(basename "$was" .was)
+  target=$(sed -n 's/.*"path": "\([^"]*\)".*/\1/p' "$was")
+  install -m 0644 "$STATE_DIR/adopted/$unit" "${target:-/etc/systemd/system/$unit}"
+  systemctl daemon-reload
+  if grep -q '"enabled": true' "$was"; then systemctl enable --quiet "$unit" || true; fi
+  if grep -q '"running": true' "$was"; then systemctl start --no-block "$unit" || true; fi
+  log "put back $unit as it was before the take-over"
+done
 # The staging copy the engine loaded from (hosts[].stagingPath), unless another deployment loads it too.
 staged=""
 if [ -f "$STATE_DIR/active" ]; then staged=$(sed -n 's/^STAGED_COPY=//p' "$STATE_DIR/active"); fi
@@ -44,7 +55,7 @@ if [ -n "$staged" ] && [ -n "$STAGING_PATH" ] && [ "${staged#"$STAGING_PATH"/}" 
 fi
 owner="$STACK.$DEPLOYMENT"
 rm -f "$state_root/claims/$owner.json"
-rm -rf -- "$STATE_DIR/active" "$STATE_DIR/previous" "$STATE_DIR/swap-plan.json" "$STATE_DIR/swap-result.json" \
-  "$STATE_DIR/repairs"
+rm -rf -- "$STATE_DIR/active" "$STATE_DIR/previous" "$STATE_DIR/adopted" "$STATE_DIR/swap-plan.json" \
+  "$STATE_DIR/swap-result.json" "$STATE_DIR/repairs"
 rmdir /etc/vllm-fleet 2>/dev/null || true  # only when empty: the front door keeps its files
 log "removed"

@@ -76,8 +76,8 @@ def test_named_units_are_adopted_and_allowed_strays_noted(dev_raw: dict[str, Any
         dev_raw, gpus=[0], replaces=["vllm-legacy.service", "vllm-glm5.service"], foreignGpuProcesses="stop"
     )
     assert errors == []
-    assert any("adopts vllm-legacy.service (active, enabled)" in n for n in notes), notes
-    assert any("adopts vllm-glm5.service (inactive, enabled)" in n for n in notes), notes
+    assert any("takes over vllm-legacy.service (active, enabled)" in n for n in notes), notes
+    assert any("takes over vllm-glm5.service (inactive, enabled)" in n for n in notes), notes
     assert any("PID 901 (VLLM::stray) of no systemd unit; the GPU-release guard will stop it" in n for n in notes)
 
 

@@ -208,6 +208,22 @@ def test_adopts_named_hand_made_units_and_leaves_others(tmp_path: Path) -> None:
     assert world.systemd.verbs("vllm-other.service") == []
     backups = Path(plan.state_dir) / "previous"
     assert (backups / "vllm-kimi-k25-int4.service").read_text().startswith("[Service]")
+    # Their files are put away where nothing starts them, with how they were; the unnamed one stays.
+    adopted = Path(plan.state_dir) / "adopted"
+    assert not (world.unit_dir / "vllm-kimi-k25-int4.service").exists()
+    assert not (world.unit_dir / "vllm-glm5.service").exists()
+    assert (world.unit_dir / "vllm-other.service").exists()
+    assert (adopted / "vllm-glm5.service").read_text().startswith("[Service]")
+    assert json.loads((adopted / "vllm-kimi-k25-int4.service.was").read_text()) == {
+        "path": str(world.unit_dir / "vllm-kimi-k25-int4.service"),
+        "enabled": True,
+        "running": True,
+    }
+    assert json.loads((adopted / "vllm-glm5.service.was").read_text())["running"] is False
+    # A later swap keeps the first take-over's record: it is what destroy puts back.
+    world.hand_made("vllm-glm5.service", running=False, enabled=False)
+    assert world.run(world.plan(unit="vllm-next.service", replaces=plan.replaces)).status == "succeeded"
+    assert json.loads((adopted / "vllm-glm5.service.was").read_text())["enabled"] is True
     # The old model stops only after the new unit is installed, and before the new one starts.
     order = [(c[1], c[-1]) for c in world.systemd.calls if c[0] == "systemctl"]
     assert order.index(("stop", "vllm-kimi-k25-int4.service")) < order.index(("start", "vllm-new.service"))
