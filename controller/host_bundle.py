@@ -33,6 +33,7 @@ TOOLS: dict[str, str] = {
     "prewarm": "host.prewarm",
     "node-watch": "host.node_watch",
     "status": "host.status",
+    "clean-shm": "host.clean_shm",
 }
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 

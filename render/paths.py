@@ -17,9 +17,6 @@ FRONT_DOOR_UNIT = contract.FRONT_DOOR_UNIT
 FRONT_DOOR_DIR = contract.FRONT_DOOR_DIR
 UNIT_DIR = contract.UNIT_DIR
 deployment_state_dir = contract.deployment_state_dir
-# Host tools the unit and the steps' scripts call by name: the host package's (controller/host_bundle.py)
-# and one shell script.
-SHELL_TOOLS: dict[str, Path] = {"clean-shm": FILES / "clean-shm.sh"}
 
 
 def node_state_dir(stack: str, rd: ResolvedDeployment, rank: int) -> str:

@@ -19,7 +19,6 @@ from render.launch import args_check_spec, node_args_check_spec
 from render.paths import (
     FRONT_DOOR_DIR,
     FRONT_DOOR_UNIT,
-    SHELL_TOOLS,
     TOOLS_DIR,
     UNIT_DIR,
     deployment_state_dir,
@@ -39,11 +38,11 @@ def tools_script() -> str:
 @functools.cache
 def tools_package_script() -> str:
     """Install the host package: one archive of host/ (its version is the archive's digest) and a launcher
-    per tool, plus the shell tools. A changed host tool changes this one step. The archive travels as
+    per tool (controller/host_bundle.py). A changed host tool changes this one step. The archive travels as
     base64 (about 60 KB), inside the 128 KiB one argument of the remote shell may have."""
     archive = base64.b64encode(host_bundle.archive()).decode()
     lines = "\n".join(archive[i : i + 100] for i in range(0, len(archive), 100))
-    tools = sorted([*host_bundle.TOOLS, *SHELL_TOOLS])
+    tools = sorted(host_bundle.TOOLS)
     script = (
         "#!/usr/bin/env bash\n"
         f"# vllm-fleet host package {host_bundle.version()}: {', '.join(tools)}, installed in {TOOLS_DIR}\n"
@@ -54,8 +53,6 @@ def tools_package_script() -> str:
     )
     for tool in sorted(host_bundle.TOOLS):
         script += heredoc_file(f"{TOOLS_DIR}/{tool}", host_bundle.launcher(tool), "0755")
-    for tool, path in sorted(SHELL_TOOLS.items()):
-        script += heredoc_file(f"{TOOLS_DIR}/{tool}", path.read_text(encoding="utf-8"), "0755")
     return (
         script
         + f'echo "installed the vllm-fleet host package {host_bundle.version()} in {TOOLS_DIR}: {" ".join(tools)}"\n'

@@ -25,7 +25,7 @@ from models.loader import load_stack_file, parse_stack_config
 from render import access as render_access
 from render import steps
 from render.launch import args_check_spec, engine_environment, vllm_arguments
-from render.paths import FILES, FRONT_DOOR_UNIT, SHELL_TOOLS, TOOLS_DIR, UNIT_DIR
+from render.paths import FILES, FRONT_DOOR_UNIT, TOOLS_DIR, UNIT_DIR
 from render.scripts import HEREDOC_DELIMITER, MAX_SCRIPT_BYTES, heredoc_file, remote_invocation, render_script
 from render.units import render_node_unit, render_unit, systemd_quote
 from tests.support.paths import ROOT
@@ -362,10 +362,8 @@ def test_the_host_package_installs_and_every_tool_runs_from_it(tmp_path: Path) -
     subprocess.run(["bash", "-c", script.replace(TOOLS_DIR, str(tools_dir))], check=True, capture_output=True)
     with zipfile.ZipFile(tools_dir / BUNDLE_NAME) as bundle:
         assert sorted(bundle.namelist()) == sorted(f"host/{p.name}" for p in (ROOT / "host").glob("*.py"))
-    assert sorted(p.name for p in tools_dir.iterdir() if p.name != BUNDLE_NAME) == sorted(
-        [*host_bundle.TOOLS, *SHELL_TOOLS]
-    )
-    for tool in ("swap", "prewarm", "model-sync", "gpu-release-guard", "node-watch"):
+    assert sorted(p.name for p in tools_dir.iterdir() if p.name != BUNDLE_NAME) == sorted(host_bundle.TOOLS)
+    for tool in ("swap", "prewarm", "model-sync", "gpu-release-guard", "node-watch", "clean-shm"):
         # Outside the repository, so nothing but the archive can provide the `host` package.
         result = subprocess.run(
             [sys.executable, str(tools_dir / tool), "--help"], capture_output=True, text=True, cwd=tmp_path, check=False

@@ -8,4 +8,4 @@ readonly TOOLS_DIR=/usr/local/lib/vllm-fleet
 readonly FRONT_DOOR_DIR=/etc/vllm-fleet/frontdoor
 readonly FRONT_DOOR_UNIT=vllm-fleet-frontdoor.service
 readonly STAGING_PATH=''
-# <the body of components/files/deactivate.sh after line 1: 49 lines, 2284 bytes, sha256 d2b3be2b91b9210c72c06c4c740068ef6b2d6758f8e0366a00d98f51af2e9b22>
+# <the body of components/files/deactivate.sh after line 1: 60 lines, 2969 bytes, sha256 aebd337d368c48bf85ccde882da4f71b2de44e954a9e289b2f412a4ccfdfe218>
