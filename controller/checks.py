@@ -9,6 +9,8 @@ contacted at all: it may be down for repair.
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -18,20 +20,24 @@ import pulumi
 from controller import survey as host_survey
 from controller.probe import HostUnreachable, probe_all
 from controller.program import Stack
+from models.config import StackConfig
 from models.rules import stack_errors
 from render.launch import load_strategy_note
 
 SURVEY_CACHE = Path(".cache") / "survey"
 
 
-def with_host_versions(stack: Stack, surveys: Mapping[str, Mapping[str, Any]]) -> tuple[Stack, list[str]]:
-    """The stack as the hosts' own vLLM releases make it: where `hosts[].runtime.vllmVersion` is not set,
-    the version the survey read on the host decides the version-dependent rendering (and the rules that
-    depend on it run again); where it is set, it is an assertion, and a host that runs another release
-    refuses the preview."""
+def host_versions(
+    config: StackConfig, surveys: Mapping[str, Mapping[str, Any]]
+) -> tuple[StackConfig, list[str], list[str]]:
+    """(config, errors, notes): the config as the hosts' own vLLM releases make it. Where
+    `hosts[].runtime.vllmVersion` is not set, the version the survey read on the host decides the
+    version-dependent rendering (and the rules that depend on it run again); where it is set, it is an
+    assertion, and a host that runs another release refuses the preview."""
     errors: list[str] = []
+    notes: list[str] = []
     hosts = []
-    for host in stack.config.hosts:
+    for host in config.hosts:
         reading = ((surveys.get(host.name) or {}).get("vllm") or {}).get("version")
         pin = host.runtime.vllm_version
         if reading is None:
@@ -48,11 +54,20 @@ def with_host_versions(stack: Stack, surveys: Mapping[str, Mapping[str, Any]]) -
             hosts.append(host)
             continue
         hosts.append(host.model_copy(update={"runtime": host.runtime.model_copy(update={"vllm_version": release})}))
-        pulumi.log.info(f"host {host.name!r} runs vLLM {reading}: the launch is rendered for that release")
-    if hosts == list(stack.config.hosts):
+        notes.append(f"host {host.name!r} runs vLLM {reading}: the launch is rendered for that release")
+    if hosts == list(config.hosts):
+        return config, errors, notes
+    config = config.model_copy(update={"hosts": hosts})
+    return config, errors + stack_errors(config), notes
+
+
+def with_host_versions(stack: Stack, surveys: Mapping[str, Mapping[str, Any]]) -> tuple[Stack, list[str]]:
+    """`host_versions` for the program's stack: its deployments resolved again, the notes logged."""
+    config, errors, notes = host_versions(stack.config, surveys)
+    for note in notes:
+        pulumi.log.info(note)
+    if config is stack.config:
         return stack, errors
-    config = stack.config.model_copy(update={"hosts": hosts})
-    errors += stack_errors(config)
     return dataclasses.replace(stack, config=config, deployments=config.resolved_deployments()), errors
 
 
@@ -65,15 +80,22 @@ def check_hosts(stack: Stack) -> tuple[Stack, dict[str, int]]:
     for host_config in stack.config.hosts:
         if host_config.cordon:
             pulumi.log.info(f"host {host_config.name!r} is cordoned: not contacted, no step runs there")
-    if stack.offline:
+    recorded = os.environ.get("VLLM_FLEET_SURVEY_FILE")
+    if stack.offline and not recorded:
         load_notes(stack)
         return stack, repairs
-    # All hosts at once; an error names every host that failed.
-    try:
-        probe_all(reachable)
-        surveys = host_survey.survey_all(stack.name, reachable, stack.deployments, stack.key_text, SURVEY_CACHE)
-    except (HostUnreachable, host_survey.SurveyFailed) as error:
-        raise pulumi.RunError(str(error)) from None
+    if stack.offline:
+        # An offline preview judged against surveys recorded beforehand ({host name: survey}), e.g. what
+        # the reference server runs (make preview-prod): the same assessment, no host contacted.
+        surveys = {name: found for name, found in json.loads(Path(str(recorded)).read_text()).items()}
+        reachable = [h for h in reachable if h.name in surveys]
+    else:
+        # All hosts at once; an error names every host that failed.
+        try:
+            probe_all(reachable)
+            surveys = host_survey.survey_all(stack.name, reachable, stack.deployments, stack.key_text, SURVEY_CACHE)
+        except (HostUnreachable, host_survey.SurveyFailed) as error:
+            raise pulumi.RunError(str(error)) from None
     stack, conflicts = with_host_versions(stack, surveys)
     resolved = [
         host_survey.with_client_ids(stack.name, rd, surveys[rd.host.name]) if rd.host.name in surveys else rd

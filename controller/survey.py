@@ -240,11 +240,22 @@ def memory_notes(rd: ResolvedDeployment, found: dict[str, Any]) -> list[str]:
 
 def swap_forecast(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> str | None:
     """What the swap will do, decided as the host will decide it, and the downtime to expect."""
-    active = found.get("active", {}).get(owner_key(stack, rd.deployment.name))
-    if not active or not active.get("unit") or active["unit"] == rd.unit_name:
+    active = found.get("active", {}).get(owner_key(stack, rd.deployment.name)) or {}
+    units = {u["name"]: u for u in found.get("units", [])}
+    # A first take-over: hand-made units of this deployment (those it replaces, or one of its unit's name)
+    # serve now, and stop before the managed engine starts.
+    hand_made = [
+        name
+        for name in dict.fromkeys([rd.unit_name, *rd.deployment.replaces])
+        if name in units and not units[name].get("managed") and units[name].get("activeState") in RUNNING_STATES
+    ]
+    if not active.get("unit") and hand_made:
+        old_unit = " and ".join(hand_made)
+    elif not active.get("unit") or active["unit"] == rd.unit_name:
         return None
+    else:
+        old_unit = active["unit"]
     decision = judgement(stack, rd, found).decision
-    old_unit = active["unit"]
     head = f"the swap from {old_unit} to {rd.unit_name} will run {decision.mode.replace('-', '/', 1) if decision.mode == 'blue-green' else 'stop-then-start'} ({decision.reason})"
     if decision.mode == "blue-green":
         return f"{head}; expected downtime 0 s"
@@ -260,30 +271,39 @@ def swap_forecast(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> 
     return f"{head}; expected downtime about {downtime.describe(estimate.seconds)} ({estimate.basis})"
 
 
-def client_ids_now(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> list[str]:
-    """The model ids clients can send the deployment's port today: what its engine serves (the managed
-    units vllm-fleet made for it, whatever their state, so a crashed engine changes nothing) and what the
-    hand-made units it replaces serve while they run (a launch without --served-model-name serves its
-    --model path)."""
+def client_ids(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(served, kept): the model ids clients can send the deployment's port today, and those a take-over
+    keeps by default. Served: what its managed units serve and what the running hand-made units it
+    replaces serve (a launch without --served-model-name serves its --model path). Kept: the hand-made
+    engines' ids, and the ids the managed unit already kept beside its served name (read from its launch
+    whatever its state, so a crashed engine changes nothing); never a managed served name, so a swap to
+    another served name is the stack's own change."""
     owner = owner_key(stack, rd.deployment.name)
     active_unit = ((found.get("active") or {}).get(owner) or {}).get("unit")
-    ids: list[str] = []
+    served: list[str] = []
+    kept: list[str] = []
     for unit in found.get("units", []):
         launch = unit.get("launch") or {}
+        names = list(launch.get("servedNames") or [])
         ours = unit.get("owner") == owner and unit["name"] in (active_unit, rd.unit_name)
         replaced = unit["name"] in rd.deployment.replaces or (unit["name"] == rd.unit_name and not unit.get("managed"))
-        serving = unit.get("activeState") in RUNNING_STATES and launch.get("port") == rd.deployment.port
-        if ours or (replaced and serving):
-            ids.extend(launch.get("servedNames") or [])
-    return list(dict.fromkeys(ids))
+        running = unit.get("activeState") in RUNNING_STATES
+        if ours:
+            kept += names[1:]
+            if running:
+                served += names
+        elif replaced and running and launch.get("port") == rd.deployment.port:
+            kept += names
+            served += names
+    return list(dict.fromkeys(served)), list(dict.fromkeys(kept))
 
 
 def with_client_ids(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> ResolvedDeployment:
-    """The deployment serving, besides its served name, the ids its clients send today, unless
+    """The deployment serving, besides its served name, the ids a take-over keeps (`client_ids`), unless
     deployments[].alsoServedAs says which (a take-over must not turn every client's request into a 404)."""
     if rd.deployment.also_served_as is not None:
         return rd
-    extra = [i for i in client_ids_now(stack, rd, found) if i != rd.served_model_name]
+    extra = [i for i in client_ids(stack, rd, found)[1] if i != rd.served_model_name]
     if not extra:
         return rd
     deployment = rd.deployment.model_copy(update={"also_served_as": extra})
@@ -292,7 +312,7 @@ def with_client_ids(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -
 
 def client_id_lines(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> tuple[list[str], list[str]]:
     """(info, warnings): the ids clients can send before and after this update, and each that disappears."""
-    before = client_ids_now(stack, rd, found)
+    before = client_ids(stack, rd, found)[0]
     after = list(rd.served_model_names)
     where = f"host {rd.host.name!r}, deployment {rd.deployment.name!r}"
     if not before or before == after:

@@ -152,8 +152,9 @@ def load_strategy_note(rd: ResolvedDeployment) -> str | None:
     since = PREFETCH_STRATEGY_SINCE if wanted is LoadStrategy.PREFETCH else LOAD_STRATEGY_FLAG_SINCE
     return (
         f"deployment {rd.deployment.name!r}: safetensorsLoadStrategy {wanted.value} needs vLLM "
-        f"{'.'.join(map(str, since))} or later and host {rd.host.name!r} pins {rd.host.runtime.vllm_version} "
-        "(hosts[].runtime.vllmVersion); the flag is left out and the swap pre-warms the page cache instead"
+        f"{'.'.join(map(str, since))} or later and host {rd.host.name!r} runs vLLM {rd.host.runtime.vllm_version} "
+        "(hosts[].runtime.vllmVersion, or what the host reports); the flag is left out and the swap pre-warms the "
+        "page cache instead"
     )
 
 

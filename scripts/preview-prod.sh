@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make preview-prod`: what `pulumi preview --diff` of the production stack would show, on any clone,
-# without contacting its host and without touching the repository: the program runs from a copy in a
+# without contacting its host (judged against the reference server's survey as REFERENCE.md describes it)
+# and without touching the repository: the program runs from a copy in a
 # temporary folder, with a throwaway local backend and a throwaway passphrase (the offline preview
 # encrypts nothing of value), so no salt is written into Pulumi.prod.yaml and no real state is needed.
 set -euo pipefail
@@ -20,6 +21,7 @@ export PULUMI_BACKEND_URL="file://$work/state" PULUMI_CONFIG_PASSPHRASE=offline-
 export VLLM_FLEET_SINGLE_OPERATOR=1
 cd "$work"
 pulumi stack init prod --non-interactive >/dev/null
-# A production stack on a public address is refused without API keys: a throwaway one, on stdin.
-openssl rand -hex 32 | pulumi config set --secret --path 'vllm-fleet:apiKeys.preview-only' --stack prod
+# What the server runs, as REFERENCE.md describes it (tests/fixtures/reference-server/survey.json): the
+# preview judges the take-over against it (units replaced, model ids before and after, the downtime).
+export VLLM_FLEET_SURVEY_FILE="$VLLM_FLEET_ROOT/tests/fixtures/reference-server/survey.json"
 pulumi preview --stack prod --diff --non-interactive

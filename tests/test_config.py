@@ -248,6 +248,7 @@ def test_unmanaged_flags_that_share_a_prefix_pass(prod_raw: dict[str, Any]) -> N
 
 
 def test_flag_removed_by_the_hosts_pinned_vllm_is_refused(prod_raw: dict[str, Any]) -> None:
+    prod_raw["hosts"][0]["runtime"]["vllmVersion"] = "0.11.0"
     parse_stack_config(prod_raw)  # 0.11.0 still takes --disable-log-requests
     prod_raw["hosts"][0]["runtime"]["vllmVersion"] = "0.12.0"
     message = error_of(prod_raw)
@@ -349,12 +350,14 @@ def test_model_loader_extra_config_is_a_json_object_of_option_names(
 
 def test_load_fields_render_as_flags_the_hosts_vllm_knows(prod_raw: dict[str, Any], dev_raw: dict[str, Any]) -> None:
 
+    # The preset's prefetch needs vLLM 0.17; a host on 0.11 (pinned here; the reference server's reading
+    # does the same, tests/test_render.py): left out, and the preview says why.
+    prod_raw["hosts"][0]["runtime"]["vllmVersion"] = "0.11.0"
     (kimi,) = parse_stack_config(prod_raw).resolved_deployments()
-    # The preset's prefetch needs vLLM 0.17; the server pins 0.11: left out, and the preview says why.
     assert kimi.serving.safetensors_load_strategy == "prefetch"
     assert "--safetensors-load-strategy" not in vllm_arguments(kimi)
     note = load_strategy_note(kimi)
-    assert note is not None and "needs vLLM 0.17 or later" in note and "pins 0.11.0" in note
+    assert note is not None and "needs vLLM 0.17 or later" in note and "runs vLLM 0.11.0" in note
     prod_raw["deployments"][0]["overrides"].update(
         {"safetensorsLoadStrategy": "eager", "modelLoaderExtraConfig": {"enable_multithread_load": True}}
     )

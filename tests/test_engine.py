@@ -70,11 +70,29 @@ def test_real_engine_previews_the_dev_stack(tmp_path: Path) -> None:
 
 def test_real_engine_previews_prod_without_contacting_it(tmp_path: Path) -> None:
     work = engine.project_copy(tmp_path / "project", {"Pulumi.prod.yaml": (ROOT / "Pulumi.prod.yaml").read_text()})
-    # A production stack on a public address needs API keys (a throwaway one here, as a secret).
-    keys = '{"preview": "0123456789abcdef0123456789abcdef"}'
-    prod = engine.stack(work, tmp_path / "state", "prod", secrets={"vllm-fleet:apiKeys": keys}, env=PROD_ENV)
+    # Judged against the reference server as REFERENCE.md describes it, as `make preview-prod` does.
+    env = {**PROD_ENV, "VLLM_FLEET_SURVEY_FILE": str(ROOT / "tests" / "fixtures" / "reference-server" / "survey.json")}
+    prod = engine.stack(work, tmp_path / "state", "prod", env=env)
     result = prod.preview(diff=True)
     shown = " ".join(result.stdout.split())
+    # The take-over plan (the program's messages, on stderr): the release the server runs decides the
+    # rendering, the ids its clients send stay, every hand-made unit is named with what happens to it,
+    # and the downtime of the stop-then-start.
+    said = " ".join(result.stderr.split())
+    assert "host 'gpu-01' runs vLLM 0.11.1.dev0+reference-build" in said
+    assert re.search(r'VLLM_ATTENTION_BACKEND\s*: "TRITON_MLA"', shown) and '"--attention-backend"' not in shown
+    assert (
+        "model ids clients can send on port 8000: today ['/shared/kimi-k2.5-int4']; "
+        "after this update ['kimi-k2.5-int4', '/shared/kimi-k2.5-int4']" in said
+    )
+    for unit, state in (
+        ("vllm-kimi-k25-int4.service", "active, enabled"),
+        ("vllm-glm5.service", "inactive, enabled"),
+        ("vllm-kimi-k25.service", "inactive, disabled"),
+        ("vllm-minimax-m25.service", "inactive, disabled"),
+    ):
+        assert f"takes over {unit} ({state})" in said, unit
+    assert "will run stop-then-start (hand-made units it replaces stop first); expected downtime about" in said
     for flag in (
         "--tensor-parallel-size",
         "--tool-call-parser",

@@ -236,7 +236,7 @@ def test_a_take_over_keeps_the_ids_clients_send_and_the_preview_says_so(dev_raw:
     found = {"units": [legacy], "listeners": [], "gpuHolders": []}
     dev_raw["deployments"][0]["replaces"] = ["vllm-legacy.service"]
     rd = parse_stack_config(dev_raw).resolved_deployments()[0]
-    assert host_survey.client_ids_now("dev", rd, found) == ["/shared/legacy-a"]
+    assert host_survey.client_ids("dev", rd, found) == (["/shared/legacy-a"], ["/shared/legacy-a"])
     kept = host_survey.with_client_ids("dev", rd, found)
     assert kept.served_model_names == ("chat", "/shared/legacy-a")
     info, warnings = host_survey.client_id_lines("dev", kept, found)
@@ -256,4 +256,13 @@ def test_a_take_over_keeps_the_ids_clients_send_and_the_preview_says_so(dev_raw:
     ]
     # A replaced unit that does not run serves nobody today: it adds no id.
     legacy["activeState"] = "inactive"
-    assert host_survey.client_ids_now("dev", rd, found) == []
+    assert host_survey.client_ids("dev", rd, found) == ([], [])
+    # After the take-over the managed unit carries the kept id; its own served name is never kept, so a
+    # swap to another served name drops it (and the preview warns).
+    managed = {"name": "vllm-tiny-chat-a.service", "activeState": "active", "enabled": True, "managed": True,
+               "owner": "dev.chat", "launch": facts.vllm_launch([*argv, "--served-model-name", "old", "/shared/legacy-a"], {})}  # fmt: skip
+    found = {"units": [managed], "active": {"dev.chat": {"unit": "vllm-tiny-chat-a.service"}}}  # type: ignore[dict-item]
+    assert host_survey.client_ids("dev", rd, found) == (["old", "/shared/legacy-a"], ["/shared/legacy-a"])
+    assert host_survey.with_client_ids("dev", rd, found).served_model_names == ("chat", "/shared/legacy-a")
+    _, warnings = host_survey.client_id_lines("dev", host_survey.with_client_ids("dev", rd, found), found)
+    assert [w for w in warnings if "'old' get 404" in w], warnings

@@ -3,7 +3,7 @@
 readonly STATE_DIR=/var/lib/vllm-fleet/deployments/prod.primary
 readonly PYTHON=/root/ml-env/bin/python3
 readonly TOOLS_DIR=/usr/local/lib/vllm-fleet
-readonly UNIT_SHA256=0ac4faaa1f17e48be70574fd57ea4cd3e67ed523605b24cd6d9bd7e1bf6e2c2f
+readonly UNIT_SHA256=8dff7da4d74b4aaeee8c141bffed291831247ada4288eee5cc302528bb5c5ec7
 readonly REPAIRS=0
 readonly PLAN='{
  "access_dir": "/etc/vllm-fleet/frontdoor/access/prod.primary",
@@ -35,7 +35,12 @@ readonly PLAN='{
  "python": "/root/ml-env/bin/python3",
  "readiness_address": "127.0.0.1",
  "ready_timeout": 4122,
- "replaces": [],
+ "replaces": [
+  "vllm-kimi-k25-int4.service",
+  "vllm-glm5.service",
+  "vllm-kimi-k25.service",
+  "vllm-minimax-m25.service"
+ ],
  "report_every": 15,
  "served_name": "kimi-k2.5-int4",
  "stack": "prod",
@@ -43,7 +48,7 @@ readonly PLAN='{
  "swap_mode": "auto",
  "tools_dir": "/usr/local/lib/vllm-fleet",
  "unit_name": "vllm-kimi-k25-int4.service",
- "unit_sha256": "0ac4faaa1f17e48be70574fd57ea4cd3e67ed523605b24cd6d9bd7e1bf6e2c2f",
+ "unit_sha256": "8dff7da4d74b4aaeee8c141bffed291831247ada4288eee5cc302528bb5c5ec7",
  "unit_stem": "vllm-kimi-k25-int4"
 }'
 # <the body of components/files/activate.sh after line 1: 19 lines, 1255 bytes, sha256 6af6ca76c507decf8c3364fbde0f1c38e4df85ba3d06d9b865348b0f285f2559>
