@@ -13,6 +13,8 @@ from pulumi.runtime import config as runtime_config
 
 from components.access import AccessInputs
 from controller.access import read_access
+from controller.profiling import start_if_asked
+from controller.sdk import linear_output_wait, quiet_debug_log
 from models.backend import refusal
 from models.config import ResolvedDeployment, StackConfig, StackTier
 from models.loader import (
@@ -103,6 +105,9 @@ def ssh_key(config: pulumi.Config, offline: bool) -> tuple[str, pulumi.Input[str
 def load() -> Stack:
     """Read and check the stack before anything is declared; a problem stops the preview with the key
     and the fix (pulumi.RunError)."""
+    start_if_asked()
+    quiet_debug_log()
+    linear_output_wait()
     name = pulumi.get_stack()
     config = pulumi.Config("vllm-fleet")
     try:

@@ -11,6 +11,7 @@ import hashlib
 import ipaddress
 import re
 from enum import StrEnum
+from functools import cached_property
 from typing import Annotated, Any, Self
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
@@ -480,12 +481,29 @@ class StackConfig(LocalBaseModel):
 
     # ---- lookups used by the program -------------------------------------------------------------
 
+    # Indexes of the lookups below, built once: a fleet asks them for each of its hundreds of entries.
+    @cached_property
+    def _storage_by_host(self) -> dict[str, Storage]:
+        return {s.host: s for s in reversed(self.storage)}
+
+    @cached_property
+    def _storage_by_name(self) -> dict[str, Storage]:
+        return {s.name: s for s in reversed(self.storage)}
+
+    @cached_property
+    def _models_served_on_host(self) -> dict[str, set[str]]:
+        served: dict[str, set[str]] = {}
+        for dep in self.deployments:
+            for node in dep.node_names:
+                served.setdefault(node, set()).add(dep.model)
+        return served
+
     def storage_for_host(self, host: str) -> Storage:
-        return next(s for s in self.storage if s.host == host)
+        return self._storage_by_host[host]
 
     def served_models_on(self, storage: str) -> list[str]:
-        store = next(s for s in self.storage if s.name == storage)
-        return sorted({d.model for d in self.deployments if store.host in d.node_names})
+        store = self._storage_by_name[storage]
+        return sorted(self._models_served_on_host.get(store.host, set()))
 
     def wanted_models_on(self, storage: str) -> list[str]:
         """Models whose files must be on this storage: served here, or kept."""

@@ -14,13 +14,14 @@ import yaml
 from pydantic import ValidationError
 
 from models.config import StackConfig
+from models.defaults import Provenance, annotate_rule_error, apply_defaults
 from models.rules import stack_errors
 
 NAMESPACE = "vllm-fleet"
 CATALOG_PATH = Path(__file__).with_name("catalog.yaml")
 # The stack keys this program reads; any other `vllm-fleet:` key is a typo worth stopping for.
-KNOWN_KEYS = ("tier", "hfEndpoint", "hosts", "storage", "models", "deployments", "access")
-STRUCTURED_KEYS = ("hosts", "storage", "models", "deployments", "access")
+KNOWN_KEYS = ("tier", "hfEndpoint", "defaults", "hosts", "storage", "models", "deployments", "access")
+STRUCTURED_KEYS = ("defaults", "hosts", "storage", "models", "deployments", "access")
 SECRET_KEYS = ("sshPrivateKey", "hfToken", "apiKeys", "tlsPrivateKey")
 # Keys read by the controller only: paths to the SSH and TLS key files (the sandbox generates both per machine).
 CONTROLLER_KEYS = ("sshPrivateKeyFile", "tlsPrivateKeyFile")
@@ -88,8 +89,10 @@ def _format_location(loc: tuple[int | str, ...]) -> str:
     return key
 
 
-def _format_validation_error(error: ValidationError) -> str:
-    lines = []
+def _format_validation_error(error: ValidationError, prov: Provenance) -> str:
+    lines: list[str] = []
+    # An error in a value that came from vllm-fleet:defaults is one line however many entries inherited it.
+    inherited_by: dict[str, list[str]] = {}
     for item in error.errors():
         loc = item["loc"]
         message = item["msg"].removeprefix("Value error, ")
@@ -97,6 +100,10 @@ def _format_validation_error(error: ValidationError) -> str:
             # An error of the config as a whole names its keys itself.
             lines.append(message)
             continue
+        key = _format_location(loc)
+        from_default = False
+        if len(loc) >= 2 and isinstance(loc[0], str) and isinstance(loc[1], int):
+            key, from_default = prov.locate(loc[0], loc[1], tuple(loc[2:]))
         value = item.get("input")
         shown = "" if isinstance(value, Mapping | list) else f" (got {value!r})"
         if item["type"] == "extra_forbidden":
@@ -106,8 +113,22 @@ def _format_validation_error(error: ValidationError) -> str:
                 "has characters or a form not allowed here (shell metacharacters, spaces, quotes, newlines "
                 f"and '..' are refused); it must match {item['ctx']['pattern']}"
             )
-        lines.append(f"{_format_location(loc)}: {message}{shown}")
-    return "\n".join(lines)
+        line = f"{key}: {message}{shown}"
+        if from_default:
+            assert isinstance(loc[0], str) and isinstance(loc[1], int)
+            if line not in inherited_by:
+                lines.append(line)
+            inherited_by.setdefault(line, []).append(prov.label(loc[0], loc[1]))
+        else:
+            lines.append(line)
+    return "\n".join(_inherited_note(line, inherited_by.get(line)) for line in lines)
+
+
+def _inherited_note(line: str, entries: list[str] | None) -> str:
+    if not entries:
+        return line
+    more = f" and {len(entries) - 1} more" if len(entries) > 1 else ""
+    return f"{line} (inherited by {entries[0]}{more})"
 
 
 def _encrypted(value: Any) -> bool:
@@ -134,13 +155,18 @@ def parse_stack_config(raw: Mapping[str, Any], catalog: Mapping[str, Mapping[str
                 f"`pulumi config set --secret {NAMESPACE}:{key}` so it is encrypted"
             )
     data = {key: raw[key] for key in KNOWN_KEYS if key in raw}
+    # vllm-fleet:defaults merged under every host, storage and deployment entry (models/defaults.py).
+    data, provenance, problems = apply_defaults(data)
+    if problems:
+        raise ConfigError("\n".join(problems))
     data["models"] = _resolve_models(data.get("models", {}), catalog if catalog is not None else load_catalog())
     try:
         stack = StackConfig.model_validate(data)
     except ValidationError as error:
-        raise ConfigError(_format_validation_error(error)) from None
-    # The rules across keys, once every key is valid on its own; they already name their keys.
-    errors = stack_errors(stack)
+        raise ConfigError(_format_validation_error(error, provenance)) from None
+    # The rules across keys, once every key is valid on its own; they already name their keys (the
+    # default's too, when the value came from vllm-fleet:defaults).
+    errors = [annotate_rule_error(line, provenance) for line in stack_errors(stack)]
     if errors:
         raise ConfigError("\n".join(errors))
     return stack

@@ -130,3 +130,28 @@ def test_broken_stack_file_fails_before_any_resource(tmp_path: Path) -> None:
     message = str(caught.value)
     assert "vllm-fleet:deployments[0].port: Input should be greater than or equal to 1024 (got 80)" in message
     assert "Traceback" not in message
+
+
+def test_real_engine_previews_a_fleet_written_with_defaults(tmp_path: Path) -> None:
+    """vllm-fleet:defaults reaches the program through the engine's config like any structured key, and
+    a bad default stops the preview naming the default's key once."""
+    from scripts.fleet_stack import fleet_stack
+
+    text = fleet_stack(3)
+    work = engine.project_copy(tmp_path / "project", {"Pulumi.fleet3.yaml": text})
+    keys = '{"preview": "0123456789abcdef0123456789abcdef"}'
+    fleet = engine.stack(work, tmp_path / "state", "fleet3", secrets={"vllm-fleet:apiKeys": keys}, env=PROD_ENV)
+    result = fleet.preview(diff=True)
+    shown = " ".join(result.stdout.split())
+    for name in ("gpu-01", "gpu-02", "gpu-03", "kimi-03-serving", "gpu-03-kimi-k2.5-int4-files"):
+        assert name in shown, name
+    assert re.search(r'NCCL_BUFFSIZE\s*: "16777216"', shown)
+    (work / "Pulumi.fleet3.yaml").write_text(
+        (work / "Pulumi.fleet3.yaml").read_text().replace("memoryGib: 96", "memoryGib: -96")
+    )
+    with pytest.raises(auto.CommandError) as caught:
+        fleet.preview()
+    assert (
+        "vllm-fleet:defaults.host.gpus.memoryGib: Input should be greater than 0 (got -96) "
+        "(inherited by hosts[0] 'gpu-01' and 2 more)" in str(caught.value)
+    )

@@ -1,0 +1,29 @@
+"""Stack values rewritten the way a fleet writes them: what every entry repeats moved to vllm-fleet:defaults."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from models.defaults import SECTIONS
+
+
+def factor_defaults(raw: dict[str, Any]) -> dict[str, Any]:
+    """The same stack with each key that every entry of hosts, storage and deployments gives with one
+    value (its name and, for storage, its host excepted) written once under vllm-fleet:defaults instead."""
+    out = copy.deepcopy(raw)
+    defaults: dict[str, Any] = {}
+    for section, list_key in SECTIONS.items():
+        entries = out.get(list_key) or []
+        if not entries:
+            continue
+        keep = {"name", "host"} if section == "storage" else {"name"}
+        common = {
+            key: value
+            for key, value in entries[0].items()
+            if key not in keep and all(key in e and e[key] == value for e in entries)
+        }
+        if common:
+            defaults[section] = common
+            out[list_key] = [{k: v for k, v in e.items() if k not in common} for e in entries]
+    return {"defaults": defaults, **out}
