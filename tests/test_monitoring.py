@@ -5,6 +5,7 @@ the alerts and recording rules through `promtool test rules` on synthetic series
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import shutil
 import subprocess
@@ -14,9 +15,11 @@ from typing import Any
 import pytest
 import yaml
 
+from controller import status, survey
 from models.loader import ConfigError, parse_stack_config, read_stack_file
 from models.monitoring import Monitoring
 from render import monitoring as render
+from render.units import render_unit
 from scripts.monitoring import promtool_check, write_files
 from tests.support.paths import ROOT
 from tests.support.pulumi_mocks import run_program
@@ -341,3 +344,25 @@ def test_rules_fire_on_synthetic_series(dev_raw: dict[str, Any], tmp_path: Path)
     test_file.write_text(yaml.safe_dump(spec, sort_keys=False, width=200))
     result = subprocess.run([str(PROMTOOL), "test", "rules", str(test_file)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --- what the down alert's runbook relies on: `make status` and `pulumi up` see a stopped unit ------------
+
+
+def test_a_stopped_unit_is_drift_that_the_next_up_repairs(dev_raw: dict[str, Any]) -> None:
+    [rd] = parse_stack_config(dev_raw).resolved_deployments()
+    digest = hashlib.sha256(render_unit(rd, "dev").text.encode()).hexdigest()
+
+    def found(state: str) -> dict[str, Any]:
+        unit = {"name": rd.unit_name, "sha256": digest, "activeState": state}
+        return {"active": {"dev.chat": {"unit": rd.unit_name, "repairs": 2}}, "units": [unit]}
+
+    assert survey.repairs("dev", rd, found("active")) == 2
+    assert survey.repairs("dev", rd, found("activating")) == 2  # loading: it serves soon
+    assert survey.repairs("dev", rd, found("inactive")) == 3 and survey.repairs("dev", rd, found("failed")) == 3
+    entry = status.spec(rd, "dev")
+    facts = {"fileSha256": entry["unitSha256"], "enabled": "enabled", "model": {"state": "verified"}}
+    assert status.drift(entry, {**facts, "activeState": "active"}, []) == []
+    assert status.drift(entry, {**facts, "activeState": "inactive"}, []) == [
+        "vllm-tiny-chat-a.service is inactive: it serves nothing (stopped by hand, or it failed)"
+    ]
