@@ -42,7 +42,19 @@ FLEET_PHASES_FILE = ROOT / ".run" / "fleet-phases.json"
 
 
 def is_up(script: Path) -> bool:
-    return subprocess.run([str(script), "status"], capture_output=True, check=False).returncode == 0
+    if subprocess.run([str(script), "status"], capture_output=True, check=False).returncode == 0:
+        return True
+    # The mirror of another checkout of this machine (its pid file is there, not here) serves the same
+    # models on the same port: starting a second one would fail on the port.
+    return script == MIRROR_SH and _mirror_answers()
+
+
+def _mirror_answers() -> bool:
+    try:
+        with urllib.request.urlopen(f"{MIRROR_URL}/api/models/acme/tiny-chat-a", timeout=5) as response:
+            return int(response.status) == 200
+    except OSError:
+        return False
 
 
 def bring_up(script: Path, timeout: float) -> None:
