@@ -3,7 +3,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 ENV := source scripts/env.sh &&
 
-.PHONY: help setup up down test lint unit preview-prod bench status
+.PHONY: help setup up down test lint unit preview-prod bench status monitoring
 
 help:
 	@echo "make up     set everything up and deploy the dev stack to the local sandbox, then chat with it"
@@ -11,6 +11,7 @@ help:
 	@echo "make down   destroy the dev stack and tear the sandbox and mirror down"
 	@echo "make bench  benchmarks (after make up); writes bench/RESULTS.md"
 	@echo "make status what each deployment does now and its drift (STACK=dev, ARGS=--json)"
+	@echo "make monitoring  Prometheus targets, rules, a Grafana dashboard from the stack (STACK=dev, ARGS=--out DIR)"
 
 setup:
 	@scripts/setup.sh
@@ -36,3 +37,6 @@ status:
 
 bench: setup
 	@$(ENV) $$VENV/python -m bench.run $(ARGS)
+
+monitoring:
+	@$(ENV) $$VENV/python scripts/monitoring.py --stack $${STACK:-dev} $(ARGS)

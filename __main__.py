@@ -8,6 +8,7 @@ import pulumi
 from components.fleet import FleetArgs, build_fleet
 from controller import checks, program
 from controller.cordon import CordonedSteps
+from render.monitoring import monitoring_output
 
 stack = program.load()
 stack, repairs = checks.check_hosts(stack)
@@ -50,3 +51,5 @@ pulumi.export(
     },
 )
 pulumi.export("hosts", {name: h.facts for name, h in fleet.hosts.items()})
+# What Prometheus scrapes and the thresholds of its rules (`make monitoring` writes the files from this).
+pulumi.export("monitoring", monitoring_output(stack.deployments, stack.name, stack.config.monitoring))

@@ -113,8 +113,8 @@ def check_hosts(stack: Stack) -> tuple[Stack, dict[str, int]]:
                 found.get("active", {}).get(f"{stack.name}.{rd.deployment.name}", {}).get("repairs") or 0
             ):
                 pulumi.log.warn(
-                    f"deployment {rd.deployment.name!r}: {rd.unit_name} on host {host_config.name!r} is missing or was "
-                    "edited by hand; this update activates the stack's unit again"
+                    f"deployment {rd.deployment.name!r}: {rd.unit_name} on host {host_config.name!r} is missing, stopped or "
+                    "was edited by hand; this update activates the stack's unit again"
                 )
         for rd in on_host:
             info, warnings = host_survey.client_id_lines(stack.name, rd, found)

@@ -5,8 +5,8 @@ host/status.py runs on the host (the installed tool after a deploy; the host pac
 over SSH for `make status`, like the survey) and reports facts;
 this module says what to ask it (`spec`, from the config, and the same again in the stack's outputs so
 `scripts/status.py` needs only those), reads its answer into the deployment's outputs (`numbers`), and
-compares it with what the stack applied (`drift`): the unit file's digest, a missing unit, its enabled
-state, the secret environment file against the staged one, model files changed since they were verified,
+compares it with what the stack applied (`drift`): the unit file's digest, a missing unit, a stopped unit,
+its enabled state, the secret environment file against the staged one, model files changed since they were verified,
 and GPU processes of units that are not the deployment's on its GPUs. Nothing here creates a resource.
 """
 
@@ -97,6 +97,8 @@ def drift(entry: Mapping[str, Any], facts: Mapping[str, Any], gpu_holders: list[
         found.append(
             f"{unit} was edited on the host (sha256 {facts['fileSha256'][:12]}, applied {entry['unitSha256'][:12]})"
         )
+    if facts.get("activeState") in ("inactive", "failed"):
+        found.append(f"{unit} is {facts['activeState']}: it serves nothing (stopped by hand, or it failed)")
     if facts.get("enabled") not in ("enabled", None, ""):
         found.append(f"{unit} is {facts['enabled']}, not enabled (a reboot would not start it)")
     if facts.get("envMatchesStaged") is False:

@@ -37,6 +37,8 @@ from render.plan import swap_plan
 from render.units import render_unit
 
 CACHE_SECONDS = 3600
+# A deployment's unit in one of these serves nothing: drift that the next activation repairs.
+STOPPED_STATES = frozenset({"inactive", "failed"})
 # Surveys at once: each is one `ssh` process, so a fleet's surveys take about as long as its slowest.
 SURVEY_WORKERS = 16
 # vLLM prefetches on its own only when the checkpoint is at most this share of the available RAM.
@@ -154,6 +156,7 @@ def survey_all(
 def repairs(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> int:
     """The drift-repair count the deployment's activation step renders: the host's count (written by each
     activation), plus one when its unit file is missing or differs from the rendered unit (edited by hand).
+    A unit that is stopped (inactive or failed) counts as well: the swap starts it again.
     A changed count changes the step, so `pulumi up` re-activates and the swap puts the staged unit back;
     once it has, the host's count equals the rendered one and nothing changes until the next drift."""
     record = (found.get("active") or {}).get(f"{stack}.{rd.deployment.name}")
@@ -166,7 +169,9 @@ def repairs(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> int:
     if unit is not None and "sha256" not in unit:
         return done  # a survey from before unit digests
     expected = hashlib.sha256(render_unit(rd, stack).text.encode()).hexdigest()
-    return done + 1 if unit is None or unit["sha256"] != expected else done
+    # A unit stopped by hand (or failed for good) serves nothing although the stack says it does.
+    stopped = unit is not None and unit.get("activeState") in STOPPED_STATES
+    return done + 1 if unit is None or unit["sha256"] != expected or stopped else done
 
 
 def judgement(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> Judgement:

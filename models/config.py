@@ -17,6 +17,7 @@ from typing import Annotated, Any, Self
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from models.access import Access
+from models.monitoring import Monitoring
 from models.types import (
     HOSTNAME_PATTERN,
     SSH_HOST_KEY_PATTERN,
@@ -463,6 +464,8 @@ class StackConfig(LocalBaseModel):
     models: dict[Name, ModelSpec]
     deployments: tuple[Deployment, ...] = ()
     access: Access = Access()
+    # Thresholds of the generated Prometheus rules (render/monitoring.py).
+    monitoring: Monitoring = Monitoring()
 
     def rollout_waits_for(self) -> dict[str, str]:
         """For each deployment of a rollout group, the one whose swap it waits for (the deployment

@@ -42,6 +42,25 @@ if ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || ! command -v ps
     apt-get install -y -qq --no-install-recommends postgresql postgresql-client
 fi
 
+# Prometheus and promtool for the monitoring tests (tests/test_monitoring*.py run a Prometheus of their own
+# on loopback): Debian's package, installed without starting or enabling the distribution's service.
+if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
+  export DEBIAN_FRONTEND=noninteractive
+  own_policy=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    # invoke-rc.d asks this before starting a service: refuse prometheus's, allow everything else.
+    # shellcheck disable=SC2016  # $1 is the policy script's own argument
+    printf '#!/bin/sh\ncase "$1" in prometheus*) exit 101 ;; esac\nexit 0\n' >/usr/sbin/policy-rc.d
+    chmod 755 /usr/sbin/policy-rc.d
+    own_policy=1
+  fi
+  progress setup "apt-get update" "installing Prometheus" "$LOG" apt-get update -qq
+  progress setup "installing Prometheus (binaries only: its service is neither started nor enabled)" "the Python venv" \
+    "$LOG" apt-get install -y -qq --no-install-recommends prometheus
+  [ -z "$own_policy" ] || rm -f /usr/sbin/policy-rc.d
+  systemctl disable prometheus.service >>"$LOG" 2>&1 || true
+fi
+
 # The venv, keyed on the pinned dependencies in pyproject.toml.
 deps_hash=$(sha256sum pyproject.toml | cut -c1-16)
 if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.deps-stamp 2>/dev/null)" != "$deps_hash" ]; then

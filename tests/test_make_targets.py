@@ -1,5 +1,5 @@
 """Every make target the README names works from a fresh clone: the cheap ones run there for real (help,
-setup, lint, preview-prod, status), the ones that deploy or test (up, test, down, bench) are checked to
+setup, lint, preview-prod, status, monitoring), the ones that deploy or test (up, test, down, bench) are checked to
 be wired to scripts that exist, since running them here would recurse into this very test run.
 
 The clone gets this checkout's built venv and engine (links), as a second `make setup` on one machine
@@ -73,6 +73,13 @@ def test_status_of_a_stack_that_was_never_deployed_says_so(clone: Path) -> None:
     assert result.returncode == 2, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
     assert "no deployments" in (result.stdout + result.stderr)
+
+
+def test_monitoring_of_a_stack_that_was_never_deployed_says_so(clone: Path) -> None:
+    make(clone, "setup")
+    result = make(clone, "monitoring")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr and "run `pulumi up` first" in result.stdout
 
 
 @pytest.mark.parametrize("target", DEPLOYING)

@@ -1,0 +1,368 @@
+"""Monitoring rendered from the stack: the file_sd targets and their labels (swaps, cordons, removals, TLS,
+a model across hosts), the thresholds as typed config, the rule and config files through `promtool check`,
+the alerts and recording rules through `promtool test rules` on synthetic series, and the dashboard."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from controller import status, survey
+from models.loader import ConfigError, parse_stack_config, read_stack_file
+from models.monitoring import Monitoring
+from render import monitoring as render
+from render.units import render_unit
+from scripts.monitoring import promtool_check, write_files
+from tests.support.paths import ROOT
+from tests.support.pulumi_mocks import run_program
+
+PROMTOOL = shutil.which("promtool")
+needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool: scripts/setup.sh installs prometheus")
+
+
+def output_of(stack: str, raw: dict[str, Any]) -> dict[str, Any]:
+    config = parse_stack_config(raw)
+    return render.monitoring_output(config.resolved_deployments(), stack, config.monitoring)
+
+
+def labels_by_deployment(output: dict[str, Any]) -> dict[str, dict[str, str]]:
+    return {group["labels"]["deployment"]: group["labels"] for group in output["targets"]}
+
+
+def test_targets_of_the_dev_stack(dev_raw: dict[str, Any]) -> None:
+    [group] = output_of("dev", dev_raw)["targets"]
+    assert group["targets"] == ["127.0.0.1:18000"]  # publicUrl: where this machine reaches the front door
+    assert group["labels"] == {
+        "__scheme__": "http",
+        "__metrics_path__": "/metrics",
+        "stack": "dev",
+        "deployment": "chat",
+        "host": "sandbox",
+        "nodes": "sandbox",
+        "model": "tiny-chat-a",
+        "revision": "main",
+        "served_name": "chat",
+        "unit": "vllm-tiny-chat-a.service",
+        "cordoned": "false",
+    }
+
+
+def test_targets_follow_a_swap_and_a_removal(dev_raw: dict[str, Any]) -> None:
+    dev_raw["deployments"][0]["model"] = "tiny-chat-b"
+    labels = labels_by_deployment(output_of("dev", dev_raw))["chat"]
+    assert (labels["model"], labels["unit"], labels["served_name"]) == (
+        "tiny-chat-b",
+        "vllm-tiny-chat-b.service",
+        "chat",
+    )
+    dev_raw["deployments"] = []
+    assert output_of("dev", dev_raw)["targets"] == []
+
+
+def test_targets_with_tls_and_without_public_url(dev_raw: dict[str, Any]) -> None:
+    dev_raw["deployments"][0].pop("publicUrl")
+    dev_raw["access"] = {"tls": {"certificateFile": "certs/x.pem"}, "metricsFrom": ["10.0.0.5"]}
+    [group] = output_of("dev", dev_raw)["targets"]
+    assert group["targets"] == ["127.0.0.1:8000"] and group["labels"]["__scheme__"] == "https"
+    dev_raw["deployments"][0]["publicUrl"] = "https://gpu-01.example:8443/api/v1"
+    [group] = output_of("dev", dev_raw)["targets"]
+    assert group["targets"] == ["gpu-01.example:8443"] and group["labels"]["__metrics_path__"] == "/api/metrics"
+
+
+def test_targets_of_a_fleet_cordons_and_a_model_across_hosts() -> None:
+    raw = copy.deepcopy(read_stack_file(ROOT / "Pulumi.fleet.yaml"))
+    labels = labels_by_deployment(output_of("fleet", raw))
+    assert set(labels) == {"chat-1", "chat-2", "across"}
+    # One target for a model across hosts: its head, labelled with every node.
+    assert labels["across"]["host"] == "fleet-1" and labels["across"]["nodes"] == "fleet-1,fleet-2"
+    raw["hosts"][1]["cordon"] = True
+    labels = labels_by_deployment(output_of("fleet", raw))
+    assert labels["chat-2"]["cordoned"] == "true" and labels["chat-1"]["cordoned"] == "false"
+
+
+def test_thresholds_are_typed_config(dev_raw: dict[str, Any], prod_raw: dict[str, Any]) -> None:
+    assert parse_stack_config(prod_raw).monitoring == Monitoring()
+    dev_raw["monitoring"] = {"downForSeconds": 20, "kvCacheFraction": 0.9}
+    assert parse_stack_config(dev_raw).monitoring.down_for_seconds == 20
+    dev_raw["monitoring"] = {"kvCacheFraction": 1.5}
+    with pytest.raises(ConfigError, match=r"monitoring.kvCacheFraction"):
+        parse_stack_config(dev_raw)
+    dev_raw["monitoring"] = {"downFor": 20}
+    with pytest.raises(ConfigError, match=r"vllm-fleet:monitoring.downFor: unknown key"):
+        parse_stack_config(dev_raw)
+
+
+def test_the_program_exports_the_monitoring_output(dev_raw: dict[str, Any]) -> None:
+    run_program("dev", dev_raw)  # the export renders without a host
+
+
+def test_durations() -> None:
+    assert [render.duration(s) for s in (20, 90, 300, 7200)] == ["20s", "90s", "5m", "2h"]
+
+
+@needs_promtool
+@pytest.mark.parametrize("stack_file", ["dev", "prod", "fleet"])
+def test_every_file_passes_promtool_check(stack_file: str, tmp_path: Path) -> None:
+    raw = copy.deepcopy(read_stack_file(ROOT / f"Pulumi.{stack_file}.yaml"))
+    paths = write_files(stack_file, output_of(stack_file, raw), tmp_path, ca_file=str(tmp_path / "ca.pem"))
+    (tmp_path / "ca.pem").write_text("")
+    assert promtool_check(paths) == []
+    assert json.loads(paths["targets"].read_text()) == output_of(stack_file, raw)["targets"]
+
+
+def test_dashboard_lists_the_deployments_and_imports() -> None:
+    board = render.dashboard("fleet", ["chat-1", "chat-2", "across"], Monitoring())
+    assert render.dashboard_problems(board) == []
+    [variable] = [v for v in board["templating"]["list"] if v["name"] == "deployment"]
+    assert [o["value"] for o in variable["options"]] == ["chat-1", "chat-2", "across"]
+    exprs = [t["expr"] for p in board["panels"] for t in p["targets"]]
+    assert any("deployment:vllm_time_to_first_token_seconds:p99_5m" in e for e in exprs)
+    recorded = {r["record"] for r in render.recording_rules("fleet", Monitoring())["groups"][0]["rules"]}
+    # Every series the dashboard reads is recorded (or is `up`).
+    for expr in exprs:
+        assert expr.split("{")[0] in recorded | {"up"}, expr
+    broken = copy.deepcopy(board)
+    broken["panels"][1]["id"] = broken["panels"][0]["id"]
+    broken["panels"][2]["gridPos"]["x"] = 20
+    broken["panels"][3]["targets"][0]["expr"] += " + on() vector($nothere)"
+    problems = render.dashboard_problems(broken)
+    assert len(problems) == 3 and "$nothere" in problems[2], problems
+
+
+# --- promtool test rules, synthetic series -------------------------------------------------------------
+
+TARGET = 'job="vllm-fleet", stack="dev", deployment="chat", host="sandbox", instance="127.0.0.1:18000"'
+SERVING = TARGET + ', model="tiny-chat-a", served_name="chat", cordoned="false"'
+
+
+def alert(name: str, summary: str, **labels: str) -> dict[str, Any]:
+    return {
+        "exp_labels": {"stack": "dev", "deployment": "chat", "host": "sandbox", **labels},
+        "exp_annotations": {"summary": summary, "runbook": render.RUNBOOK[name]},
+    }
+
+
+def rule_tests() -> list[dict[str, Any]]:
+    """Dev stack thresholds (the defaults): 5m down, 10m stuck, 16 waiting for 10m, 95% KV for 15m, 2m drift."""
+    down_labels = {
+        "severity": "critical",
+        "job": "vllm-fleet",
+        "instance": "127.0.0.1:18000",
+        "model": "tiny-chat-a",
+        "served_name": "chat",
+        "cordoned": "false",
+    }
+    return [
+        {
+            "name": "down after 5m, not before; a cordoned host's target never pages",
+            "interval": "1m",
+            "input_series": [
+                {"series": f"up{{{SERVING}}}", "values": "1 1 0x10"},
+                {"series": f'up{{{TARGET}, model="x", cordoned="true"}}', "values": "0x12"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "6m", "alertname": "VllmFleetDeploymentDown", "exp_alerts": []},
+                {
+                    "eval_time": "7m",
+                    "alertname": "VllmFleetDeploymentDown",
+                    "exp_alerts": [
+                        alert(
+                            "VllmFleetDeploymentDown",
+                            "chat (tiny-chat-a) on sandbox does not answer its /metrics for 5m",
+                            **down_labels,
+                        )
+                    ],
+                },
+            ],
+        },
+        {
+            "name": "requests arrive, none succeeds: stuck for 10m; a success clears it",
+            "interval": "1m",
+            "input_series": [
+                {
+                    "series": f'http_requests_total{{{SERVING}, handler="/v1/completions", status="5xx"}}',
+                    "values": "0+5x30",
+                },
+                {
+                    "series": f'http_requests_total{{{SERVING}, handler="/v1/completions", status="2xx"}}',
+                    "values": "10x25 11 12 13 14 15",
+                },
+                # /metrics scrapes succeed all along and are no API request.
+                {"series": f'http_requests_total{{{SERVING}, handler="/metrics", status="2xx"}}', "values": "0+1x30"},
+            ],
+            "alert_rule_test": [
+                # Arrivals and no success from the first minute on: pending at 1m, firing 10m later.
+                {"eval_time": "10m", "alertname": "VllmFleetNoSuccessfulRequests", "exp_alerts": []},
+                {
+                    "eval_time": "12m",
+                    "alertname": "VllmFleetNoSuccessfulRequests",
+                    "exp_alerts": [
+                        alert(
+                            "VllmFleetNoSuccessfulRequests",
+                            "chat on sandbox receives requests but none succeeded in 5m",
+                            severity="critical",
+                        )
+                    ],
+                },
+                {"eval_time": "27m", "alertname": "VllmFleetNoSuccessfulRequests", "exp_alerts": []},
+            ],
+        },
+        {
+            "name": "requests waiting above 16 for 10m",
+            "interval": "1m",
+            "input_series": [
+                {"series": f'vllm:num_requests_waiting{{{SERVING}, model_name="chat", engine="0"}}', "values": "20x20"},
+                {
+                    "series": f'vllm:kv_cache_usage_perc{{{SERVING}, model_name="chat", engine="0"}}',
+                    "values": "0.97x20",
+                },
+            ],
+            "alert_rule_test": [
+                {"eval_time": "9m", "alertname": "VllmFleetRequestsWaiting", "exp_alerts": []},
+                {
+                    "eval_time": "10m",
+                    "alertname": "VllmFleetRequestsWaiting",
+                    "exp_alerts": [
+                        alert(
+                            "VllmFleetRequestsWaiting",
+                            "chat on sandbox has 20 requests waiting (more than 16)",
+                            severity="warning",
+                        )
+                    ],
+                },
+                {"eval_time": "14m", "alertname": "VllmFleetKvCacheNearlyFull", "exp_alerts": []},
+                {
+                    "eval_time": "15m",
+                    "alertname": "VllmFleetKvCacheNearlyFull",
+                    "exp_alerts": [
+                        alert(
+                            "VllmFleetKvCacheNearlyFull",
+                            "chat on sandbox uses 97% of its KV cache",
+                            severity="warning",
+                        )
+                    ],
+                },
+            ],
+        },
+        {
+            "name": "drift: the engine serves another name than the stack applied; a blue/green swap does not",
+            "interval": "1m",
+            "input_series": [
+                {"series": f'vllm:num_requests_running{{{SERVING}, model_name="chat", engine="0"}}', "values": "0x4"},
+                # After the swap the target's model label changes; the served name stays: no drift.
+                {
+                    "series": f'vllm:num_requests_running{{{TARGET}, model="tiny-chat-b", served_name="chat", '
+                    'cordoned="false", model_name="chat", engine="0"}',
+                    "values": "_x5 0x10",
+                },
+                {
+                    "series": 'vllm:num_requests_running{job="vllm-fleet", stack="dev", deployment="other", host="sandbox", '
+                    'instance="127.0.0.1:18001", model="x", served_name="other", cordoned="false", '
+                    'model_name="hand-started", engine="0"}',
+                    "values": "0x10",
+                },
+            ],
+            "alert_rule_test": [
+                {"eval_time": "1m", "alertname": "VllmFleetModelDrift", "exp_alerts": []},
+                {
+                    "eval_time": "3m",
+                    "alertname": "VllmFleetModelDrift",
+                    "exp_alerts": [
+                        {
+                            "exp_labels": {
+                                "stack": "dev",
+                                "deployment": "other",
+                                "host": "sandbox",
+                                "served_name": "other",
+                                "model_name": "hand-started",
+                                "severity": "warning",
+                            },
+                            "exp_annotations": {
+                                "summary": "other on sandbox serves hand-started, the stack applied other",
+                                "runbook": render.RUNBOOK["VllmFleetModelDrift"],
+                            },
+                        }
+                    ],
+                },
+            ],
+        },
+        {
+            "name": "recording rules: rates and percentiles from vLLM's counters and histograms",
+            "interval": "1m",
+            "input_series": [
+                {"series": f'vllm:request_success_total{{{SERVING}, finished_reason="stop"}}', "values": "0+60x10"},
+                # 60 requests a minute, all first tokens within 0.1 s and half within 0.05 s.
+                {"series": f'vllm:time_to_first_token_seconds_bucket{{{SERVING}, le="0.05"}}', "values": "0+30x10"},
+                {"series": f'vllm:time_to_first_token_seconds_bucket{{{SERVING}, le="0.1"}}', "values": "0+60x10"},
+                {"series": f'vllm:time_to_first_token_seconds_bucket{{{SERVING}, le="+Inf"}}', "values": "0+60x10"},
+            ],
+            "promql_expr_test": [
+                {
+                    "expr": "deployment:vllm_request_success:rate5m",
+                    "eval_time": "10m",
+                    "exp_samples": [
+                        {
+                            "labels": 'deployment:vllm_request_success:rate5m{stack="dev", deployment="chat", '
+                            'host="sandbox", model="tiny-chat-a"}',
+                            "value": 1,
+                        }
+                    ],
+                },
+                {
+                    "expr": "deployment:vllm_time_to_first_token_seconds:p50_5m",
+                    "eval_time": "10m",
+                    "exp_samples": [
+                        {
+                            "labels": 'deployment:vllm_time_to_first_token_seconds:p50_5m{stack="dev", '
+                            'deployment="chat", host="sandbox", model="tiny-chat-a"}',
+                            "value": 0.05,
+                        }
+                    ],
+                },
+            ],
+        },
+    ]
+
+
+@needs_promtool
+def test_rules_fire_on_synthetic_series(dev_raw: dict[str, Any], tmp_path: Path) -> None:
+    paths = write_files("dev", output_of("dev", dev_raw), tmp_path)
+    spec = {
+        "rule_files": [paths["alerts"].name, paths["recording"].name],
+        "evaluation_interval": "1m",
+        "tests": rule_tests(),
+    }
+    test_file = tmp_path / "dev.rules.test.yml"
+    test_file.write_text(yaml.safe_dump(spec, sort_keys=False, width=200))
+    result = subprocess.run([str(PROMTOOL), "test", "rules", str(test_file)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --- what the down alert's runbook relies on: `make status` and `pulumi up` see a stopped unit ------------
+
+
+def test_a_stopped_unit_is_drift_that_the_next_up_repairs(dev_raw: dict[str, Any]) -> None:
+    [rd] = parse_stack_config(dev_raw).resolved_deployments()
+    digest = hashlib.sha256(render_unit(rd, "dev").text.encode()).hexdigest()
+
+    def found(state: str) -> dict[str, Any]:
+        unit = {"name": rd.unit_name, "sha256": digest, "activeState": state}
+        return {"active": {"dev.chat": {"unit": rd.unit_name, "repairs": 2}}, "units": [unit]}
+
+    assert survey.repairs("dev", rd, found("active")) == 2
+    assert survey.repairs("dev", rd, found("activating")) == 2  # loading: it serves soon
+    assert survey.repairs("dev", rd, found("inactive")) == 3 and survey.repairs("dev", rd, found("failed")) == 3
+    entry = status.spec(rd, "dev")
+    facts = {"fileSha256": entry["unitSha256"], "enabled": "enabled", "model": {"state": "verified"}}
+    assert status.drift(entry, {**facts, "activeState": "active"}, []) == []
+    assert status.drift(entry, {**facts, "activeState": "inactive"}, []) == [
+        "vllm-tiny-chat-a.service is inactive: it serves nothing (stopped by hand, or it failed)"
+    ]
