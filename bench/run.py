@@ -30,6 +30,8 @@ from tests.support.sandbox_env import on_host  # noqa: E402
 
 OUT = ROOT / "bench"
 RUNS = int(os.environ.get("BENCH_RUNS", "5"))
+# The dev stack, or with VLLM_FLEET_SANDBOX_NAME=fleet-N its copy pointed at that sandbox host.
+STACK, STACK_FILE = sandbox_env.dev_stack()
 ENV = engine.engine_env(
     ROOT / ".state", {"PULUMI_CONFIG_PASSPHRASE": os.environ.get("PULUMI_CONFIG_PASSPHRASE", "vllm-fleet-dev-sandbox")}
 )
@@ -83,9 +85,9 @@ def bench_noop(tmp: Path) -> dict[str, Any]:
     results: dict[str, list[float]] = {"preview": [], "up": [], "floor_preview": [], "floor_up": []}
     sessions_before = ssh_sessions()
     for _ in range(RUNS):
-        results["preview"].append(timed(["pulumi", "preview", "--stack", "dev", "--expect-no-changes"], ROOT))
+        results["preview"].append(timed(["pulumi", "preview", "--stack", STACK, "--expect-no-changes"], ROOT))
         results["floor_preview"].append(timed(["pulumi", "preview", "--stack", "floor"], floor))
-        results["up"].append(timed(["pulumi", "up", "--stack", "dev", "--yes", "--expect-no-changes"], ROOT))
+        results["up"].append(timed(["pulumi", "up", "--stack", STACK, "--yes", "--expect-no-changes"], ROOT))
         results["floor_up"].append(timed(["pulumi", "up", "--stack", "floor", "--yes"], floor))
     sessions = ssh_sessions() - sessions_before
     subprocess.run(["pulumi", "stack", "rm", "floor", "--yes", "--force"], cwd=floor, env=ENV, capture_output=True)
@@ -102,7 +104,7 @@ def bench_noop(tmp: Path) -> dict[str, Any]:
 # ---- 2. swaps: downtime as the client feels it, per mode, and the controller's overhead -------------
 
 TIMING = re.compile(r"timing: (.+)$", re.M)
-PUBLIC_URL = "http://127.0.0.1:18000/v1"
+PUBLIC_URL = sandbox_env.api_url(8000)
 
 
 def engine_start_to_ready(unit: str, since: str) -> float:
@@ -129,7 +131,7 @@ def bench_swap() -> dict[str, Any]:
     dev stack lists two GPUs), then stop-then-start (swapMode: stop-start). The first swaps are a warm-up."""
     from scripts.downtime_probe import DowntimeProbe
 
-    stack_file = ROOT / "Pulumi.dev.yaml"
+    stack_file = STACK_FILE
     original = stack_file.read_text()
     current = read_stack_file(stack_file)["deployments"][0]["model"]
     other = "tiny-chat-b" if current == "tiny-chat-a" else "tiny-chat-a"
@@ -143,7 +145,7 @@ def bench_swap() -> dict[str, Any]:
         stack_file.write_text(text)
         started = time.monotonic()
         out = subprocess.run(
-            ["pulumi", "up", "--stack", "dev", "--yes"], cwd=ROOT, env=ENV, check=True, capture_output=True, text=True
+            ["pulumi", "up", "--stack", STACK, "--yes"], cwd=ROOT, env=ENV, check=True, capture_output=True, text=True
         ).stdout
         return out, time.monotonic() - started
 
@@ -187,7 +189,7 @@ def bench_swap() -> dict[str, Any]:
     finally:
         probe.stop()
         stack_file.write_text(original)
-        subprocess.run(["pulumi", "up", "--stack", "dev", "--yes"], cwd=ROOT, env=ENV, check=True, capture_output=True)
+        subprocess.run(["pulumi", "up", "--stack", STACK, "--yes"], cwd=ROOT, env=ENV, check=True, capture_output=True)
     modes: dict[str, Any] = {}
     for mode in ("blue-green", "stop-start"):
         picked = [r for r in rows if r["mode"] == mode]

@@ -50,7 +50,12 @@ def run_transaction(plan_file: str) -> int:
 # ---- the Pulumi step's side: start or attach, follow, report ------------------------------------------
 
 
-def follow(plan: Plan, host: SystemdHost, out: Callable[[str], None], cursor: str, poll: float = 1.0) -> None:
+# How often the step reads the transaction's journal and state (a journalctl and a systemctl, some 20 ms
+# each): the step ends at most this long after the transaction, and its lines show with that delay.
+FOLLOW_POLL = 0.25
+
+
+def follow(plan: Plan, host: SystemdHost, out: Callable[[str], None], cursor: str, poll: float = FOLLOW_POLL) -> None:
     """Print the transaction unit's journal after `cursor` until the unit is gone (collected when it ends)."""
     while True:
         lines, cursor = host.journal(plan.transaction_unit, cursor, own_output=True)
@@ -73,7 +78,7 @@ def read_result(plan: Plan) -> Result | None:
     return Result(**data)
 
 
-def start(plan_file: str, host: SystemdHost | None = None, poll: float = 1.0) -> int:
+def start(plan_file: str, host: SystemdHost | None = None, poll: float = FOLLOW_POLL) -> int:
     plan = Plan.load(plan_file)
     host = host or SystemdHost()
 

@@ -567,7 +567,7 @@ class Transaction:
                     f"starting {unit}: {elapsed:.0f}/{timeout:g} s, state {state}; last log: {(lines or ['none'])[-1][:200]}"
                 )
                 last_report = elapsed
-            self.sleep(0.5)
+            self.sleep(0.25)
 
     def roll_back(
         self,
@@ -678,5 +678,5 @@ def host_lock(state_root: Path, timeout: float = 3600) -> Iterator[None]:
             except BlockingIOError:
                 if now() > deadline:
                     raise TimeoutError(f"another swap held {state_root / 'host.lock'} for {timeout:g} s") from None
-                time.sleep(1)
+                time.sleep(0.2)
         yield

@@ -9,6 +9,13 @@ vllm.entrypoints.openai.api_server` builds, parses the rendered arguments and ru
 the parsed serve arguments. On failure it names the flag, the stack config key it came from and the
 vLLM version, and exits 1. It loads no model and touches no GPU.
 
+Importing vLLM takes seconds (7 s on the sandbox, more on a busy host), on every swap. An accepted
+launch is remembered in ARGS_CHECK_CACHE by a digest of what decides the verdict: this Python, the
+installed vLLM (its version and the digest of its installed-files list, read from its metadata without
+importing it), the unit, its arguments and the VLLM_* environment of the check. The same launch on the
+same vLLM is then accepted without the import; any change (another vLLM, a new flag) checks afresh, and
+a rejection is never remembered.
+
 It also judges the VLLM_* variables the unit sets that vLLM reads only at start (the attention backend:
 one this vLLM has, and a variable it still reads).
 
@@ -21,15 +28,24 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import importlib
+import importlib.metadata
 import io
 import json
 import os
 import re
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from host.contract import STATE_DIR
+
+# Accepted launches, one file each, named by verdict_key.
+ARGS_CHECK_CACHE = f"{STATE_DIR}/args-check"
 
 # Where vLLM keeps the server's parser, newest layout first (it moved between releases).
 PARSER_MODULES = ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args")
@@ -183,12 +199,65 @@ def host_vllm() -> tuple[str, Callable[[], argparse.ArgumentParser], Callable[[a
     return version, make_parser, validate
 
 
+def installed_vllm() -> tuple[str, str] | None:
+    """The installed vLLM's version and a digest of its RECORD, from its metadata: no import."""
+    try:
+        dist = importlib.metadata.distribution("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    record = dist.read_text("RECORD") or ""
+    return dist.version, hashlib.sha256(record.encode()).hexdigest()
+
+
+def verdict_key(spec: Mapping[str, Any], installed: tuple[str, str], python: str, env: Mapping[str, str]) -> str:
+    """What decides the verdict, as one digest: the Python, the vLLM, the launch and the VLLM_* environment."""
+    material = {
+        "python": python,
+        "vllm": list(installed),
+        "unit": spec["unit"],
+        "args": list(spec["args"]),
+        "environment": {k: v for k, v in sorted(env.items()) if k.startswith("VLLM_")},
+        # The unit's own VLLM_* variables the check judges (the attention backend).
+        "unitEnvironment": dict(sorted((spec.get("environment") or {}).items())),
+    }
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+
+
+def cached_verdict(cache: Path, key: str) -> Verdict | None:
+    try:
+        data = json.loads((cache / f"{key}.json").read_text(encoding="utf-8"))
+        return Verdict(True, f"{data['message']} (remembered from {data['at']}: same vLLM and launch)")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def remember(cache: Path, key: str, verdict: Verdict) -> None:
+    """Keep an accepted verdict; a cache that cannot be written only costs the next check its import."""
+    if not verdict.accepted:
+        return
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        temporary = cache / f".{key}.{os.getpid()}.tmp"
+        at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
+        temporary.write_text(json.dumps({"message": verdict.message, "at": at}), encoding="utf-8")
+        temporary.replace(cache / f"{key}.json")
+    except OSError:
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     cli = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     cli.add_argument("--spec", required=True, help="JSON file with unit, args and origins")
+    cli.add_argument("--cache", default=ARGS_CHECK_CACHE, help="directory of remembered accepted launches")
     options = cli.parse_args(argv)
     with open(options.spec, encoding="utf-8") as handle:
         spec = json.load(handle)
+    cache = Path(options.cache)
+    installed = installed_vllm()
+    key = verdict_key(spec, installed, sys.executable, os.environ) if installed is not None else None
+    if key is not None and (remembered := cached_verdict(cache, key)) is not None:
+        print(remembered.message)
+        return 0
     # Parsing computes nothing: keep the OpenMP runtime that importing vLLM loads from probing the
     # machine's topology by pinning itself to each CPU in turn (Intel OpenMP's default), which on a host
     # whose CPUs a serving engine keeps busy was seen to hang the import in sched_setaffinity. Nor may it
@@ -213,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
                 environment.accepted,
                 verdict.message + "; " + environment.message if environment.accepted else environment.message,
             )
+    if key is not None:
+        remember(cache, key, verdict)
     print(verdict.message, file=sys.stdout if verdict.accepted else sys.stderr)
     return 0 if verdict.accepted else 1
 

@@ -69,7 +69,7 @@ def wait(
     log: Callable[[str], None],
     fetch: Fetch = _request,
     alive: Callable[[], bool] = engine_alive,
-    poll: float = 2.0,
+    poll: float = 0.5,  # one GET of /health on loopback: the swap learns of readiness within half a second
 ) -> bool:
     start = time.monotonic()
     last_report = -report

@@ -108,3 +108,40 @@ def test_an_attention_backend_this_vllm_lacks_is_refused_before_the_stop() -> No
     # Nothing to judge, or a vLLM that does not say: accepted.
     assert tool.check_environment({}, "u", {}, "0.11.0", None, None).accepted
     assert tool.check_environment(environment, "u", {}, "0.11.0", None, None).accepted
+
+
+def test_an_accepted_launch_is_remembered_and_a_changed_one_checked_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    imports: list[str] = []
+
+    def fake_host_vllm() -> tuple[str, object, None]:
+        imports.append("vllm")
+        return "0.32.0", parser_like_v0_32, None
+
+    monkeypatch.setattr(tool, "installed_vllm", lambda: ("0.32.0", "record-digest"))
+    monkeypatch.setattr(tool, "host_vllm", fake_host_vllm)
+    spec = tmp_path / "spec.json"
+    cache = ["--cache", str(tmp_path / "cache")]
+    spec.write_text(json.dumps({"unit": "u.service", "args": ["--model", "/m"]}))
+    assert tool.main(["--spec", str(spec), *cache]) == 0
+    assert tool.main(["--spec", str(spec), *cache]) == 0
+    assert imports == ["vllm"]  # the second check did not import vLLM
+    assert "remembered from" in capsys.readouterr().out
+    # Another launch, or the same one on another vLLM, is checked afresh; a rejection is not remembered.
+    spec.write_text(json.dumps({"unit": "u.service", "args": ["--model", "/m", "--disable-log-requests"]}))
+    assert tool.main(["--spec", str(spec), *cache]) == 1
+    assert tool.main(["--spec", str(spec), *cache]) == 1
+    assert imports == ["vllm"] * 3
+    spec.write_text(json.dumps({"unit": "u.service", "args": ["--model", "/m"]}))
+    monkeypatch.setattr(tool, "installed_vllm", lambda: ("0.33.0", "other-record"))
+    assert tool.main(["--spec", str(spec), *cache]) == 0
+    assert imports == ["vllm"] * 4
+
+
+def test_verdict_key_follows_the_vllm_environment_only() -> None:
+    spec = {"unit": "u.service", "args": ["--model", "/m"]}
+    base = tool.verdict_key(spec, ("0.32.0", "r"), "/opt/vllm-env/bin/python3", {"HOME": "/root"})
+    assert base == tool.verdict_key(spec, ("0.32.0", "r"), "/opt/vllm-env/bin/python3", {"HOME": "/tmp"})
+    assert base != tool.verdict_key(spec, ("0.32.0", "r"), "/opt/vllm-env/bin/python3", {"VLLM_USE_V1": "0"})
+    assert base != tool.verdict_key(spec, ("0.32.0", "r2"), "/opt/vllm-env/bin/python3", {})

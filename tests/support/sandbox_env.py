@@ -126,6 +126,29 @@ def dev_config() -> dict[str, Any]:
     return {k: v for k, v in raw.items() if not (isinstance(v, dict) and "secure" in v)}
 
 
+def dev_stack() -> tuple[str, Path]:
+    """The dev stack on the test host: Pulumi.dev.yaml itself on the dev sandbox; on fleet-N (a second
+    checkout's own host) a copy of it, Pulumi.dev-fleet-N.yaml, pointed at that host's SSH port, API port
+    and mirror, with the same salt and secrets. Benchmarks use it, so they never reach another's host."""
+    dev = ROOT / "Pulumi.dev.yaml"
+    if TEST_HOST == "sandbox":
+        return "dev", dev
+    text = dev.read_text()
+    for old, new in (
+        ("      port: 2222\n", f"      port: {SSH_PORT}\n"),
+        ("publicUrl: http://127.0.0.1:18000/v1\n", f"publicUrl: {api_url(8000)}\n"),
+        ("hfEndpoint: http://127.0.0.1:18080\n", f"hfEndpoint: {MIRROR_URL}\n"),
+    ):
+        if old not in text:
+            raise RuntimeError(f"Pulumi.dev.yaml has no {old.strip()!r} to point at {TEST_HOST}")
+        text = text.replace(old, new)
+    name = f"dev-{TEST_HOST}"
+    copy = ROOT / f"Pulumi.{name}.yaml"
+    if not copy.exists() or copy.read_text() != text:
+        copy.write_text(text)
+    return name, copy
+
+
 def storage_stack_file(storage: str) -> str:
     """The dev stack's host (the test host's port), no model, no deployment: a host and its storage at
     `storage`. The SSH key is left out: the caller sets it (as a secret of the stack, or as a file)."""
