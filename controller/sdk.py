@@ -20,7 +20,7 @@ def quiet_debug_log(env: Mapping[str, str] | None = None) -> bool:
     def debug(msg: str, resource: object = None, stream_id: object = None, ephemeral: object = None) -> None:
         del msg, resource, stream_id, ephemeral
 
-    pulumi.log.debug = debug  # type: ignore[assignment]
+    pulumi.log.debug = debug
     return True
 
 
@@ -35,10 +35,11 @@ def linear_output_wait() -> None:
     import asyncio
 
     from pulumi.runtime import stack as sdk_stack
+    from pulumi.runtime.settings import SETTINGS, _get_rpc_manager
 
     async def wait_for_rpcs(await_all_outstanding_tasks: bool = True) -> None:
-        rpc_manager = sdk_stack._get_rpc_manager()
-        settings = sdk_stack.SETTINGS
+        rpc_manager = _get_rpc_manager()
+        settings = SETTINGS
         while True:
             while len(rpc_manager.rpcs) > 0:
                 await asyncio.sleep(0)
@@ -63,4 +64,4 @@ def linear_output_wait() -> None:
             if len(rpc_manager.rpcs) == 0:
                 break
 
-    sdk_stack.wait_for_rpcs = wait_for_rpcs  # type: ignore[assignment]
+    sdk_stack.wait_for_rpcs = wait_for_rpcs
