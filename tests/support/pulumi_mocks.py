@@ -58,7 +58,8 @@ def run_program(stack: str, raw_config: dict[str, Any]) -> dict[str, Registered]
     config = {f"vllm-fleet:{k}": json.dumps(v) if not isinstance(v, str) else v for k, v in plain.items()}
     config.setdefault("vllm-fleet:sshPrivateKey", "-----BEGIN OPENSSH PRIVATE KEY-----\nmock\n")
     config.setdefault("vllm-fleet:hfToken", "hf_mocktoken")
-    config.setdefault("vllm-fleet:apiKeys", json.dumps({"mock-client": "mock-api-key-0123456789"}))
+    if not (raw_config.get("access") or {}).get("open"):  # an open stack asks for no key (Pulumi.prod.yaml)
+        config.setdefault("vllm-fleet:apiKeys", json.dumps({"mock-client": "mock-api-key-0123456789"}))
     config.pop("vllm-fleet:sshPrivateKeyFile", None)
     pulumi.runtime.set_all_config(
         config, secret_keys=["vllm-fleet:sshPrivateKey", "vllm-fleet:hfToken", "vllm-fleet:apiKeys"]
