@@ -39,7 +39,9 @@ def fleet_values(hosts: int, max_unavailable: int = 8, reference: Path = REFEREN
     width = max(2, len(str(hosts)))
     names = [f"gpu-{i + 1:0{width}d}" for i in range(hosts)]
     return {
-        **{k: v for k, v in raw.items() if k not in ("models",)},
+        # Not the reference server's open access (its clients' own decision): a fleet is served with API keys,
+        # which the bench and the tests set as a secret.
+        **{k: v for k, v in raw.items() if k not in ("models", "access")},
         "defaults": {"host": host, "storage": storage, "deployment": deployment},
         "hosts": [{"name": name, "address": str(first + i)} for i, name in enumerate(names)],
         "models": raw["models"],

@@ -65,7 +65,9 @@ def test_the_entry_wins_and_mappings_merge_key_by_key() -> None:
     config = parse_stack_config(values)
     big, other = config.hosts
     assert big.gpus.count == 16 and big.gpus.memory_gib == 96 and big.gpus.model == "NVIDIA RTX PRO 6000 Blackwell"
-    assert other.runtime.python == "/opt/vllm/bin/python3" and other.runtime.vllm_version == "0.11.0"
+    # The entry's python wins; the rest of runtime comes from the default (prod pins no vLLM: the host says).
+    assert other.runtime.python == "/opt/vllm/bin/python3" and other.runtime.vllm_version is None
+    assert "vllmVersion" not in values["defaults"]["host"]["runtime"]
     env = config.deployments[0].environment
     assert env["NCCL_PROTO"] == "Simple" and env["NCCL_DEBUG"] == "WARN" and env["NCCL_ALGO"] == "Ring"
     # Lists replace the default's.
