@@ -197,12 +197,20 @@ def test_up_adopts_the_hand_made_units_and_serves(brown: Brownfield) -> None:
 
 def test_swap_the_hosts_vllm_rejects_fails_before_the_stop(brown: Brownfield) -> None:
     start = time.monotonic()
-    stack = brown.adopting(overrides={"extraArgs": ["--disable-log-requests"]})
+    # A flag the host's release removed is refused by the preview already: the survey read that release
+    # (the stack pins none), and the version rules ran for it.
+    with pytest.raises(auto.CommandError) as removed:
+        brown.adopting(overrides={"extraArgs": ["--disable-log-requests"]}).preview()
+    assert "'--disable-log-requests' was removed in vLLM 0.12" in str(removed.value)
+    assert "host 'sandbox' runs vLLM 0.32.0" in str(removed.value)
+    # One no rule knows (the V1 engine dropped it, REFERENCE.md 1): only the host's own vLLM can refuse it,
+    # in the unit step, before anything stops.
+    stack = brown.adopting(overrides={"extraArgs": ["--num-scheduler-steps", "8"]})
     with pytest.raises(auto.CommandError) as rejected:
         stack.up(on_output=brown.output.append)
     message = str(rejected.value)
     assert "on this host rejects the launch of vllm-brown-a.service" in message
-    assert "--disable-log-requests (from vllm-fleet:deployments[chat].overrides.extraArgs)" in message
+    assert "--num-scheduler-steps (from vllm-fleet:deployments[chat].overrides.extraArgs)" in message
     stats = brown.record("rejected", start)
     assert stats["failed"] == 0, stats
     assert on_host("systemctl is-active vllm-brown-a.service").strip() == "active"
