@@ -180,7 +180,7 @@ def judgement(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> Judg
     owner = owner_key(stack, rd.deployment.name)
     claims = {name: Claims.from_dict(held) for name, held in (found.get("claims") or {}).items()}
     old = ActiveRecord.from_survey((found.get("active") or {}).get(owner) or {})
-    return judge(swap_plan(rd, stack), found, claims, running_in(found, sorted(RUNNING_STATES)), old)
+    return judge(swap_plan(rd, stack), found, claims, running_in(found), old)
 
 
 def assess(

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from host.contract import FRONT_DOOR_UNIT, ActiveRecord, Claims, Placement, Plan
+from host.contract import FRONT_DOOR_UNIT, RUNNING_STATES, ActiveRecord, Claims, Placement, Plan
 
 
 @dataclass(frozen=True)
@@ -220,7 +220,7 @@ def waiting_units(plan: Plan, found: Mapping[str, Any], leaving: Sequence[str], 
         launch = unit.get("launch")
         if unit.get("managed") or name in leaving or not unit.get("enabled") or launch is None:
             continue
-        if unit.get("activeState") in ("active", "activating", "reloading"):
+        if unit.get("activeState") in RUNNING_STATES:
             continue
         claims = []
         if launch.get("port") in (plan.port, *plan.backend_ports):
@@ -240,7 +240,7 @@ def waiting_units(plan: Plan, found: Mapping[str, Any], leaving: Sequence[str], 
     return problems
 
 
-def running_in(found: Mapping[str, Any], running_states: Sequence[str]) -> Callable[[str], bool]:
+def running_in(found: Mapping[str, Any]) -> Callable[[str], bool]:
     """Whether a unit runs, as the survey saw it."""
     states = {u["name"]: u.get("activeState") for u in found.get("units", [])}
-    return lambda unit: states.get(unit) in running_states
+    return lambda unit: states.get(unit) in RUNNING_STATES
