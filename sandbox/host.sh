@@ -215,7 +215,8 @@ base_dir() { printf '%s/base-%s-%s' "$CACHE" "$(flavor)" "$(build_key)"; }
 
 # The lower directories of the overlays mounted on this machine: the base images sandboxes (of any
 # checkout) run on now.
-mounted_lowers() { findmnt -rn -t overlay -o OPTIONS | tr ',' '\n' | sed -n 's/^lowerdir=//p'; }
+# findmnt exits 1 when nothing is mounted (a fresh machine): that is an empty list, not a failure.
+mounted_lowers() { { findmnt -rn -t overlay -o OPTIONS || true; } | tr ',' '\n' | sed -n 's/^lowerdir=//p'; }
 
 in_root() { # in_root ROOTDIR CMD...: run CMD chrooted, with a clean environment
   local root="$1"
