@@ -41,6 +41,8 @@ echo "$instance" > "$recorded"
 
 progress up "deploying the dev stack (pulumi up)" "a chat with the model" "$LOG" pulumi up --stack dev --yes --diff
 # What changed, on one line ("Resources: + 18 created"), from pulumi's summary at the end of the log.
-summary=$(sed -n '/^Resources:/,/^Duration:/s/^ \{4\}\(.*[0-9].*\)/\1/p' "$LOG" | paste -sd, - | sed 's/,/, /g')
+# The preview prints a Resources: block of its own first: only the last block (the update's) counts.
+summary=$(awk '/^Resources:/ { found = ""; block = 1; next } /^Duration:/ { block = 0 }
+  block && /^    .*[0-9]/ { sub(/^ +/, ""); found = found (found == "" ? "" : ", ") $0 } END { print found }' "$LOG")
 echo "[up] resources: ${summary:-see $LOG} (pulumi's whole output: $LOG)"
 "$VENV/python" -m scripts.chat --stack dev
