@@ -66,6 +66,30 @@ vendored() {
   printf '%s\n' "$have"
 }
 
+# The built binaries are also kept machine-wide in $VLLM_FLEET_CACHE/engine/<digest of the stamp> (the
+# stamp names versions, source sha256 and Go version), so a second checkout on the machine (CI's fresh
+# clone after a session) copies them instead of compiling for minutes.
+ENGINE_CACHE="$VLLM_FLEET_CACHE/engine"
+cache_dir() { printf '%s/%s' "$ENGINE_CACHE" "$(printf '%s' "$1" | sha256sum | cut -c1-24)"; }
+# from_cache STAMP FILE...: copy FILEs (by name) from the cache entry of STAMP; false when it has none.
+from_cache() {
+  local dir file
+  dir="$(cache_dir "$1")"
+  shift
+  for file in "$@"; do [[ -x "$dir/$(basename "$file")" ]] || return 1; done
+  for file in "$@"; do install -m 0755 "$dir/$(basename "$file")" "$file"; done
+}
+# to_cache STAMP FILE...: keep FILEs in the cache entry of STAMP (written aside, then renamed: whole or absent).
+to_cache() {
+  local dir tmp
+  dir="$(cache_dir "$1")"
+  shift
+  [[ -d "$dir" ]] && return 0
+  mkdir -p "$ENGINE_CACHE"
+  tmp="$(mktemp -d "$ENGINE_CACHE/.tmp.XXXXXX")"
+  cp "$@" "$tmp/" && mv -T "$tmp" "$dir" 2>/dev/null || rm -rf "$tmp"
+}
+
 module_dir() { # module_dir MODULE@VERSION: its folder in GOMODCACHE, downloaded if needed
   local dir
   dir="$("$GO" mod download -json "$1" 2>>"$LOG" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')"
@@ -82,6 +106,9 @@ if [[ -n "$existing" && "$("$existing" version 2>/dev/null)" == "$CLI_VERSION" ]
   ln -sf "$existing" "$BIN/pulumi"
   echo "installed $existing" >"$TOOLS/cli.stamp"
 elif ! stamp_ok cli "$BIN/pulumi" "cli=$CLI_VERSION $(go_version)"; then
+  if from_cache "cli=$CLI_VERSION $(go_version)" "$BIN/pulumi"; then
+    say "the Pulumi CLI $CLI_VERSION from the machine's cache ($ENGINE_CACHE)"
+  else
   need_go "the Pulumi CLI"
   say "building the Pulumi CLI $CLI_VERSION from the Go module proxy (a first build takes 5-10 minutes on 2 cores)"
   build_cli() {
@@ -94,6 +121,8 @@ elif ! stamp_ok cli "$BIN/pulumi" "cli=$CLI_VERSION $(go_version)"; then
       -o "$BIN/pulumi" ./cmd/pulumi)
   }
   quietly "pulumi CLI $CLI_VERSION: download and compile" "the Python language host" build_cli
+  to_cache "cli=$CLI_VERSION $(go_version)" "$BIN/pulumi"
+  fi
   echo "cli=$CLI_VERSION $(go_version)" >"$TOOLS/cli.stamp"
 fi
 [[ "$("$BIN/pulumi" version)" == "$CLI_VERSION" ]] || die "$BIN/pulumi reports $("$BIN/pulumi" version), expected $CLI_VERSION"
@@ -108,6 +137,10 @@ if [[ -z "$host_sha" && -n "$existing" && -x "$existing_host" ]]; then
 elif [[ -z "$host_sha" ]]; then
   die "no Python language host: put $LANGUAGE_HOST_TARBALL in $VENDOR_DIR (or set VLLM_FLEET_VENDOR_DIR), or install Pulumi $CLI_VERSION with its official installer so pulumi-language-python is beside pulumi"
 elif ! stamp_ok language-host "$BIN/pulumi-language-python" "host=$LANGUAGE_HOST_VERSION sha=$host_sha cli=$CLI_VERSION $(go_version)"; then
+  if from_cache "host=$LANGUAGE_HOST_VERSION sha=$host_sha cli=$CLI_VERSION $(go_version)" \
+    "$BIN/pulumi-language-python" "$BIN/pulumi-language-python-exec"; then
+    say "the Python language host $LANGUAGE_HOST_VERSION from the machine's cache ($ENGINE_CACHE)"
+  else
   need_go "the Python language host"
   build_host() {
     tar -xzf "$VENDOR_DIR/$LANGUAGE_HOST_TARBALL" -C "$work"
@@ -124,6 +157,9 @@ elif ! stamp_ok language-host "$BIN/pulumi-language-python" "host=$LANGUAGE_HOST
   }
   quietly "python language host $LANGUAGE_HOST_VERSION: compile from $VENDOR_DIR/$LANGUAGE_HOST_TARBALL" \
     "the pulumi-command provider" build_host
+  to_cache "host=$LANGUAGE_HOST_VERSION sha=$host_sha cli=$CLI_VERSION $(go_version)" \
+    "$BIN/pulumi-language-python" "$BIN/pulumi-language-python-exec"
+  fi
   echo "host=$LANGUAGE_HOST_VERSION sha=$host_sha cli=$CLI_VERSION $(go_version)" >"$TOOLS/language-host.stamp"
 fi
 # The dynamic-provider helper of the old engine is no longer used by anything.
@@ -134,6 +170,9 @@ say "pulumi-language-python $("$BIN/pulumi-language-python" -version 2>/dev/null
 command_sha="$(vendored "$COMMAND_TARBALL")"
 if [[ -n "$command_sha" ]] &&
   ! stamp_ok command-provider "$PROVIDER_BIN" "command=$COMMAND_VERSION sha=$command_sha $(go_version)"; then
+  if from_cache "command=$COMMAND_VERSION sha=$command_sha $(go_version)" "$PROVIDER_BIN"; then
+    say "pulumi-command $COMMAND_VERSION from the machine's cache ($ENGINE_CACHE)"
+  else
   need_go "the pulumi-command provider"
   build_provider() {
     tar -xzf "$VENDOR_DIR/$COMMAND_TARBALL" -C "$work"
@@ -144,6 +183,8 @@ if [[ -n "$command_sha" ]] &&
   }
   quietly "pulumi-command $COMMAND_VERSION: compile from $VENDOR_DIR/$COMMAND_TARBALL" \
     "registering it with the engine" build_provider
+  to_cache "command=$COMMAND_VERSION sha=$command_sha $(go_version)" "$PROVIDER_BIN"
+  fi
   echo "command=$COMMAND_VERSION sha=$command_sha $(go_version)" >"$TOOLS/command-provider.stamp"
   rm -rf "$PULUMI_HOME/plugins/resource-command-$COMMAND_VERSION"* # re-register the new build
 fi
