@@ -31,7 +31,7 @@ class E2E:
         self.output: list[str] = []
 
     def set_model(self, model: str) -> None:
-        (self.work / f"Pulumi.{STACK}.yaml").write_text(sandbox_env.e2e_stack_file(model))
+        (self.work / f"Pulumi.{STACK}.yaml").write_text(sandbox_env.e2e_stack_file(model, smoke_benchmark=True))
         self.stack = engine.stack(
             self.work, self.backend, STACK, secrets={"vllm-fleet:hfToken": sandbox_env.MIRROR_TOKEN}
         )

@@ -161,10 +161,16 @@ def storage_stack_file(storage: str) -> str:
 
 
 def e2e_stack_file(
-    model: str, *, gpus: list[int] | None = None, port: int = 8001, extra_models: dict[str, Any] | None = None
+    model: str,
+    *,
+    gpus: list[int] | None = None,
+    port: int = 8001,
+    extra_models: dict[str, Any] | None = None,
+    smoke_benchmark: bool = False,
 ) -> str:
     """A stack file for the sandbox like Pulumi.dev.yaml, with its own model names, GPU and port, so
-    it can run beside a `make up` deployment of the dev stack on the same sandbox."""
+    it can run beside a `make up` deployment of the dev stack on the same sandbox. The smoke benchmark
+    (a `vllm bench serve` after every deploy and swap, ~20 s on this machine) only where a test reads it."""
     raw = dev_config()
     raw["sshPrivateKeyFile"] = str(SSH_KEY)
     raw["hfEndpoint"] = MIRROR_URL
@@ -178,13 +184,10 @@ def e2e_stack_file(
     raw["hosts"][0]["port"] = SSH_PORT
     deployment = raw["deployments"][0]
     deployment.pop("servedModelName", None)  # each model serves under its own name here
-    deployment.update(
-        model=model,
-        gpus=gpus if gpus is not None else [3],
-        port=port,
-        publicUrl=api_url(port),
-        smokeBenchmark={"requests": 8, "inputLen": 32, "outputLen": 16, "concurrency": 2},
-    )
+    deployment.pop("smokeBenchmark", None)
+    deployment.update(model=model, gpus=gpus if gpus is not None else [3], port=port, publicUrl=api_url(port))
+    if smoke_benchmark:
+        deployment["smokeBenchmark"] = {"requests": 8, "inputLen": 32, "outputLen": 16, "concurrency": 2}
     return yaml.safe_dump({"config": {f"vllm-fleet:{k}": v for k, v in raw.items()}}, sort_keys=False)
 
 
