@@ -29,6 +29,7 @@ from typing import Any
 
 from controller import host_bundle
 from host.contract import RUNNING_STATES, ActiveRecord, Claims, owner_key
+from host.facts import engine_flags, unit_environment, unit_launch
 from host.judgement import Judgement, judge, running_in
 from models import downtime
 from models.config import GIB_PER_GB, Host, LoadStrategy, ResolvedDeployment
@@ -180,7 +181,10 @@ def judgement(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> Judg
     owner = owner_key(stack, rd.deployment.name)
     claims = {name: Claims.from_dict(held) for name, held in (found.get("claims") or {}).items()}
     old = ActiveRecord.from_survey((found.get("active") or {}).get(owner) or {})
-    return judge(swap_plan(rd, stack), found, claims, running_in(found), old)
+    # The stack's launch as the host reads the staged unit (host/transaction.py parses the same text).
+    unit_text = render_unit(rd, stack).text
+    wanted = unit_launch(unit_text, unit_environment(unit_text))
+    return judge(swap_plan(rd, stack), found, claims, running_in(found), old, wanted)
 
 
 def assess(
@@ -195,10 +199,15 @@ def assess(
         where = f"host {host.name!r}, deployment {dep.name!r}"
         key = f"vllm-fleet:deployments[{dep.name}]"
         adopted = ((found.get("active") or {}).get(owner_key(stack, dep.name)) or {}).get("adopted") or []
+        judged = judgement(stack, rd, found)
+        # The engine a take-over adopts in place is not stopped: its own line says what happens to it.
+        in_place = judged.adoption.unit if judged.adoption is not None and judged.adoption.in_place else None
         for name in dep.replaces:
             unit = units.get(name)
             if name in adopted and (unit is None or unit.get("managed")):
                 continue  # taken over already: its file is kept in the deployment's adopted/, nothing runs it
+            if name == in_place:
+                continue
             if unit is None:
                 notes.append(f"{where}: {name} ({key}.replaces) is not on the host; nothing to adopt")
             else:
@@ -208,15 +217,36 @@ def assess(
                     "deployment's adopted/ in the swap, so nothing starts it again; pulumi destroy puts it back"
                 )
         same = units.get(rd.unit_name)
-        if same is not None and not same["managed"]:
+        if same is not None and not same["managed"] and rd.unit_name != in_place:
             notes.append(
                 f"{where}: the hand-made {rd.unit_name} ({same['activeState']}) is replaced by the managed unit of that name"
             )
-        judged = judgement(stack, rd, found)
+        notes.extend(f"{where}: {line}" for line in adoption_lines(rd, judged))
         errors.extend(f"{where}: {conflict}" for conflict in judged.conflicts)
         notes.extend(f"{where}: {note}" for note in judged.notes)
         notes.extend(memory_notes(rd, found))
     return errors, notes
+
+
+def adoption_lines(rd: ResolvedDeployment, judged: Judgement) -> list[str]:
+    """What a first take-over does with the hand-made engine that serves now: adopts it in place, or
+    stops and starts because its launch differs from the stack's (each difference said)."""
+    adopted = judged.adoption
+    if adopted is None:
+        return []
+    who = f"{adopted.unit} (PID {adopted.pid})" if adopted.pid else adopted.unit
+    if adopted.in_place:
+        return [
+            f"adopts {who} in place: it already runs the stack's launch, keeps serving {list(adopted.ids)} on port "
+            f"{rd.deployment.port} and nothing restarts; its unit file becomes the managed one (enabled: a reboot "
+            "starts it), its hand-made file is kept in the deployment's adopted/ (pulumi destroy puts it back). "
+            f"Until the next swap it keeps its own launch; the managed launch (serving {list(rd.served_model_names)}) "
+            "and the front door (API keys, TLS, metrics allow-list) take effect at the next swap of this deployment"
+        ]
+    return [
+        f"cannot adopt {who} in place, so the take-over stops it and starts the managed unit: "
+        + "; ".join(adopted.differences)
+    ]
 
 
 def forecasts(stack: str, host: Host, deployments: Sequence[ResolvedDeployment], found: dict[str, Any]) -> list[str]:
@@ -261,6 +291,8 @@ def swap_forecast(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> 
     else:
         old_unit = active["unit"]
     decision = judgement(stack, rd, found).decision
+    if decision.mode == "adopt":
+        return f"the take-over of {old_unit} adopts it in place ({decision.reason}); expected downtime 0 s"
     head = f"the swap from {old_unit} to {rd.unit_name} will run {decision.mode.replace('-', '/', 1) if decision.mode == 'blue-green' else 'stop-then-start'} ({decision.reason})"
     if decision.mode == "blue-green":
         return f"{head}; expected downtime 0 s"
@@ -294,7 +326,9 @@ def client_ids(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> tup
         replaced = unit["name"] in rd.deployment.replaces or (unit["name"] == rd.unit_name and not unit.get("managed"))
         running = unit.get("activeState") in RUNNING_STATES
         if ours:
-            kept += names[1:]
+            # An engine adopted in place serves its own ids (all of them kept); a managed launch serves
+            # the stack's served name first, then what it kept.
+            kept += names if unit.get("adoptedInPlace") else names[1:]
             if running:
                 served += names
         elif replaced and running and launch.get("port") == rd.deployment.port:
@@ -321,14 +355,46 @@ def client_id_lines(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -
     after = list(rd.served_model_names)
     where = f"host {rd.host.name!r}, deployment {rd.deployment.name!r}"
     if not before or before == after:
-        return [], []
-    info = [
-        f"{where}: model ids clients can send on port {rd.deployment.port}: today {before}; after this update {after}"
-    ]
+        return [], key_warnings(stack, rd, found)
+    adopted = judgement(stack, rd, found).adoption
+    if adopted is not None and adopted.in_place:
+        # Adopted in place, the engine keeps its own ids until the next swap starts the stack's launch.
+        info = [
+            f"{where}: model ids clients can send on port {rd.deployment.port}: today {before}; after this update "
+            f"{list(adopted.ids)} (adopted in place); after its next swap {after}"
+        ]
+    else:
+        info = [
+            f"{where}: model ids clients can send on port {rd.deployment.port}: today {before}; after this update {after}"
+        ]
     gone = [i for i in before if i not in after]
     warnings = [
         f"{where}: clients that send model id {i!r} get 404 after this update; add it to "
         f"vllm-fleet:deployments[{rd.deployment.name}].alsoServedAs to keep it"
         for i in gone
     ]
-    return info, warnings
+    return info, warnings + key_warnings(stack, rd, found)
+
+
+def key_warnings(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> list[str]:
+    """A take-over puts the front door, which asks for one of vllm-fleet:apiKeys unless access.open, in
+    front of hand-made engines that took requests without a key: their clients start getting 401."""
+    if rd.access.open or (found.get("active") or {}).get(owner_key(stack, rd.deployment.name), {}).get("unit"):
+        return []
+    keyless = [
+        unit["name"]
+        for unit in found.get("units", [])
+        if (unit["name"] in rd.deployment.replaces or (unit["name"] == rd.unit_name and not unit.get("managed")))
+        and unit.get("activeState") in RUNNING_STATES
+        and (unit.get("launch") or {}).get("port") == rd.deployment.port
+        and "--api-key" not in engine_flags(list((unit.get("launch") or {}).get("argv") or []))
+    ]
+    if not keyless:
+        return []
+    when = "after the next swap" if judgement(stack, rd, found).decision.mode == "adopt" else "after this update"
+    return [
+        f"host {rd.host.name!r}, deployment {rd.deployment.name!r}: {', '.join(keyless)} answers on port "
+        f"{rd.deployment.port} without an API key; {when} the front door asks for one of vllm-fleet:apiKeys and "
+        "clients that send none get 401. Give every client a key first, or set vllm-fleet:access.open: true "
+        "to keep the port open"
+    ]

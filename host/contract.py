@@ -31,6 +31,15 @@ MANIFEST_DIR = ".vllm-fleet"
 MANIFEST = "manifest.json"
 MANIFEST_REL = f"{MANIFEST_DIR}/{MANIFEST}"
 
+# A hand-made engine adopted in place keeps its own launch under the managed unit until the next swap:
+# this drop-in of the managed unit runs it (and checks its readiness by the ids it serves).
+ADOPTED_DROP_IN = "50-vllm-fleet-adopted.conf"
+
+
+def adopted_drop_in(unit: str, unit_dir: str | Path = UNIT_DIR) -> Path:
+    return Path(unit_dir) / f"{unit}.d" / ADOPTED_DROP_IN
+
+
 # The first line of every unit vllm-fleet writes; what follows names its stack and deployment.
 MANAGED_MARK = "# Managed by vllm-fleet"
 # A unit in these states holds (or is about to hold) its GPUs: a 36-minute load is `activating`.
@@ -212,6 +221,9 @@ class ActiveRecord:
     gpus: tuple[int, ...] = ()
     backend_port: int | None = None  # None: an engine from before the front door, on the public port itself
     staged_copy: str | None = None  # the staging copy it loaded from, removed when nothing uses it
+    # The hand-made unit whose engine the first take-over adopted in place: it runs that launch, on the
+    # public port itself, until the next swap.
+    adopted: str | None = None
 
     @classmethod
     def parse(cls, text: str) -> ActiveRecord | None:
@@ -227,6 +239,7 @@ class ActiveRecord:
             gpus=gpus,
             backend_port=int(backend) if backend.isdigit() else None,
             staged_copy=fields.get("STAGED_COPY") or None,
+            adopted=fields.get("ADOPTED") or None,
         )
 
     def text(self) -> str:
@@ -236,6 +249,8 @@ class ActiveRecord:
             lines.append(f"BACKEND_PORT={self.backend_port}")
         if self.staged_copy is not None:
             lines.append(f"STAGED_COPY={self.staged_copy}")
+        if self.adopted is not None:
+            lines.append(f"ADOPTED={self.adopted}")
         return "\n".join(lines) + "\n"
 
     @property
@@ -244,10 +259,19 @@ class ActiveRecord:
 
     def survey_entry(self) -> dict[str, Any]:
         """The record as the survey reports it (JSON keys the controller reads)."""
-        return {"unit": self.unit, "gpus": list(self.gpus), "backendPort": self.backend_port}
+        entry: dict[str, Any] = {"unit": self.unit, "gpus": list(self.gpus), "backendPort": self.backend_port}
+        if self.adopted is not None:
+            entry["adoptedInPlace"] = self.adopted
+        return entry
 
     @classmethod
     def from_survey(cls, entry: dict[str, Any]) -> ActiveRecord | None:
         if not entry or not entry.get("unit"):
             return None
-        return cls(unit=entry["unit"], gpus=tuple(entry.get("gpus", ())), backend_port=entry.get("backendPort"))
+        return cls(
+            unit=entry["unit"],
+            port=int(entry.get("port") or 0),
+            gpus=tuple(entry.get("gpus", ())),
+            backend_port=entry.get("backendPort"),
+            adopted=entry.get("adoptedInPlace"),
+        )

@@ -349,3 +349,54 @@ def vllm_launch(argv: list[str], environment: dict[str, str]) -> dict[str, Any] 
 def unit_launch(unit_text: str, environment: dict[str, str]) -> dict[str, Any] | None:
     command = exec_start(unit_text)
     return vllm_launch(command, environment) if command else None
+
+
+def unit_environment(unit_text: str) -> dict[str, str]:
+    """The variables a unit file's Environment= lines set (later lines win, as systemd reads them)."""
+    environment: dict[str, str] = {}
+    for raw in unit_text.splitlines():
+        key, _, value = raw.strip().partition("=")
+        if key.strip() == "Environment":
+            environment.update(parse_environment(value.strip()))
+    return environment
+
+
+# Short spellings vLLM's parser takes for a long flag.
+_FLAG_ALIASES = {"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size", "-dp": "--data-parallel-size"}
+_NUMBER = re.compile(r"-?\d+(\.\d+)?([eE]-?\d+)?")
+
+
+def engine_flags(argv: list[str]) -> dict[str, tuple[str, ...]]:
+    """A vLLM command line's flags as vLLM's parser reads them, by long name: `--a=b` and `--a b` alike,
+    underscores as dashes (vLLM accepts both), a flag given twice counts once with its last values. The
+    interpreter and entry point (`python -m vllm.entrypoints.openai.api_server`, `vllm serve`) are not
+    flags; `serve`'s positional model counts as --model."""
+    words = list(argv)
+    start = 0
+    for index, word in enumerate(words):
+        if word == "vllm.entrypoints.openai.api_server" or word.endswith("vllm.entrypoints.openai.api_server"):
+            start = index + 1
+            break
+        if word == "serve" and "vllm" in " ".join(words[:index]):
+            start = index + 1
+            if start < len(words) and not words[start].startswith("-"):
+                words[start] = "--model=" + words[start]
+            break
+    flags: dict[str, tuple[str, ...]] = {}
+    index = start
+    while index < len(words):
+        word = words[index]
+        index += 1
+        if not word.startswith("-") or _NUMBER.fullmatch(word):
+            continue  # a stray positional word
+        name, equals, value = word.partition("=")
+        name = _FLAG_ALIASES.get(name, "--" + name.lstrip("-").replace("_", "-"))
+        if equals:
+            flags[name] = (value,)
+            continue
+        values: list[str] = []
+        while index < len(words) and (not words[index].startswith("-") or _NUMBER.fullmatch(words[index])):
+            values.append(words[index])
+            index += 1
+        flags[name] = tuple(values)
+    return flags

@@ -13,13 +13,31 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from host.contract import FRONT_DOOR_UNIT, RUNNING_STATES, ActiveRecord, Claims, Placement, Plan
+from host.facts import engine_flags
 
 
 @dataclass(frozen=True)
 class Decision:
-    mode: str  # blue-green | stop-start
+    mode: str  # blue-green | stop-start | adopt (the engine that serves now keeps serving: nothing restarts)
     placement: Placement
     reason: str
+
+
+@dataclass(frozen=True)
+class Adoption:
+    """The hand-made engine a first take-over finds serving the deployment, and how its launch differs from
+    the stack's. No difference: it is adopted in place (nothing restarts)."""
+
+    unit: str
+    pid: int | None
+    gpus: tuple[int, ...]
+    ids: tuple[str, ...]  # the model ids it serves (its --served-model-name, or its --model path)
+    argv: tuple[str, ...]  # its command line, which the managed unit keeps running until the next swap
+    differences: tuple[str, ...]
+
+    @property
+    def in_place(self) -> bool:
+        return not self.differences
 
 
 @dataclass(frozen=True)
@@ -33,6 +51,7 @@ class Judgement:
     notes: list[str] = field(default_factory=list)
     replaces_running: bool = False
     old_running: bool = False
+    adoption: Adoption | None = None
 
 
 def claim_conflicts(owner: str, wanted: Claims, others: Mapping[str, Claims]) -> list[str]:
@@ -55,6 +74,107 @@ def claim_conflicts(owner: str, wanted: Claims, others: Mapping[str, Claims]) ->
                 f"unit {unit} belongs to deployment {other} on this host; set deployments[].unitName or use another model name"
             )
     return problems
+
+
+# What the managed layout changes by design and a take-over in place leaves for the next swap: the engine
+# moves behind the front door (its address and port) and serves the stack's ids beside its own.
+LAYOUT_FLAGS = frozenset({"--host", "--port", "--served-model-name", "--model"})
+# vLLM's defaults the managed launch spells out: a hand-made launch that leaves them out runs the same.
+FLAG_DEFAULTS = {"--tensor-parallel-size": ("1",), "--pipeline-parallel-size": ("1",)}
+# Variables that say where a unit keeps its scratch and caches (the managed unit's own), not what serves;
+# CUDA_VISIBLE_DEVICES is compared as GPUs.
+LAYOUT_VARIABLES = frozenset({"CUDA_VISIBLE_DEVICES", "VLLM_CACHE_ROOT", "TMPDIR"})
+# Variables every managed unit sets (render/launch.engine_environment) that change no answer the engine
+# gives (usage statistics, telemetry, no Hub calls for files that are local, GPU index order): a
+# hand-made launch without them runs the same; one that sets another value differs.
+MANAGED_VARIABLES = frozenset(
+    {"VLLM_NO_USAGE_STATS", "HF_HUB_DISABLE_TELEMETRY", "HF_HUB_OFFLINE", "CUDA_DEVICE_ORDER"}
+)
+# A hand-made engine bound to one of these answers the managed unit's readiness check on loopback.
+LOOPBACK_REACHABLE = frozenset({None, "0.0.0.0", "::", "127.0.0.1", "localhost"})
+
+
+def _norm_path(path: str | None) -> str:
+    return (path or "").rstrip("/") or "/"
+
+
+def launch_differences(have: Mapping[str, Any], wanted: Mapping[str, Any]) -> list[str]:
+    """How a running engine's launch (`have`) differs from the stack's (`wanted`), both as the survey parses
+    a unit (host/facts.vllm_launch): the interpreter, the model files, every flag vLLM reads but the ones
+    the managed layout changes by design, and the environment."""
+    differences = []
+    if have["argv"][:1] != wanted["argv"][:1]:
+        differences.append(f"it runs {have['argv'][0]}, the stack {wanted['argv'][0]} (hosts[].runtime.python)")
+    if _norm_path(have.get("model")) != _norm_path(wanted.get("model")):
+        differences.append(
+            f"it serves the model files in {have.get('model')}, the stack those in {wanted.get('model')}"
+        )
+    flags = {**FLAG_DEFAULTS, **engine_flags(list(have["argv"]))}
+    stack_flags = {**FLAG_DEFAULTS, **engine_flags(list(wanted["argv"]))}
+    for flag in sorted(set(flags) | set(stack_flags)):
+        if flag in LAYOUT_FLAGS or flags.get(flag) == stack_flags.get(flag):
+            continue
+        if flag not in stack_flags:
+            differences.append(f"it sets {flag} {' '.join(flags[flag])}".rstrip() + ", the stack does not")
+        elif flag not in flags:
+            differences.append(f"the stack sets {flag} {' '.join(stack_flags[flag])}".rstrip() + ", it does not")
+        else:
+            differences.append(f"{flag} is {' '.join(flags[flag])} there, {' '.join(stack_flags[flag])} in the stack")
+    env, stack_env = have.get("environment") or {}, wanted.get("environment") or {}
+    for name in sorted(set(env) | set(stack_env)):
+        if name in LAYOUT_VARIABLES or name.startswith("VLLM_FLEET_") or env.get(name) == stack_env.get(name):
+            continue
+        if name in MANAGED_VARIABLES and name not in env:
+            continue
+        there = f"{name}={env[name]}" if name in env else f"no {name}"
+        wanted_text = f"{name}={stack_env[name]}" if name in stack_env else f"no {name}"
+        differences.append(f"its environment has {there}, the stack's {wanted_text}")
+    return differences
+
+
+def adoption(
+    plan: Plan, found: Mapping[str, Any], wanted: Mapping[str, Any] | None, old: ActiveRecord | None
+) -> Adoption | None:
+    """The hand-made engine a first take-over finds serving: the one running vLLM unit of the managed
+    unit's name or of `replaces`, judged against the stack's launch (`wanted`, the staged unit as the
+    survey parses units). None once vllm-fleet serves the deployment (`old`), or when no such engine runs."""
+    if old is not None or wanted is None:
+        return None
+    running = [
+        unit
+        for unit in found.get("units", [])
+        if unit["name"] in (plan.unit_name, *plan.replaces)
+        and not unit.get("managed")
+        and unit.get("activeState") in RUNNING_STATES
+        and unit.get("launch")
+    ]
+    if len(running) != 1:
+        return None
+    unit = running[0]
+    launch = unit["launch"]
+    key = plan.config_key
+    differences = []
+    if unit["name"] != plan.unit_name:
+        differences.append(
+            f"it runs as {unit['name']}, not as the managed unit {plan.unit_name} (set {key}.unitName: "
+            f"{unit['name'].removesuffix('.service')} to take it over under its own name)"
+        )
+    if launch.get("port") != plan.port:
+        differences.append(f"it listens on port {launch.get('port')}, the deployment on {plan.port} ({key}.port)")
+    if launch.get("bindAddress") not in LOOPBACK_REACHABLE:
+        differences.append(
+            f"it listens on {launch['bindAddress']} only, where the managed readiness check cannot reach it"
+        )
+    visible = launch.get("gpus")
+    gpus = tuple(range(int(found.get("gpuCount") or 0))) if visible is None else tuple(visible)
+    if not set(gpus) <= set(plan.gpus) or len(gpus) != plan.gpus_needed:
+        differences.append(
+            f"it runs on GPU {','.join(map(str, gpus)) or 'none'}, the stack on {plan.gpus_needed} of {list(plan.gpus)} ({key}.gpus)"
+        )
+    differences += launch_differences(launch, wanted)
+    pid = next((entry.get("pid") for entry in found.get("listeners", []) if entry.get("unit") == unit["name"]), None)
+    ids = tuple(launch.get("servedNames") or ())
+    return Adoption(unit["name"], pid, gpus, ids, tuple(launch["argv"]), tuple(differences))
 
 
 def decide(
@@ -120,6 +240,7 @@ def judge(
     others: Mapping[str, Claims],
     is_running: Callable[[str], bool],
     old: ActiveRecord | None,
+    wanted: Mapping[str, Any] | None = None,
 ) -> Judgement:
     """Decide the swap and judge every listener and GPU holder the survey `found` against it.
 
@@ -128,7 +249,10 @@ def judge(
     public or an engine port refuses. On the GPUs the new engine gets: another deployment's unit, a
     hand-made unit and (unless foreignGpuProcesses is stop) a process of no unit refuse; a process of no
     unit with `stop` is left to the GPU-release guard. On the deployment's other GPUs they are only said:
-    the engine runs beside them, but a blue/green swap has fewer GPUs to start on."""
+    the engine runs beside them, but a blue/green swap has fewer GPUs to start on.
+
+    `wanted` is the stack's launch (the staged unit as the survey parses units): on a first take-over, a
+    hand-made engine that already runs it is adopted in place (`adoption`), and nothing stops."""
     key = plan.config_key
     units = {u["name"]: u for u in found.get("units", [])}
     leaving = leaving_units(plan, old)
@@ -147,10 +271,19 @@ def judge(
         if gpu in plan.gpus
     ) | (claimed_by_others & frozenset(plan.gpus))
     decision = decide(plan, old, old_running, busy, replaces_running)
+    adopted = adoption(plan, found, wanted, old)
+    if adopted is not None and adopted.in_place:
+        who = f"{adopted.unit} (PID {adopted.pid})" if adopted.pid else adopted.unit
+        decision = Decision(
+            "adopt",
+            Placement(adopted.gpus, plan.port),
+            f"{who} already runs the stack's launch: it keeps serving and nothing restarts",
+        )
     conflicts: list[str] = []
     notes: list[str] = []
-    # In blue/green the new unit starts beside the old one: it is not among what stops.
-    stopping = {u for u in leaving if decision.mode == "stop-start" or u != plan.unit_name}
+    # In blue/green the new unit starts beside the old one: it is not among what stops. Adopted in place,
+    # the hand-made engine becomes the managed unit's: what it holds is the deployment's own.
+    stopping = {u for u in leaving if decision.mode != "blue-green" or u != plan.unit_name}
 
     def stops(unit: str | None) -> bool:
         return unit is not None and (unit in stopping or (units.get(unit) or {}).get("owner") == plan.owner)
@@ -203,9 +336,9 @@ def judge(
             )
     conflicts.extend(waiting_units(plan, found, leaving, decision))
     both = decision.placement.gpus + (old.gpus if old is not None and decision.mode == "blue-green" else ())
-    wanted = Claims(frozenset(both), frozenset({plan.port, *plan.backend_ports}), frozenset({plan.unit_name}))
-    conflicts.extend(claim_conflicts(plan.owner, wanted, others))
-    return Judgement(old, decision, leaving, conflicts, notes, replaces_running, old_running)
+    claims = Claims(frozenset(both), frozenset({plan.port, *plan.backend_ports}), frozenset({plan.unit_name}))
+    conflicts.extend(claim_conflicts(plan.owner, claims, others))
+    return Judgement(old, decision, leaving, conflicts, notes, replaces_running, old_running, adopted)
 
 
 def waiting_units(plan: Plan, found: Mapping[str, Any], leaving: Sequence[str], decision: Decision) -> list[str]:

@@ -8,6 +8,7 @@ before it stops anything. It reports:
               the sha256 of its unit file (a hand edit shows as drift against the rendered unit), its
               launch as vLLM reads it (port, GPUs, model, served names) and its restart count
   listeners   TCP listening ports with the PID and systemd unit that holds them (`ss -ltnpH`)
+  gpuCount    how many GPUs nvidia-smi lists
   gpuHolders  processes nvidia-smi lists per GPU (`--query-compute-apps=pid,gpu_uuid,...` mapped to indices
               with `--query-gpu=index,uuid`), with their unit and command line
   active      per deployment (stack.deployment), what its last swap left serving: unit, GPUs, engine port,
@@ -31,7 +32,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from host.contract import MANAGED_MARK, STATE_DIR, ActiveRecord, read_claims
+from host.contract import ADOPTED_DROP_IN, MANAGED_MARK, STATE_DIR, ActiveRecord, read_claims
 from host.facts import (
     APPS_QUERY,
     GPU_UUID_QUERY,
@@ -54,6 +55,11 @@ def run(*args: str) -> str:
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return result.stdout if result.returncode == 0 else ""
+
+
+def gpu_count() -> int:
+    """How many GPUs nvidia-smi lists (what a launch that sets no CUDA_VISIBLE_DEVICES runs on)."""
+    return len(parse_gpu_uuids(run("nvidia-smi", *GPU_UUID_QUERY)))
 
 
 def gpu_holders() -> list[dict[str, Any]]:
@@ -81,7 +87,10 @@ def units() -> list[dict[str, Any]]:
         props = dict(
             line.split("=", 1)
             for line in run(
-                "systemctl", "show", name, "--property=ActiveState,UnitFileState,FragmentPath,Environment,NRestarts"
+                "systemctl",
+                "show",
+                name,
+                "--property=ActiveState,UnitFileState,FragmentPath,DropInPaths,Environment,NRestarts,MainPID",
             ).splitlines()
             if "=" in line
         )
@@ -97,6 +106,14 @@ def units() -> list[dict[str, Any]]:
             except OSError:
                 pass
         owner = MANAGED_BY.match(first_line)
+        # Drop-ins change what starts (an adopted engine's launch runs under the managed unit's name).
+        launch_text = text
+        for drop_in in props.get("DropInPaths", "").split():
+            try:
+                with open(drop_in, encoding="utf-8", errors="replace") as handle:
+                    launch_text += "\n" + handle.read()
+            except OSError:
+                pass
         out.append(
             {
                 "name": name,
@@ -108,8 +125,10 @@ def units() -> list[dict[str, Any]]:
                 "fragment": fragment,
                 "sha256": digest,
                 # what it serves when it starts: port, GPUs, model, the ids clients send (hand-made units too)
-                "launch": unit_launch(text, parse_environment(props.get("Environment", ""))) if text else None,
+                "launch": unit_launch(launch_text, parse_environment(props.get("Environment", ""))) if text else None,
                 "restarts": int(props.get("NRestarts", "0") or 0),
+                "mainPid": int(props.get("MainPID", "0") or 0),
+                "adoptedInPlace": any(p.endswith("/" + ADOPTED_DROP_IN) for p in props.get("DropInPaths", "").split()),
             }
         )
     return out
@@ -181,6 +200,7 @@ def survey() -> dict[str, Any]:
         "units": units(),
         "listeners": listeners,
         "gpuHolders": gpu_holders(),
+        "gpuCount": gpu_count(),
         "active": active_records(),
         "claims": claims(),
         "memory": memory(),

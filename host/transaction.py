@@ -11,6 +11,11 @@ port behind the front door) and how:
                front door switches with a graceful reload, requests in flight on the old engine drain,
                then the old unit stops. If the new one never answers, it is removed and the old one
                never stopped.
+  adopt        a first take-over that finds a hand-made engine of the managed unit's name already running
+               the stack's launch (host/judgement.adoption): the managed unit's files go in place and the
+               hand-made ones away, and the engine keeps serving, nothing restarts. A drop-in of the
+               managed unit keeps that engine's own launch (on the public port, its own model ids) until
+               the next swap, which starts the stack's launch behind the front door.
   stop-start   otherwise: back up the units it replaces (the previous managed unit, a hand-made unit
                of the same name, and the hand-made units the stack names in `replaces`), install the
                new unit, stop and disable the old ones, start the new one and wait until it serves
@@ -50,11 +55,13 @@ from host.contract import (
     Placement,
     Plan,
     Result,
+    adopted_drop_in,
     is_managed,
     read_claims,
 )
+from host.facts import unit_environment, unit_launch
 from host.front_door import first_key, front_door_site
-from host.judgement import claim_conflicts, judge
+from host.judgement import Judgement, claim_conflicts, judge
 from host.systemd import SystemdHost, established_to, now
 
 STATE_ROOT = Path(STATE_DIR)
@@ -77,6 +84,7 @@ class Backup:
     saved: Path | None  # the copy in the state directory
     was_running: bool
     was_enabled: bool
+    drop_in: Path | None = None  # the copy of its adopted-launch drop-in, when it had one
 
 
 class Transaction:
@@ -218,7 +226,11 @@ class Transaction:
         if file is not None and file.is_file():
             saved = backups / unit
             shutil.copy2(file, saved)
-        return Backup(unit, file, saved, self.host.running(unit), self.host.enabled(unit))
+        drop_in = None
+        if adopted_drop_in(unit, self.unit_dir).is_file():
+            drop_in = backups / f"{unit}.adopted.conf"
+            shutil.copy2(adopted_drop_in(unit, self.unit_dir), drop_in)
+        return Backup(unit, file, saved, self.host.running(unit), self.host.enabled(unit), drop_in)
 
     @property
     def site_path(self) -> Path:
@@ -242,7 +254,9 @@ class Transaction:
             old = self.active_record()
             old_unit = old.unit if old else ""
             found = self.survey()
-            judgement = judge(plan, found, self.live_claims(), self.host.running, old)
+            staged_text = staged_unit.read_text(encoding="utf-8")
+            wanted = unit_launch(staged_text, unit_environment(staged_text))
+            judgement = judge(plan, found, self.live_claims(), self.host.running, old, wanted)
             if judgement.conflicts:
                 raise SwapRefused("; ".join(judgement.conflicts))
             decision = judgement.decision
@@ -254,7 +268,8 @@ class Transaction:
             # While a blue/green swap runs, both engines hold their GPUs.
             both = decision.placement.gpus + (old.gpus if old is not None and decision.mode == "blue-green" else ())
             self.claim(frozenset(both))
-            self.prewarm()
+            if decision.mode != "adopt":
+                self.prewarm()  # an adopted engine loads nothing
         except SwapRefused as refusal:
             return Result("refused", f"refused: {refusal}", plan.digest)
 
@@ -286,6 +301,25 @@ class Transaction:
                 f"{plan.unit_name} already serves {plan.served_name}; its front door site was rewritten",
                 plan.digest,
             )
+        if (
+            old is not None
+            and old.adopted is not None
+            and old_unit == plan.unit_name
+            and adopted_drop_in(plan.unit_name, self.unit_dir).is_file()
+            and _same(staged_unit, unit_path)
+            and _same(staged_env, env_path)
+            and self.host.running(plan.unit_name)
+            and not replaces_running
+        ):
+            return Result(
+                "unchanged",
+                f"{plan.unit_name} serves as adopted from {old.adopted} on port {plan.port}; the stack's launch and "
+                "its front door take effect at the next swap",
+                plan.digest,
+            )
+        if decision.mode == "adopt":
+            self.log(f"adopting in place: {decision.reason}")
+            return self.adopt_in_place(judgement, staged_unit, staged_env, started)
         self.log(f"swap mode: {decision.mode}: {decision.reason}; new engine on {decision.placement.describe()}")
         self.timings["blue_green"] = 1.0 if decision.mode == "blue-green" else 0.0
         if decision.mode == "blue-green":
@@ -310,6 +344,8 @@ class Transaction:
         _install(staged_unit, unit_path, 0o644)
         _install(staged_env, env_path, 0o600)
         _write(self.placement_path(plan.unit_name), decision.placement.env_text(), 0o644)
+        # An engine adopted in place ran its own launch under this unit; the stack's launch starts now.
+        _remove_drop_in(adopted_drop_in(plan.unit_name, self.unit_dir))
         self.host.run("systemctl", "daemon-reload")
 
         stop_started = now()
@@ -340,6 +376,74 @@ class Transaction:
         self.put_away_hand_made(backups)
         return self.succeeded(decision.placement, old)
 
+    def adopt_in_place(self, judgement: Judgement, staged_unit: Path, staged_env: Path, started: float) -> Result:
+        """Take over a hand-made engine that already runs the stack's launch without restarting it: the
+        managed unit's files go in place of the hand-made one of its name (a drop-in keeps that engine's
+        own launch until the next swap), the other units it replaces are disabled, and all their files
+        are put away as in any take-over. The engine's process is never touched."""
+        plan = self.plan
+        adopted = judgement.adoption
+        assert adopted is not None
+        placement = judgement.decision.placement
+        unit_path = self.unit_dir / plan.unit_name
+        backups_dir = self.state_dir / "previous"
+        shutil.rmtree(backups_dir, ignore_errors=True)
+        backups_dir.mkdir(parents=True, mode=0o700)
+        backups = [self.backup(unit, backups_dir) for unit in judgement.leaving]
+        pid_before = self.host.show(plan.unit_name, "MainPID").get("MainPID", "0")
+        self.env_dir.mkdir(parents=True, exist_ok=True)
+        _install(staged_unit, unit_path, 0o644)
+        _install(staged_env, self.env_dir / f"{plan.unit_stem}.env", 0o600)
+        _write(self.placement_path(plan.unit_name), placement.env_text(), 0o644)
+        text = adopted_launch_drop_in(adopted.unit, adopted.argv, adopted.ids, staged_unit.read_text(encoding="utf-8"))
+        _write(adopted_drop_in(plan.unit_name, self.unit_dir), text, 0o644)
+        self.host.run("systemctl", "daemon-reload")
+        for backup in backups:
+            if backup.unit != plan.unit_name and backup.was_enabled:
+                self.host.run("systemctl", "disable", "--quiet", backup.unit, check=False)
+        self.host.run("systemctl", "enable", "--quiet", plan.unit_name)
+        props = self.host.show(plan.unit_name, "ActiveState", "MainPID")
+        if props.get("ActiveState") != "active" or props.get("MainPID") != pid_before:
+            # systemd did not keep the engine under the managed unit: put the hand-made files back.
+            for backup in backups:
+                if backup.saved is not None and backup.file is not None:
+                    _install(backup.saved, backup.file, 0o644)
+                if backup.was_enabled:
+                    self.host.run("systemctl", "enable", "--quiet", backup.unit, check=False)
+            _remove_drop_in(adopted_drop_in(plan.unit_name, self.unit_dir))
+            self.host.run("systemctl", "daemon-reload")
+            return Result(
+                "rolled-back",
+                f"adopting {adopted.unit} in place failed: after the managed unit was installed it is "
+                f"{props.get('ActiveState')} with PID {props.get('MainPID')} (was {pid_before}); its files are back",
+                plan.digest,
+                self.timings,
+            )
+        self.put_away_hand_made(backups)
+        self.write_active(
+            ActiveRecord(
+                plan.unit_name, adopted.ids[0] if adopted.ids else "", plan.port, placement.gpus, adopted=adopted.unit
+            )
+        )
+        record = {
+            "unit": adopted.unit,
+            "pid": adopted.pid,
+            "ids": list(adopted.ids),
+            "argv": list(adopted.argv),
+            "at": time.time(),
+        }
+        _write(self.state_dir / "adopted" / "in-place.json", json.dumps(record, sort_keys=True) + "\n", 0o600)
+        self.claim(frozenset(placement.gpus))
+        self.timings["total"] = now() - started
+        ids = ", ".join(adopted.ids)
+        self.log(
+            f"adopted {adopted.unit} in place: PID {pid_before} keeps serving {ids} on port {plan.port}, nothing "
+            f"restarted; the stack's launch (serving {plan.served_name}) and its front door take effect at the next swap"
+        )
+        return Result(
+            "succeeded", f"adopted {adopted.unit} in place: it keeps serving {ids}", plan.digest, self.timings
+        )
+
     def put_away_hand_made(self, backups: Sequence[Backup]) -> None:
         """Move the files of the hand-made units this swap took over (those it replaces, and one of the
         managed unit's name) out of systemd's reach, into the deployment's `adopted/` with how they were
@@ -365,7 +469,7 @@ class Transaction:
         if taken:
             self.host.run("systemctl", "daemon-reload")
             self.log(
-                f"took over {', '.join(taken)}: stopped and disabled, unit files kept in {adopted_dir} "
+                f"took over {', '.join(taken)}: unit files kept in {adopted_dir}, none of them starts again "
                 "(pulumi destroy puts them back as they were)"
             )
 
@@ -385,6 +489,7 @@ class Transaction:
 
     def remove_unit_files(self, unit: str) -> None:
         (self.unit_dir / unit).unlink(missing_ok=True)
+        _remove_drop_in(adopted_drop_in(unit, self.unit_dir))
         stem = unit.removesuffix(".service")
         (self.env_dir / f"{stem}.env").unlink(missing_ok=True)
         self.placement_path(unit).unlink(missing_ok=True)
@@ -599,6 +704,8 @@ class Transaction:
         for backup in backups:
             if backup.unit != plan.unit_name and backup.saved is not None and backup.file is not None:
                 _install(backup.saved, backup.file, 0o644)
+            if backup.drop_in is not None:  # an engine adopted in place runs its own launch again
+                _write(adopted_drop_in(backup.unit, self.unit_dir), backup.drop_in.read_text(encoding="utf-8"), 0o644)
         self.host.run("systemctl", "daemon-reload")
         # The front door as it was: pointing at the old engine, or (an engine on the public port itself
         # before) without this deployment's site, so that engine can bind its port again.
@@ -633,6 +740,38 @@ class Transaction:
         journal = "\n".join(f"  | {line}" for line in tail)
         message = f"swap of deployment {plan.deployment} to {plan.unit_name} failed; {outcome}.\nlast lines of the {plan.unit_name} journal:\n{journal}"
         return Result(status, message, plan.digest, self.timings)
+
+
+def _systemd_word(word: str) -> str:
+    """One word of a command line as systemd's ExecStart= reads it back ($ and % keep their meaning)."""
+    if word and not any(c in word for c in " \t\"'\\;"):
+        return word
+    return '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def adopted_launch_drop_in(unit: str, argv: Sequence[str], ids: Sequence[str], managed_unit: str) -> str:
+    """The drop-in under which the managed unit runs an adopted engine's own launch: its ExecStart, and
+    the managed readiness check asking for the first id that engine serves."""
+    lines = [
+        f"# Written by the vllm-fleet swap: {unit} was adopted in place. Until the next swap this unit runs",
+        "# that engine's own launch on the deployment's public port; the stack's launch and its front door",
+        "# take effect at the next swap, which removes this file.",
+        "[Service]",
+        "ExecStart=",
+        "ExecStart=" + " ".join(_systemd_word(word) for word in argv),
+    ]
+    for line in managed_unit.splitlines():
+        if line.startswith("ExecStartPost=") and "--served-name" in line and ids:
+            before, _, after = line.partition("--served-name ")
+            rest = after.split(" ", 1)[1] if " " in after else ""
+            lines += ["ExecStartPost=", f"{before}--served-name {_systemd_word(ids[0])} {rest}".rstrip()]
+    return "\n".join(lines) + "\n"
+
+
+def _remove_drop_in(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        path.parent.rmdir()  # only when empty: an operator's own drop-ins stay
 
 
 def _text(path: Path) -> str | None:

@@ -76,22 +76,35 @@ def test_real_engine_previews_prod_without_contacting_it(tmp_path: Path) -> None
     result = prod.preview(diff=True)
     shown = " ".join(result.stdout.split())
     # The take-over plan (the program's messages, on stderr): the release the server runs decides the
-    # rendering, the ids its clients send stay, every hand-made unit is named with what happens to it,
-    # and the downtime of the stop-then-start.
+    # rendering, the engine that serves already runs the stack's launch and is adopted in place (no
+    # downtime), the ids its clients send stay, every other hand-made unit is named with what happens to it.
     said = " ".join(result.stderr.split())
     assert "host 'gpu-01' runs vLLM 0.11.1.dev0+reference-build" in said
-    assert re.search(r'VLLM_ATTENTION_BACKEND\s*: "TRITON_MLA"', shown) and '"--attention-backend"' not in shown
+    assert "VLLM_ATTENTION_BACKEND" not in shown and '"--attention-backend"' not in shown
     assert (
-        "model ids clients can send on port 8000: today ['/shared/kimi-k2.5-int4']; "
-        "after this update ['kimi-k2.5-int4', '/shared/kimi-k2.5-int4']" in said
+        "model ids clients can send on port 8000: today ['/shared/kimi-k2.5-int4']; after this update "
+        "['/shared/kimi-k2.5-int4'] (adopted in place); after its next swap ['kimi-k2.5-int4', '/shared/kimi-k2.5-int4']"
+        in said
     )
+    assert "adopts vllm-kimi-k25-int4.service (PID 4242) in place: it already runs the stack's launch" in said
+    assert "the take-over of vllm-kimi-k25-int4.service adopts it in place" in said and "expected downtime 0 s" in said
+    assert "takes over vllm-kimi-k25-int4.service" not in said
     for unit, state in (
-        ("vllm-kimi-k25-int4.service", "active, enabled"),
         ("vllm-glm5.service", "inactive, enabled"),
         ("vllm-kimi-k25.service", "inactive, disabled"),
         ("vllm-minimax-m25.service", "inactive, disabled"),
     ):
         assert f"takes over {unit} ({state})" in said, unit
+    # Were the stack to pin the preset's attention backend, the take-over could not adopt: it would say
+    # why and what the stop-then-start costs.
+    pinned = (ROOT / "Pulumi.prod.yaml").read_text().replace("attentionBackend: null", "attentionBackend: TRITON_MLA")
+    (work / "Pulumi.prod.yaml").write_text(pinned)
+    said = " ".join(prod.preview(diff=True).stderr.split())
+    assert (
+        "cannot adopt vllm-kimi-k25-int4.service (PID 4242) in place, so the take-over stops it and starts the "
+        "managed unit: its environment has no VLLM_ATTENTION_BACKEND, the stack's VLLM_ATTENTION_BACKEND=TRITON_MLA"
+        in said
+    )
     assert "will run stop-then-start (hand-made units it replaces stop first); expected downtime about" in said
     for flag in (
         "--tensor-parallel-size",

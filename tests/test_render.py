@@ -214,7 +214,6 @@ def test_prod_unit_carries_the_reference_launch() -> None:
     assert "\nEnvironmentFile=/etc/vllm-fleet/vllm-kimi-k25-int4.placement.env\n" in unit
     # Kimi's preset asks for prefetch; the server's vLLM 0.11 predates it, so the pre-warm stands in.
     assert "--safetensors-load-strategy" not in exec_start
-    # The server's vLLM (pinned 0.11.0) predates --attention-backend: the backend is its variable.
     assert "--attention-backend" not in exec_start
     assert exec_start.startswith("ExecStart=/root/ml-env/bin/python3 -m vllm.entrypoints.openai.api_server ")
     for variable in (
@@ -227,10 +226,11 @@ def test_prod_unit_carries_the_reference_launch() -> None:
         "CUDA_DEVICE_MAX_CONNECTIONS=1",
         "HF_HOME=/shared/huggingface",
         "TRANSFORMERS_CACHE=/shared/huggingface/hub",
-        "VLLM_ATTENTION_BACKEND=TRITON_MLA",
         "CUDA_DEVICE_ORDER=PCI_BUS_ID",
     ):
         assert f"\nEnvironment={variable}\n" in unit, variable
+    # As the launch that serves today: no attention backend (Pulumi.prod.yaml says why).
+    assert "VLLM_ATTENTION_BACKEND" not in unit
     assert "KillMode=control-group" in unit and "WantedBy=multi-user.target" in unit
     timeout = int(next(line for line in unit.splitlines() if line.startswith("TimeoutStartSec=")).split("=")[1])
     assert timeout > 36 * 60
@@ -336,13 +336,19 @@ def test_remote_invocation_keeps_the_script_exit_status() -> None:
     assert result.returncode == 3 and "time limit" not in result.stderr
 
 
-def test_attention_backend_is_a_flag_from_vllm_0_12(prod_raw: dict[str, Any]) -> None:
+def test_attention_backend_is_a_flag_from_vllm_0_12_and_the_variable_before(prod_raw: dict[str, Any]) -> None:
+    # The preset's backend, which Pulumi.prod.yaml leaves unset to match the launch that serves today.
+    del prod_raw["models"]["kimi-k2.5-int4"]["serving"]
     prod_raw["hosts"][0]["runtime"]["vllmVersion"] = "0.12.0"
     prod_raw["deployments"][0]["overrides"]["extraArgs"] = []
     (rd,) = parse_stack_config(prod_raw).resolved_deployments()
     args = vllm_arguments(rd)
     assert args[args.index("--attention-backend") + 1] == "TRITON_MLA"
     assert "VLLM_ATTENTION_BACKEND" not in engine_environment(rd)
+    prod_raw["hosts"][0]["runtime"]["vllmVersion"] = "0.11.0"
+    (rd,) = parse_stack_config(prod_raw).resolved_deployments()
+    assert "--attention-backend" not in vllm_arguments(rd)
+    assert engine_environment(rd)["VLLM_ATTENTION_BACKEND"] == "TRITON_MLA"
 
 
 def test_args_check_spec_names_each_flags_config_key() -> None:

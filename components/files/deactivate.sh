@@ -27,7 +27,9 @@ for unit in $(printf '%s\n' "${units[@]}" | sort -u); do
     systemctl disable --quiet "$unit" 2>/dev/null || true
     log "stopped and disabled $unit"
   fi
-  rm -f "/etc/systemd/system/$unit" "/etc/vllm-fleet/${unit%.service}.env" "/etc/vllm-fleet/${unit%.service}.placement.env"
+  rm -f "/etc/systemd/system/$unit" "/etc/vllm-fleet/${unit%.service}.env" "/etc/vllm-fleet/${unit%.service}.placement.env" \
+    "/etc/systemd/system/$unit.d/50-vllm-fleet-adopted.conf"
+  rmdir "/etc/systemd/system/$unit.d" 2>/dev/null || true  # only when empty: an operator's drop-ins stay
   systemctl reset-failed "$unit" 2>/dev/null || true
 done
 systemctl daemon-reload

@@ -25,6 +25,7 @@ class FakeUnit:
     outcome: str = "active"
     start_timeout: str = "1min 30s"
     restarts: int = 0
+    main_pid: int = 4242
 
 
 @dataclass
@@ -80,6 +81,7 @@ class RecordingSystemd(systemd.SystemdHost):
             "NRestarts": str(fake.restarts),
             "FragmentPath": str(path) if path.is_file() else "",
             "TimeoutStartUSec": fake.start_timeout,
+            "MainPID": str(fake.main_pid if fake.state == "active" else 0),
         }
         return {p: values[p] for p in props}
 
@@ -566,3 +568,151 @@ def test_a_staging_path_gets_a_copy_before_the_stop_and_the_previous_copy_goes(t
     refused = world.run(plan_c)
     assert refused.status == "refused" and "(hosts[].stagingPath) failed" in refused.message
     assert world.systemd.units["vllm-b.service"].state == "active"
+
+
+# ---- a first take-over that adopts the engine serving now (host/judgement.adoption) ----------------------
+
+PYTHON = "/opt/vllm-env/bin/python3"
+HAND_MADE_ARGV = [
+    PYTHON, "-m", "vllm.entrypoints.openai.api_server", "--model", "/shared/m", "--port", "8000",
+    "--max-model-len", "256", "--trust-remote-code",
+]  # fmt: skip
+HAND_MADE_ENV = {"CUDA_VISIBLE_DEVICES": "0", "NCCL_PROTO": "LL", "TMPDIR": "/tmp/by-hand"}
+
+
+def managed_unit(unit: str, extra_args: str = "", environment: str = "NCCL_PROTO=LL") -> str:
+    """A staged unit shaped as render/units.py writes one: the stack's launch behind the front door."""
+    return (
+        f"{contract.MANAGED_MARK}: stack dev, deployment chat. `pulumi up` overwrites this file;\n[Service]\n"
+        f"Environment={environment}\nEnvironment=VLLM_NO_USAGE_STATS=1\nEnvironment=HF_HUB_OFFLINE=1\n"
+        f"ExecStart={PYTHON} -m vllm.entrypoints.openai.api_server --model /shared/m --served-model-name chat "
+        f"/shared/m --max-model-len 256 --trust-remote-code --host 127.0.0.1 --port ${{VLLM_FLEET_BACKEND_PORT}}"
+        f"{extra_args}\n"
+        f"ExecStartPost={PYTHON} /usr/local/lib/vllm-fleet/wait-ready --host 127.0.0.1 --port "
+        f"${{VLLM_FLEET_BACKEND_PORT}} --served-name chat --timeout 600 --unit {unit}\n"
+    )
+
+
+def serving_by_hand(world: World, unit: str = "vllm-new.service", argv: list[str] = HAND_MADE_ARGV) -> None:
+    """A hand-made engine serving /shared/m under its path on the deployment's port, as the survey sees it."""
+    from host.facts import vllm_launch
+
+    world.hand_made(unit)
+    world.found = {
+        "units": [
+            {"name": unit, "activeState": "active", "enabled": True, "managed": False, "owner": None,
+             "launch": vllm_launch(argv, HAND_MADE_ENV)},
+        ],
+        "listeners": [{"port": 8000, "pid": 4242, "unit": unit, "cmd": "python3 -m vllm..."}],
+        "gpuHolders": [{"pid": 4242, "gpus": [0], "unit": unit, "cmd": "python3"}],
+        "gpuCount": 4,
+    }  # fmt: skip
+
+
+def test_a_hand_made_engine_running_the_stacks_launch_is_adopted_in_place(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    serving_by_hand(world)
+    world.hand_made("vllm-glm5.service", running=False, enabled=True)
+    plan = world.plan(replaces=("vllm-glm5.service",))
+    (Path(plan.state_dir) / "staged" / plan.unit_name).write_text(managed_unit(plan.unit_name))
+    result = world.run(plan)
+    assert result.status == "succeeded", result.message
+    assert "adopted vllm-new.service in place: it keeps serving /shared/m" in result.message
+    # Nothing stopped or started: the engine's process is the one that served before.
+    assert {"stop", "start", "restart"} & set(world.systemd.verbs("vllm-new.service")) == set()
+    assert world.systemd.units["vllm-new.service"].state == "active"
+    assert not any("prewarm:" in line for line in world.lines)
+    # The managed unit is in place, running the hand-made launch through its drop-in until the next swap.
+    assert (world.unit_dir / "vllm-new.service").read_text().startswith(contract.MANAGED_MARK)
+    drop_in = contract.adopted_drop_in("vllm-new.service", world.unit_dir).read_text()
+    assert f"ExecStart=\nExecStart={' '.join(HAND_MADE_ARGV)}\n" in drop_in
+    assert "ExecStartPost=\n" in drop_in and "--served-name /shared/m --timeout 600" in drop_in
+    placement = (world.env_dir / "vllm-new.placement.env").read_text()
+    assert "VLLM_FLEET_BACKEND_PORT=8000\n" in placement and "CUDA_VISIBLE_DEVICES=0\n" in placement
+    record = contract.ActiveRecord.parse((Path(plan.state_dir) / "active").read_text())
+    assert record is not None and record.adopted == "vllm-new.service" and record.placement is None
+    adopted = Path(plan.state_dir) / "adopted"
+    assert json.loads((adopted / "vllm-new.service.was").read_text())["running"] is True
+    assert json.loads((adopted / "in-place.json").read_text())["pid"] == 4242
+    # The other hand-made unit it replaces is put away and disabled, so no boot starts it.
+    assert not (world.unit_dir / "vllm-glm5.service").exists()
+    assert world.systemd.units["vllm-glm5.service"].enabled is False
+    assert not (world.front_door_dir / "sites" / "dev.chat.conf").exists()
+    # The next activation with nothing changed leaves it as it is.
+    again = world.run(plan)
+    assert again.status == "unchanged" and "serves as adopted from vllm-new.service" in again.message
+    # The next swap starts the stack's launch behind the front door: the drop-in goes, the engine restarts.
+    (Path(plan.state_dir) / "staged" / plan.unit_name).write_text(managed_unit(plan.unit_name, " --seed 1"))
+    world.found = {"units": [], "listeners": [], "gpuHolders": [], "gpuCount": 4}
+    swapped = world.run(plan)
+    assert swapped.status == "succeeded", swapped.message
+    assert "restart" in swapped.message or "serving chat" in swapped.message
+    assert not contract.adopted_drop_in("vllm-new.service", world.unit_dir).exists()
+    assert "proxy_pass http://127.0.0.1:18000;" in (world.front_door_dir / "sites" / "dev.chat.conf").read_text()
+
+
+def test_a_swap_that_fails_after_adoption_puts_the_adopted_launch_back(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    serving_by_hand(world)
+    plan = world.plan()
+    (Path(plan.state_dir) / "staged" / plan.unit_name).write_text(managed_unit(plan.unit_name))
+    assert world.run(plan).status == "succeeded"
+    drop_in = contract.adopted_drop_in("vllm-new.service", world.unit_dir).read_text()
+    (Path(plan.state_dir) / "staged" / plan.unit_name).write_text(managed_unit(plan.unit_name, " --seed 1"))
+    world.systemd.units["vllm-new.service"].outcome = "failed"
+    result = world.run(plan)
+    assert result.status == "rollback-failed" or result.status == "rolled-back"
+    assert contract.adopted_drop_in("vllm-new.service", world.unit_dir).read_text() == drop_in
+
+
+def test_a_launch_that_differs_is_taken_over_by_stop_then_start_naming_each_difference(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    serving_by_hand(world, argv=[*HAND_MADE_ARGV, "--gpu-memory-utilization", "0.95"])
+    plan = world.plan()
+    (Path(plan.state_dir) / "staged" / plan.unit_name).write_text(
+        managed_unit(plan.unit_name, environment="NCCL_PROTO=Simple")
+    )
+    old = None
+    found = world.found
+    judged = judgement.judge(plan, found, {}, lambda u: u == "vllm-new.service", old, launch_of(plan))
+    assert judged.adoption is not None and not judged.adoption.in_place
+    assert judged.decision.mode == "stop-start"
+    assert "it sets --gpu-memory-utilization 0.95, the stack does not" in judged.adoption.differences
+    assert "its environment has NCCL_PROTO=LL, the stack's NCCL_PROTO=Simple" in judged.adoption.differences
+    result = world.run(plan)
+    assert result.status == "succeeded" and "stop" in world.systemd.verbs("vllm-new.service")
+
+
+def launch_of(plan: contract.Plan) -> dict[str, object] | None:
+    from host.facts import unit_environment, unit_launch
+
+    text = (Path(plan.state_dir) / "staged" / plan.unit_name).read_text()
+    return unit_launch(text, unit_environment(text))
+
+
+def test_adoption_judges_unit_name_port_gpus_model_and_flag_spellings(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    # The same launch spelled another way (`vllm serve` with --a=b and underscores): nothing differs.
+    spelled = [PYTHON, "-m", "vllm.entrypoints.cli.main", "serve", "/shared/m/", "--port=8000",
+               "--max_model_len=256", "--trust-remote-code", "-tp", "1"]  # fmt: skip
+    serving_by_hand(world, argv=spelled)
+    plan = world.plan()
+    (Path(plan.state_dir) / "staged" / plan.unit_name).write_text(managed_unit(plan.unit_name))
+    wanted = launch_of(plan)
+    judged = judgement.judge(plan, world.found, {}, lambda u: True, None, wanted)
+    assert judged.adoption is not None and judged.adoption.differences == (), judged.adoption
+    assert judged.decision.mode == "adopt" and judged.conflicts == []
+    # Another unit name, port, all GPUs (no CUDA_VISIBLE_DEVICES) and other model files each differ.
+    serving_by_hand(world, unit="vllm-legacy.service", argv=[*HAND_MADE_ARGV[:4], "/shared/other", "--port", "9000"])
+    world.found["units"][0]["launch"]["gpus"] = None  # type: ignore[index]
+    other = world.plan(replaces=("vllm-legacy.service",))
+    judged = judgement.judge(other, world.found, {}, lambda u: True, None, wanted)
+    assert judged.adoption is not None
+    text = " | ".join(judged.adoption.differences)
+    assert "set vllm-fleet:deployments[chat].unitName: vllm-legacy" in text
+    assert "it listens on port 9000, the deployment on 8000" in text
+    assert "it runs on GPU 0,1,2,3, the stack on 1 of [0]" in text
+    assert "it serves the model files in /shared/other, the stack those in /shared/m" in text
+    # Once vllm-fleet serves the deployment there is nothing to adopt.
+    record = contract.ActiveRecord("vllm-new.service", "chat", 8000, (0,), 18000)
+    assert judgement.adoption(plan, world.found, wanted, record) is None

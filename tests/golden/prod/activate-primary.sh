@@ -3,7 +3,7 @@
 readonly STATE_DIR=/var/lib/vllm-fleet/deployments/prod.primary
 readonly PYTHON=/root/ml-env/bin/python3
 readonly TOOLS_DIR=/usr/local/lib/vllm-fleet
-readonly UNIT_SHA256=8dff7da4d74b4aaeee8c141bffed291831247ada4288eee5cc302528bb5c5ec7
+readonly UNIT_SHA256=4b1d6c4e6513dfd9967f41ce30a80bfd02ac80c9c20543100ce169f282ef758f
 readonly REPAIRS=0
 readonly PLAN='{
  "access_dir": "/etc/vllm-fleet/frontdoor/access/prod.primary",
@@ -48,7 +48,7 @@ readonly PLAN='{
  "swap_mode": "auto",
  "tools_dir": "/usr/local/lib/vllm-fleet",
  "unit_name": "vllm-kimi-k25-int4.service",
- "unit_sha256": "8dff7da4d74b4aaeee8c141bffed291831247ada4288eee5cc302528bb5c5ec7",
+ "unit_sha256": "4b1d6c4e6513dfd9967f41ce30a80bfd02ac80c9c20543100ce169f282ef758f",
  "unit_stem": "vllm-kimi-k25-int4"
 }'
 # <the body of components/files/activate.sh after line 1: 19 lines, 1255 bytes, sha256 6af6ca76c507decf8c3364fbde0f1c38e4df85ba3d06d9b865348b0f285f2559>
