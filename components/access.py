@@ -75,6 +75,8 @@ class AccessInputs:
     api_keys: pulumi.Output[Mapping[str, str]]
     tls_private_key: pulumi.Input[str] | None
     certificate: str | None
+    # How many keys the front door accepts (none: it asks for none); the count is no secret.
+    key_count: int = 0
 
 
 def build_access(

@@ -54,4 +54,4 @@ def read_access(config: pulumi.Config, stack: StackConfig) -> AccessInputs:
         pulumi.log.warn(warning)
     if errors:
         raise pulumi.RunError(f"invalid stack config (Pulumi.{pulumi.get_stack()}.yaml):\n" + "\n".join(errors))
-    return AccessInputs(pulumi.Output.secret(keys), tls_key, certificate)
+    return AccessInputs(pulumi.Output.secret(keys), tls_key, certificate, len(keys))

@@ -117,7 +117,7 @@ def check_hosts(stack: Stack) -> tuple[Stack, dict[str, int]]:
                     "was edited by hand; this update activates the stack's unit again"
                 )
         for rd in on_host:
-            info, warnings = host_survey.client_id_lines(stack.name, rd, found)
+            info, warnings = host_survey.client_id_lines(stack.name, rd, found, asks_key=stack.access.key_count > 0)
             notes += warnings
             for line in info:
                 pulumi.log.info(line)

@@ -349,13 +349,15 @@ def with_client_ids(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -
     return rd.model_copy(update={"deployment": deployment})
 
 
-def client_id_lines(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> tuple[list[str], list[str]]:
+def client_id_lines(
+    stack: str, rd: ResolvedDeployment, found: dict[str, Any], asks_key: bool = False
+) -> tuple[list[str], list[str]]:
     """(info, warnings): the ids clients can send before and after this update, and each that disappears."""
     before = client_ids(stack, rd, found)[0]
     after = list(rd.served_model_names)
     where = f"host {rd.host.name!r}, deployment {rd.deployment.name!r}"
     if not before or before == after:
-        return [], key_warnings(stack, rd, found)
+        return [], key_warnings(stack, rd, found, asks_key)
     adopted = judgement(stack, rd, found).adoption
     if adopted is not None and adopted.in_place:
         # Adopted in place, the engine keeps its own ids until the next swap starts the stack's launch.
@@ -373,13 +375,13 @@ def client_id_lines(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -
         f"vllm-fleet:deployments[{rd.deployment.name}].alsoServedAs to keep it"
         for i in gone
     ]
-    return info, warnings + key_warnings(stack, rd, found)
+    return info, warnings + key_warnings(stack, rd, found, asks_key)
 
 
-def key_warnings(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> list[str]:
-    """A take-over puts the front door, which asks for one of vllm-fleet:apiKeys unless access.open, in
-    front of hand-made engines that took requests without a key: their clients start getting 401."""
-    if rd.access.open or (found.get("active") or {}).get(owner_key(stack, rd.deployment.name), {}).get("unit"):
+def key_warnings(stack: str, rd: ResolvedDeployment, found: dict[str, Any], asks_key: bool) -> list[str]:
+    """A take-over puts the front door, which asks for one of vllm-fleet:apiKeys when the stack has keys,
+    in front of hand-made engines that took requests without a key: their clients start getting 401."""
+    if not asks_key or (found.get("active") or {}).get(owner_key(stack, rd.deployment.name), {}).get("unit"):
         return []
     keyless = [
         unit["name"]

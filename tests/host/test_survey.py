@@ -240,21 +240,18 @@ def test_a_take_over_keeps_the_ids_clients_send_and_the_preview_says_so(dev_raw:
     kept = host_survey.with_client_ids("dev", rd, found)
     assert kept.served_model_names == ("chat", "/shared/legacy-a")
     info, warnings = host_survey.client_id_lines("dev", kept, found)
+    assert warnings == []  # no API keys: the front door asks for none
+    info, warnings = host_survey.client_id_lines("dev", kept, found, asks_key=True)
     assert info == [
         "host 'sandbox', deployment 'chat': model ids clients can send on port 8000: today ['/shared/legacy-a']; "
         "after this update ['chat', '/shared/legacy-a']"
     ]
-    # The dev stack asks for API keys; the hand-made engine took none: its clients start getting 401.
+    # With API keys the front door asks for one; the hand-made engine took none: its clients get 401.
     assert warnings == [
         "host 'sandbox', deployment 'chat': vllm-legacy.service answers on port 8000 without an API key; after "
         "this update the front door asks for one of vllm-fleet:apiKeys and clients that send none get 401. Give "
         "every client a key first, or set vllm-fleet:access.open: true to keep the port open"
     ]
-    dev_raw["access"] = {**dev_raw.get("access", {}), "open": True}
-    dev_raw.pop("apiKeys", None)
-    opened = host_survey.with_client_ids("dev", parse_stack_config(dev_raw).resolved_deployments()[0], found)
-    assert host_survey.client_id_lines("dev", opened, found)[1] == []
-    dev_raw["access"]["open"] = False
     # The stack says otherwise: the id goes, and the preview warns with the key that keeps it.
     dev_raw["deployments"][0]["alsoServedAs"] = []
     only = host_survey.with_client_ids("dev", parse_stack_config(dev_raw).resolved_deployments()[0], found)
