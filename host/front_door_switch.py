@@ -1,0 +1,81 @@
+"""The swap's part at the front door: point the deployment's site at an engine with a graceful reload
+and check through the public port that it answers. Standard library only."""
+
+from __future__ import annotations
+
+import urllib.error
+from pathlib import Path
+
+from host.contract import FRONT_DOOR_UNIT, NGINX, Placement
+from host.front_door import first_key, front_door_site
+from host.swap_files import file_text, restore_file, write_file
+from host.systemd import now
+from host.transaction_base import TransactionBase
+
+
+class FrontDoorSwitch(TransactionBase):
+    def switch_front_door(self, placement: Placement | None) -> str | None:
+        """Point the deployment's site at `placement` (None: remove it) with a graceful reload and check
+        through the public port that the new engine answers. None when done; else what failed, the site
+        put back as it was."""
+        plan = self.plan
+        before = file_text(self.site_path)
+        wanted = front_door_site(plan, placement) if placement is not None else None
+        if wanted == before and (wanted is None or self.host.running(FRONT_DOOR_UNIT)):
+            return self.verify_front_door(placement)
+        self.site_path.parent.mkdir(parents=True, exist_ok=True)
+        if wanted is None:
+            self.site_path.unlink(missing_ok=True)
+        else:
+            write_file(self.site_path, wanted, 0o644)
+        problem = self.reload_front_door()
+        if problem is None:
+            problem = self.verify_front_door(placement)
+        if problem is not None:
+            restore_file(self.site_path, before)
+            self.reload_front_door()
+        return problem
+
+    def reload_front_door(self) -> str | None:
+        status, output = self.host.attempt(NGINX, "-t", "-q", "-c", str(self.front_door_dir / "nginx.conf"))
+        if status != 0:
+            return f"nginx -t refused the configuration: {output[-400:]}"
+        action = "reload" if self.host.running(FRONT_DOOR_UNIT) else "start"
+        status, output = self.host.attempt("systemctl", action, FRONT_DOOR_UNIT)
+        if status != 0:
+            return f"systemctl {action} {FRONT_DOOR_UNIT} failed: {output[-400:]}"
+        return None
+
+    def verify_front_door(self, placement: Placement | None, timeout: float = 15.0) -> str | None:
+        """The public port answers /v1/models from the new engine (its header), within `timeout`."""
+        if placement is None:
+            return None
+        host = self.plan.readiness_address
+        cafile, headers = self.front_door_credentials()
+        scheme = "https" if cafile is not None else "http"
+        url = f"{scheme}://{'[' + host + ']' if ':' in host else host}:{self.plan.port}/v1/models"
+        deadline = now() + timeout
+        seen = "no answer"
+        while True:
+            try:
+                backend = self.host.backend_behind(url, headers, cafile)
+                if backend == self.plan.unit_name:
+                    return None
+                seen = f"answered by {backend or 'no engine of ours'}"
+            except (urllib.error.URLError, OSError) as error:
+                seen = str(getattr(error, "reason", error))
+            if now() >= deadline:
+                return f"{url} did not answer from {self.plan.unit_name} within {timeout:g} s ({seen})"
+            self.sleep(0.2)
+
+    def front_door_credentials(self) -> tuple[str | None, dict[str, str]]:
+        """The certificate to trust (None: plain HTTP) and the headers (an API key) of the check through
+        the front door, read from the deployment's access files: no key on a command line or in a unit."""
+        plan = self.plan
+        if not plan.access_dir:
+            return None, {}
+        certificate = Path(plan.access_dir) / "tls.crt"
+        keys = file_text(Path(plan.keys_file)) if plan.keys_file else None
+        key = first_key(keys) if keys is not None else None
+        headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
+        return (str(certificate) if certificate.is_file() else None), headers

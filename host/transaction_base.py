@@ -1,0 +1,220 @@
+"""What every part of the swap transaction shares: the plan, the host's systemd, the deployment's state
+(active record, claims, backups) and starting a unit until it serves. The parts (stop-then-start and the
+runner in host/transaction.py, blue/green, rollback, the front door, the take-over of hand-made units)
+build on it. Standard library only."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from host.contract import (
+    ETC_DIR,
+    FRONT_DOOR_DIR,
+    STATE_DIR,
+    UNIT_DIR,
+    ActiveRecord,
+    Claims,
+    Placement,
+    Plan,
+    Result,
+    adopted_drop_in,
+    read_claims,
+)
+from host.judgement import claim_conflicts
+from host.swap_files import remove_drop_in
+from host.systemd import SystemdHost, now
+
+STATE_ROOT = Path(STATE_DIR)
+UNIT_PATH = Path(UNIT_DIR)
+ENV_DIR = Path(ETC_DIR)
+FRONT_DOOR_PATH = Path(FRONT_DOOR_DIR)
+
+
+class SwapRefused(Exception):
+    """A check failed before anything was stopped."""
+
+
+# ---- the transaction ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Backup:
+    unit: str
+    file: Path | None  # where its unit file lived (None: it had none)
+    saved: Path | None  # the copy in the state directory
+    was_running: bool
+    was_enabled: bool
+    drop_in: Path | None = None  # the copy of its adopted-launch drop-in, when it had one
+
+
+class TransactionBase:
+    def __init__(
+        self,
+        plan: Plan,
+        host: SystemdHost | None = None,
+        log: Callable[[str], None] = print,
+        state_root: Path = STATE_ROOT,
+        unit_dir: Path = UNIT_PATH,
+        env_dir: Path = ENV_DIR,
+        sleep: Callable[[float], None] = time.sleep,
+        front_door_dir: Path = FRONT_DOOR_PATH,
+    ) -> None:
+        self.plan = plan
+        self.host = host or SystemdHost()
+        self._log = log
+        self.state_root = state_root
+        self.unit_dir = unit_dir
+        self.env_dir = env_dir
+        self.front_door_dir = front_door_dir
+        self.sleep = sleep
+        self.state_dir = Path(plan.state_dir)
+        self.timings: dict[str, float] = {}
+
+    def log(self, message: str) -> None:
+        self._log(f"[{self.plan.deployment}] {message}")
+
+    # -- checks while the old model serves ------------------------------------------------------------
+
+    def live_claims(self) -> dict[str, Claims]:
+        return read_claims(self.state_root)
+
+    def others_gpus(self) -> frozenset[int]:
+        """GPUs other live deployments on this host claim: not for this deployment's engines."""
+        return frozenset(
+            gpu for owner, held in self.live_claims().items() if owner != self.plan.owner for gpu in held.gpus
+        )
+
+    def claim(self, gpus: frozenset[int] = frozenset(), write: bool = True) -> None:
+        """Claim the ports and unit name (and `gpus`, the GPUs the engines use now) for this deployment.
+
+        GPUs are claimed as placed, not as listed: deployments[].gpus is where the deployment may run,
+        and a GPU only it lists but does not use stays free for another stack's deployment."""
+        ports = frozenset({self.plan.port, *self.plan.backend_ports})
+        wanted = Claims(gpus, ports, frozenset({self.plan.unit_name}))
+        problems = claim_conflicts(self.plan.owner, wanted, self.live_claims())
+        if problems:
+            raise SwapRefused(" ".join(problems))
+        if not write:
+            return
+        directory = self.state_root / "claims"
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"{self.plan.owner}.json"
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(wanted.to_json(), encoding="utf-8")
+        temporary.replace(path)
+
+    def run_tool(self, tool: str, *args: str) -> int:
+        """Run one of the host tools with the deployment's python, its output logged line by line."""
+        result = subprocess.run(
+            [self.plan.python, f"{self.plan.tools_dir}/{tool}", *args], capture_output=True, text=True, check=False
+        )
+        for line in (result.stdout + result.stderr).splitlines():
+            self.log(line)
+        return result.returncode
+
+    def drop_staged_copy(self, record: ActiveRecord | None) -> None:
+        """Remove the staging copy the previous engine loaded from, unless another deployment uses it."""
+        if record is None or record.staged_copy is None or record.staged_copy == self.plan.staged_copy:
+            return
+        directory = self.state_root / "deployments"
+        for active in directory.glob("*/active") if directory.is_dir() else ():
+            other = ActiveRecord.parse(active.read_text(encoding="utf-8"))
+            if active.parent.name != self.plan.owner and other is not None and other.staged_copy == record.staged_copy:
+                return
+        shutil.rmtree(record.staged_copy, ignore_errors=True)
+        self.log(f"removed the staging copy {record.staged_copy}")
+
+    def active_record(self) -> ActiveRecord | None:
+        path = self.state_dir / "active"
+        return ActiveRecord.parse(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+    def write_active(self, record: ActiveRecord) -> None:
+        temporary = self.state_dir / "active.tmp"
+        temporary.write_text(record.text(), encoding="utf-8")
+        temporary.replace(self.state_dir / "active")
+
+    def backup(self, unit: str, backups: Path) -> Backup:
+        file = self.host.unit_file(unit)
+        saved = None
+        if file is not None and file.is_file():
+            saved = backups / unit
+            shutil.copy2(file, saved)
+        drop_in = None
+        if adopted_drop_in(unit, self.unit_dir).is_file():
+            drop_in = backups / f"{unit}.adopted.conf"
+            shutil.copy2(adopted_drop_in(unit, self.unit_dir), drop_in)
+        return Backup(unit, file, saved, self.host.running(unit), self.host.enabled(unit), drop_in)
+
+    @property
+    def site_path(self) -> Path:
+        return self.front_door_dir / "sites" / f"{self.plan.owner}.conf"
+
+    def placement_path(self, unit: str) -> Path:
+        return self.env_dir / f"{unit.removesuffix('.service')}.placement.env"
+
+    def record(self, placement: Placement) -> ActiveRecord:
+        plan = self.plan
+        return ActiveRecord(
+            plan.unit_name, plan.served_name, plan.port, placement.gpus, placement.port, plan.staged_copy
+        )
+
+    def succeeded(self, placement: Placement, old: ActiveRecord | None) -> Result:
+        plan = self.plan
+        self.claim(frozenset(placement.gpus))
+        self.drop_staged_copy(old)
+        self.log(f"serving {plan.served_name} from {plan.unit_name} behind the front door on port {plan.port}")
+        self.log("timing: " + " ".join(f"{k}={v:.2f}s" for k, v in self.timings.items() if k != "blue_green"))
+        return Result("succeeded", f"serving {plan.served_name} from {plan.unit_name}", plan.digest, self.timings)
+
+    def remove_unit_files(self, unit: str) -> None:
+        (self.unit_dir / unit).unlink(missing_ok=True)
+        remove_drop_in(adopted_drop_in(unit, self.unit_dir))
+        stem = unit.removesuffix(".service")
+        (self.env_dir / f"{stem}.env").unlink(missing_ok=True)
+        self.placement_path(unit).unlink(missing_ok=True)
+        self.host.run("systemctl", "daemon-reload")
+        self.host.run("systemctl", "reset-failed", unit, check=False)
+
+    def start_new(self, what: str) -> tuple[bool, str]:
+        """Start the new unit and wait until it serves: (ready, the journal cursor from before its start)."""
+        plan = self.plan
+        self.log(f"starting {plan.unit_name} ({what}; up to {plan.ready_timeout} s)")
+        cursor = self.host.journal_cursor()
+        start = now()
+        self.host.run("systemctl", "start", "--no-block", plan.unit_name)
+        ready = self.wait_active(plan.unit_name, plan.ready_timeout)
+        if ready:
+            self.timings["start_to_ready"] = now() - start
+        return ready, cursor
+
+    def wait_active(self, unit: str, timeout: float) -> bool:
+        """Until `unit` is active (its ExecStartPost saw it serve), failed, restarting, or out of time."""
+        started = now()
+        last_report = 0.0
+        while True:
+            props = self.host.show(unit, "ActiveState", "NRestarts")
+            state = props.get("ActiveState", "inactive")
+            elapsed = now() - started
+            if state == "active":
+                return True
+            if state == "failed":
+                self.log(f"{unit} failed after {elapsed:.0f} s")
+                return False
+            if int(props.get("NRestarts", "0") or 0) > 0:
+                self.log(f"{unit} failed after {elapsed:.0f} s and systemd is restarting it")
+                return False
+            if elapsed >= timeout:
+                self.log(f"{unit} is not ready after {timeout:g} s (state: {state})")
+                return False
+            if elapsed - last_report >= self.plan.report_every:
+                lines, _ = self.host.journal(unit, "", lines=1)
+                self.log(
+                    f"starting {unit}: {elapsed:.0f}/{timeout:g} s, state {state}; last log: {(lines or ['none'])[-1][:200]}"
+                )
+                last_report = elapsed
+            self.sleep(0.25)
