@@ -172,7 +172,10 @@ def adoption(
             f"it runs on GPU {','.join(map(str, gpus)) or 'none'}, the stack on {plan.gpus_needed} of {list(plan.gpus)} ({key}.gpus)"
         )
     differences += launch_differences(launch, wanted)
-    pid = next((entry.get("pid") for entry in found.get("listeners", []) if entry.get("unit") == unit["name"]), None)
+    # The unit's main process (a listener's PID may be an engine process that inherited the socket).
+    pid = unit.get("mainPid") or next(
+        (entry.get("pid") for entry in found.get("listeners", []) if entry.get("unit") == unit["name"]), None
+    )
     ids = tuple(launch.get("servedNames") or ())
     return Adoption(unit["name"], pid, gpus, ids, tuple(launch["argv"]), tuple(differences))
 
