@@ -259,7 +259,13 @@ def judge(
     key = plan.config_key
     units = {u["name"]: u for u in found.get("units", [])}
     leaving = leaving_units(plan, old)
-    replaces_running = any(is_running(u) for u in plan.replaces)
+    # Hand-made units it replaces that run: not the deployment's own engine, which a take-over may have put
+    # under a replaced unit's name (vllm-minimax-m25.service is the managed unit of MiniMax on the server).
+    replaces_running = any(
+        is_running(u)
+        for u in plan.replaces
+        if u != (old.unit if old is not None else None) and not (units.get(u) or {}).get("managed")
+    )
     old_running = old is not None and is_running(old.unit)
 
     def ours(unit: str | None) -> bool:

@@ -250,8 +250,11 @@ class Transaction(BlueGreen, Rollback, TakeOver):
             return self.roll_back(backups, env_backup, placement_backup, unit_path, env_path, cursor, site_before, old)
         self.timings["total"] = now() - started
         self.write_active(self.record(placement))
-        if old_unit and old_unit != plan.unit_name and old_unit not in plan.replaces:
-            # The previous managed unit of this deployment: its files go, a backup stays until the next swap.
+        old_file = self.unit_dir / old_unit
+        if old_unit and old_unit != plan.unit_name and (not old_file.is_file() or is_managed(old_file.read_text())):
+            # The previous managed unit of this deployment (also when `replaces` names it, as a take-over names
+            # the hand-made unit of the managed name): its files and any adoption drop-in go, a backup stays
+            # until the next swap. A hand-made one is put away below.
             self.remove_unit_files(old_unit)
         self.put_away_hand_made(backups)
         return self.succeeded(placement, old)

@@ -28,6 +28,7 @@ from scripts import status
 from scripts.api_client import client
 from scripts.monitoring import promtool_check, write_files
 from tests.support import engine, sandbox_env
+from tests.support.paths import ROOT
 from tests.support.sandbox_env import on_host
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
@@ -166,7 +167,9 @@ def monitored(sandbox: None, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     yield state
     if state.prometheus is not None:
         state.prometheus.stop()
-    print(f"monitoring figures: {state.figures}")
+    # The alert's timings, for the notes and anyone checking them after a run.
+    (ROOT / ".run").mkdir(exist_ok=True)
+    (ROOT / ".run" / "monitoring-figures.json").write_text(json.dumps(state.figures, indent=1, sort_keys=True))
     try:
         state.stack.destroy(on_output=state.output.append)
     finally:

@@ -716,3 +716,29 @@ def test_adoption_judges_unit_name_port_gpus_model_and_flag_spellings(tmp_path: 
     # Once vllm-fleet serves the deployment there is nothing to adopt.
     record = contract.ActiveRecord("vllm-new.service", "chat", 8000, (0,), 18000)
     assert judgement.adoption(plan, world.found, wanted, record) is None
+
+
+def test_after_an_adoption_a_swap_away_and_back_leaves_no_adopted_launch_behind(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    serving_by_hand(world)
+    world.hand_made("vllm-b.service", running=False, enabled=False)  # as vllm-minimax-m25 on the server
+    replaces = ("vllm-new.service", "vllm-b.service")
+    plan = world.plan(replaces=replaces, gpus=(0, 1))
+    (Path(plan.state_dir) / "staged" / plan.unit_name).write_text(managed_unit(plan.unit_name))
+    assert world.run(plan).status == "succeeded"
+    world.found = {"units": [], "listeners": [], "gpuHolders": [], "gpuCount": 4}
+    # Away: the adopted engine stops; its unit (named in replaces, but vllm-fleet's own now) goes, drop-in too.
+    away = world.run(world.plan(unit="vllm-b.service", replaces=replaces, gpus=(0, 1)))
+    assert away.status == "succeeded", away.message
+    assert not (world.unit_dir / "vllm-new.service").exists()
+    assert not contract.adopted_drop_in("vllm-new.service", world.unit_dir).exists()
+    # Back, beside the other engine: the stack's launch starts, not the adopted one.
+    back_plan = world.plan(replaces=replaces, gpus=(0, 1))
+    (Path(back_plan.state_dir) / "staged" / back_plan.unit_name).write_text(managed_unit(back_plan.unit_name))
+    contract.adopted_drop_in("vllm-new.service", world.unit_dir).parent.mkdir(exist_ok=True)
+    contract.adopted_drop_in("vllm-new.service", world.unit_dir).write_text("[Service]\nExecStart=\n")
+    back = world.run(back_plan)
+    assert back.status == "succeeded", back.message
+    assert any("swap mode: blue-green" in line for line in world.lines)
+    assert not contract.adopted_drop_in("vllm-new.service", world.unit_dir).exists()
+    assert (world.unit_dir / "vllm-new.service").read_text().startswith(contract.MANAGED_MARK)
