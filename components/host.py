@@ -57,7 +57,7 @@ class GpuHost(pulumi.ComponentResource):
             depends_on=[self.preflight],
             timeout_seconds=300,
         )
-        # The host package (controller/host_bundle.py): one archive of every host tool, so a changed tool
+        # The host package (render/host_bundle.py): one archive of every host tool, so a changed tool
         # changes this one step. No delete: the files go with the directory, which the tools step removes
         # once no deployment of any stack is left on the host.
         self.package = remote_step(

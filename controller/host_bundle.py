@@ -1,91 +1,10 @@
-"""The host package as it ships: `host/` as one zip archive, a launcher per tool, and a bootstrap that
-runs one of its tools over SSH before anything is installed.
+"""Moved to render/host_bundle.py: building the host package is a pure function of host/'s files, and
+render/steps.py ships it, so it lives below the steps rather than above them.
 
-A host gets one archive (`/usr/local/lib/vllm-fleet/vllm-fleet-host.pyz`) and, for each tool the units
-and steps call by path, a launcher of three lines that runs the tool's module from it. The archive is
-built reproducibly (sorted names, fixed timestamps and modes), so it changes, and its install step
-shows an update in the preview, exactly when a file of `host/` changes; its digest is the package's
-version. The survey and `make status` run before the tools exist on a new host: they send the same
-archive on stdin inside a bootstrap (`bootstrap_source`), so the code that reads the host in a preview
-is the code the swap runs there.
+Only controller/survey.py still imports it from here; once that import names render.host_bundle, this
+file goes.
 """
 
-from __future__ import annotations
+from render.host_bundle import bootstrap_source, version
 
-import base64
-import functools
-import hashlib
-import io
-import zipfile
-from pathlib import Path
-
-from host.contract import BUNDLE_NAME, TOOLS_DIR
-
-HOST_PACKAGE = Path(__file__).resolve().parent.parent / "host"
-# Tool name (what units and steps call) -> the module of the host package that runs it.
-TOOLS: dict[str, str] = {
-    "gpu-release-guard": "host.gpu_release_guard",
-    "wait-ready": "host.wait_ready",
-    "model-sync": "host.model_sync",
-    "vllm-args-check": "host.vllm_args_check",
-    "swap": "host.swap",
-    "survey": "host.survey",
-    "prewarm": "host.prewarm",
-    "node-watch": "host.node_watch",
-    "status": "host.status",
-    "clean-shm": "host.clean_shm",
-}
-_FIXED_TIME = (1980, 1, 1, 0, 0, 0)
-
-
-@functools.cache
-def archive() -> bytes:
-    """The host package as a zip archive, byte for byte the same for the same sources."""
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as bundle:
-        for path in sorted(HOST_PACKAGE.glob("*.py")):
-            info = zipfile.ZipInfo(f"host/{path.name}", date_time=_FIXED_TIME)
-            info.compress_type = zipfile.ZIP_DEFLATED
-            info.external_attr = 0o644 << 16
-            bundle.writestr(info, path.read_bytes(), compresslevel=9)
-    return buffer.getvalue()
-
-
-def version() -> str:
-    """The package's version: the digest of its archive."""
-    return hashlib.sha256(archive()).hexdigest()[:16]
-
-
-def launcher(tool: str) -> str:
-    """The file installed as TOOLS_DIR/<tool>: runs the tool's module from the archive beside it."""
-    return (
-        "#!/usr/bin/env python3\n"
-        f"# vllm-fleet {tool}: runs {TOOLS[tool]} from the host package {BUNDLE_NAME} beside this file.\n"
-        "import os, runpy, sys\n"
-        f'sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "{BUNDLE_NAME}"))\n'
-        f'runpy.run_module("{TOOLS[tool]}", run_name="__main__", alter_sys=True)\n'
-    )
-
-
-def bundle_path() -> str:
-    return f"{TOOLS_DIR}/{BUNDLE_NAME}"
-
-
-@functools.cache
-def bootstrap_source(module: str) -> str:
-    """Python source that, piped into `python3 -`, runs `module` of the host package from a private copy
-    of the archive it carries (the host needs nothing installed). Arguments follow the `-`."""
-    encoded = base64.b64encode(archive()).decode()
-    return (
-        "import base64, os, runpy, sys, tempfile\n"
-        f"# vllm-fleet host package {version()}: runs {module} without installing anything\n"
-        f'data = base64.b64decode("{encoded}")\n'
-        'handle, path = tempfile.mkstemp(prefix="vllm-fleet-host-", suffix=".pyz")\n'
-        "os.write(handle, data)\n"
-        "os.close(handle)\n"
-        "sys.path.insert(0, path)\n"
-        "try:\n"
-        f'    runpy.run_module("{module}", run_name="__main__", alter_sys=True)\n'
-        "finally:\n"
-        "    os.unlink(path)\n"
-    )
+__all__ = ["bootstrap_source", "version"]

@@ -7,6 +7,6 @@ under whatever Python the host's vLLM venv has:
   judgement   the one judgement of a swap, which the preview and the swap both call
   the tools   swap (transaction, systemd, front_door), survey, status, gpu_release_guard, wait_ready,
               model_sync, prewarm, vllm_args_check, node_watch
-controller/host_bundle.py ships it as one archive with a launcher per tool (/usr/local/lib/vllm-fleet/),
+render/host_bundle.py ships it as one archive with a launcher per tool (/usr/local/lib/vllm-fleet/),
 and pipes the same archive into the host's python for the survey before anything is installed.
 """

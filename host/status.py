@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """vllm-fleet status: what a host's deployments are doing now, read-only, as one JSON document on stdout.
 
-The controller pipes the host package into the host's python3 over SSH (controller/host_bundle.py) (`make status`, scripts/status.py), and
+The controller pipes the host package into the host's python3 over SSH (render/host_bundle.py) (`make status`, scripts/status.py), and
 the post-deploy report step runs it after every deploy (its `--bench` runs the smoke benchmark). It takes
 one JSON argument, {"deployments": [{"owner": "stack.deployment", "unit", "stateDir", "modelDir", "python",
 "frontDoor": "http://addr:port", "gpus": [...], "servedName", "bench": null | {...}}]} and reports, per

@@ -19,6 +19,7 @@ from controller import status, survey
 from models.loader import ConfigError, parse_stack_config, read_stack_file
 from models.monitoring import Monitoring
 from render import monitoring as render
+from render import report
 from render.units import render_unit
 from scripts.monitoring import promtool_check, write_files
 from tests.support.paths import ROOT
@@ -360,7 +361,7 @@ def test_a_stopped_unit_is_drift_that_the_next_up_repairs(dev_raw: dict[str, Any
     assert survey.repairs("dev", rd, found("active")) == 2
     assert survey.repairs("dev", rd, found("activating")) == 2  # loading: it serves soon
     assert survey.repairs("dev", rd, found("inactive")) == 3 and survey.repairs("dev", rd, found("failed")) == 3
-    entry = status.spec(rd, "dev")
+    entry = report.spec(rd, "dev")
     facts = {"fileSha256": entry["unitSha256"], "enabled": "enabled", "model": {"state": "verified"}}
     assert status.drift(entry, {**facts, "activeState": "active"}, []) == []
     assert status.drift(entry, {**facts, "activeState": "inactive"}, []) == [

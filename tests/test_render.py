@@ -18,12 +18,11 @@ from typing import Any
 
 import pytest
 
-from controller import host_bundle
 from host.contract import BUNDLE_NAME
 from models.config import StackConfig
 from models.loader import load_stack_file, parse_stack_config
 from render import access as render_access
-from render import steps
+from render import host_bundle, steps
 from render.launch import args_check_spec, engine_environment, vllm_arguments
 from render.paths import FILES, FRONT_DOOR_UNIT, TOOLS_DIR, UNIT_DIR
 from render.scripts import HEREDOC_DELIMITER, MAX_SCRIPT_BYTES, heredoc_file, remote_invocation, render_script
