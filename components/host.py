@@ -9,7 +9,7 @@ from typing import Any
 import pulumi
 
 from components.remote import StepLedger, Target, connect, remote_step
-from models.config import Host
+from models.hosts import Host
 from render.steps import preflight_script, tools_delete_script, tools_package_script, tools_script
 
 

@@ -13,7 +13,8 @@ from dataclasses import asdict
 from string import Template
 
 from host.contract import BUNDLE_NAME
-from models.config import Host, ModelSpec, ResolvedDeployment, Storage
+from models.config import ModelSpec, ResolvedDeployment
+from models.hosts import Host, Storage
 from render import host_bundle
 from render.launch import args_check_spec, node_args_check_spec
 from render.paths import (

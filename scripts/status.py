@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 from controller import status as host_status  # noqa: E402
 from controller.survey import SurveyFailed, ssh_python  # noqa: E402
-from models.config import Host  # noqa: E402
+from models.hosts import Host  # noqa: E402
 
 
 def pulumi(*args: str) -> str:

@@ -14,7 +14,7 @@ import pytest
 
 from controller import survey as host_survey
 from controller.probe import HostUnreachable, probe_all
-from models.config import Host
+from models.hosts import Host
 
 DELAY = 1.0
 
