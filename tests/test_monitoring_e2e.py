@@ -27,8 +27,9 @@ from pulumi import automation as auto
 from scripts import status
 from scripts.api_client import client
 from scripts.monitoring import promtool_check, write_files
-from tests.support import engine, sandbox_env
+from tests.support import sandbox_env
 from tests.support.sandbox_env import on_host
+from tests.support.sandbox_stack import SandboxStack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
 
@@ -120,13 +121,11 @@ def wait_for(check: Callable[[], T | None], timeout: float, what: str, every: fl
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
-class Monitored:
+class Monitored(SandboxStack):
     def __init__(self, tmp: Path) -> None:
+        super().__init__(tmp, STACK)
         self.tmp = tmp
-        self.work = engine.project_copy(tmp / "project")
-        self.backend = tmp / "state"
         self.files = tmp / "monitoring"
-        self.output: list[str] = []
         self.prometheus: Prometheus | None = None
         self.figures: dict[str, float] = {}
 
@@ -135,17 +134,10 @@ class Monitored:
         config = doc["config"]
         # One name whichever model serves (as the dev stack does), and TLS at the front door.
         config["vllm-fleet:deployments"][0].update(publicUrl=ENDPOINT, servedModelName="chat")
-        config["vllm-fleet:access"] = {
-            "tls": {"certificateFile": str(sandbox_env.TLS_DIR / "server.pem")},
-            # This machine reaches the sandbox's front door through its forwarder, from 127.0.0.1.
-            "metricsFrom": ["127.0.0.1"],
-        }
-        config["vllm-fleet:tlsPrivateKeyFile"] = str(sandbox_env.TLS_DIR / "server.key")
+        # This machine reaches the sandbox's front door through its forwarder, from 127.0.0.1.
+        sandbox_env.with_tls(config, metrics_from="127.0.0.1")
         config["vllm-fleet:monitoring"] = THRESHOLDS
-        (self.work / f"Pulumi.{STACK}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
-        self.stack = engine.stack(
-            self.work, self.backend, STACK, secrets={"vllm-fleet:hfToken": sandbox_env.MIRROR_TOKEN}
-        )
+        self.stack = self.select(doc)
         return self.stack
 
     def up(self) -> auto.UpResult:
@@ -167,10 +159,7 @@ def monitored(sandbox: None, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     if state.prometheus is not None:
         state.prometheus.stop()
     print(f"monitoring figures: {state.figures}")
-    try:
-        state.stack.destroy(on_output=state.output.append)
-    finally:
-        state.stack.workspace.remove_stack(STACK)
+    state.destroy(state.stack)
 
 
 def complete(count: int) -> None:

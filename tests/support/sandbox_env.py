@@ -188,6 +188,26 @@ def e2e_stack_file(
     return yaml.safe_dump({"config": {f"vllm-fleet:{k}": v for k, v in raw.items()}}, sort_keys=False)
 
 
+def fleet_config(models: dict[str, Any]) -> dict[str, Any]:
+    """Pulumi.fleet.yaml's config for the sandbox's fleet hosts with `models`: its encrypted token left out
+    (the tests set the mirror's through the engine), the sandbox's SSH key in place of the operator's."""
+    raw: dict[str, Any] = yaml.safe_load((ROOT / "Pulumi.fleet.yaml").read_text())["config"]
+    raw.pop("vllm-fleet:hfToken")
+    raw["vllm-fleet:sshPrivateKeyFile"] = str(SSH_KEY)
+    raw["vllm-fleet:models"] = models
+    return raw
+
+
+def with_tls(config: dict[str, Any], metrics_from: str) -> None:
+    """The front door serves TLS with the sandbox's certificate (sandbox/tls.sh), and /metrics to
+    `metrics_from` alone."""
+    config["vllm-fleet:access"] = {
+        "tls": {"certificateFile": str(TLS_DIR / "server.pem")},
+        "metricsFrom": [metrics_from],
+    }
+    config["vllm-fleet:tlsPrivateKeyFile"] = str(TLS_DIR / "server.key")
+
+
 class Phases:
     """Durations of each end-to-end phase, written where the benchmarks read them."""
 
