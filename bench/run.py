@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 from models.loader import read_stack_file  # noqa: E402
 from scripts.fleet_stack import fleet_stack  # noqa: E402
 from tests.support import engine, sandbox_env  # noqa: E402
+from tests.support.processes import run_captured  # noqa: E402
 from tests.support.sandbox_env import on_host  # noqa: E402
 
 OUT = ROOT / "bench"
@@ -39,7 +40,7 @@ ENV = engine.engine_env(
 
 def timed(command: list[str], cwd: Path, env: dict[str, str] | None = None) -> float:
     started = time.monotonic()
-    subprocess.run(command, cwd=cwd, env=env or ENV, check=True, capture_output=True, text=True)
+    run_captured(command, cwd=cwd, env=env or ENV, check=True)
     return time.monotonic() - started
 
 
@@ -65,7 +66,7 @@ def empty_project(tmp: Path) -> Path:
 
 def ssh_sessions() -> int:
     """SSH logins the sandbox's sshd accepted so far; read with nsenter, so reading opens none."""
-    out = subprocess.run(
+    out = run_captured(
         [
             str(sandbox_env.HOST_SH),
             "exec",
@@ -73,8 +74,6 @@ def ssh_sessions() -> int:
             "-c",
             "journalctl -u ssh --no-pager -o cat | grep -c 'Accepted publickey' || true",
         ],
-        capture_output=True,
-        text=True,
         check=True,
     ).stdout
     return int(out.strip() or 0)
@@ -144,9 +143,7 @@ def bench_swap() -> dict[str, Any]:
             text = text.replace("      port: 8000\n", "      port: 8000\n      swapMode: stop-start\n")
         stack_file.write_text(text)
         started = time.monotonic()
-        out = subprocess.run(
-            ["pulumi", "up", "--stack", STACK, "--yes"], cwd=ROOT, env=ENV, check=True, capture_output=True, text=True
-        ).stdout
+        out = run_captured(["pulumi", "up", "--stack", STACK, "--yes"], cwd=ROOT, env=ENV, check=True).stdout
         return out, time.monotonic() - started
 
     rows: list[dict[str, Any]] = []

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 import ssl
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -22,6 +21,7 @@ from pulumi import automation as auto
 from scripts.api_client import client, tls_context
 from scripts.downtime_probe import DowntimeProbe
 from tests.support import engine, sandbox_env
+from tests.support.processes import run_captured
 from tests.support.sandbox_env import on_host
 from tests.support.sandbox_stack import SandboxStack
 
@@ -159,12 +159,10 @@ def test_secrets_appear_nowhere(access: Access) -> None:
     captured = "\n".join([*access.output, *verbose])
     # The state as `pulumi stack export` shows it without --show-secrets (the Automation API's export
     # decrypts secrets).
-    exported = subprocess.run(
+    exported = run_captured(
         ["pulumi", "stack", "export", "--stack", STACK],
         cwd=access.work,
         env=engine.engine_env(access.backend),
-        capture_output=True,
-        text=True,
         check=True,
     ).stdout
     assert '"secure"' in exported or "ciphertext" in exported

@@ -8,7 +8,6 @@ import copy
 import hashlib
 import json
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from render import report
 from render.units import render_unit
 from scripts.monitoring import promtool_check, write_files
 from tests.support.paths import ROOT
+from tests.support.processes import run_captured
 from tests.support.pulumi_mocks import run_program
 
 PROMTOOL = shutil.which("promtool")
@@ -343,7 +343,7 @@ def test_rules_fire_on_synthetic_series(dev_raw: dict[str, Any], tmp_path: Path)
     }
     test_file = tmp_path / "dev.rules.test.yml"
     test_file.write_text(yaml.safe_dump(spec, sort_keys=False, width=200))
-    result = subprocess.run([str(PROMTOOL), "test", "rules", str(test_file)], capture_output=True, text=True)
+    result = run_captured([str(PROMTOOL), "test", "rules", str(test_file)])
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -28,6 +27,7 @@ from scripts import status
 from scripts.api_client import client
 from scripts.monitoring import promtool_check, write_files
 from tests.support import sandbox_env
+from tests.support.processes import free_port
 from tests.support.sandbox_env import on_host
 from tests.support.sandbox_stack import SandboxStack
 
@@ -48,12 +48,6 @@ THRESHOLDS = {
 }
 DOWN = "VllmFleetDeploymentDown"
 T = TypeVar("T")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Prometheus:

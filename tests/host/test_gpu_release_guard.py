@@ -14,6 +14,7 @@ import pytest
 from host import facts
 from host import gpu_release_guard as guard
 from tests.support.paths import FIXTURES, ROOT
+from tests.support.processes import run_captured
 
 
 def fixture(name: str) -> str:
@@ -215,13 +216,8 @@ def test_visible_gpus_reads_the_environment(tmp_path: Path) -> None:
 
 
 def test_cli_with_no_gpus_is_a_no_op() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "host.gpu_release_guard", "--gpus", "none"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ},
+    result = run_captured(
+        [sys.executable, "-m", "host.gpu_release_guard", "--gpus", "none"], cwd=ROOT, env={**os.environ}
     )
     assert result.returncode == 0 and "nothing to release" in result.stdout
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 import argparse
 import fcntl
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from host import contract, model_files, model_sync, page_cache, prewarm
+from tests.support.processes import run_captured
 
 GIB = page_cache.GIB
 
@@ -418,15 +418,12 @@ def test_main_exit_codes_and_messages(
 def test_the_installed_files_run_as_programs(tmp_path: Path, host_tools: Path) -> None:
     """As the host runs them: the installed tools by path, this machine's /proc/meminfo, model-sync's CLI."""
     model = make_model(tmp_path / "m")
-    cached = subprocess.run(
-        [sys.executable, str(host_tools / "prewarm"), "cache", "--dir", str(model), "--margin-gib", "0"],
-        capture_output=True,
-        text=True,
-        check=False,
+    cached = run_captured(
+        [sys.executable, str(host_tools / "prewarm"), "cache", "--dir", str(model), "--margin-gib", "0"]
     )
     assert cached.returncode == 0, cached.stderr
     assert cached.stdout.splitlines()[-1].startswith(f"prewarm: read 5 file(s): {sum(MODEL.values())} bytes")
-    copied = subprocess.run(
+    copied = run_captured(
         [
             sys.executable,
             str(host_tools / "prewarm"),
@@ -437,16 +434,8 @@ def test_the_installed_files_run_as_programs(tmp_path: Path, host_tools: Path) -
             str(tmp_path / "s"),
             "--margin-gib",
             "0",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
+        ]
     )
     assert copied.returncode == 0, copied.stderr
-    checked = subprocess.run(
-        [sys.executable, str(host_tools / "model-sync"), "check", "--dir", str(tmp_path / "s")],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    checked = run_captured([sys.executable, str(host_tools / "model-sync"), "check", "--dir", str(tmp_path / "s")])
     assert checked.returncode == 0 and checked.stdout == f"model-sync: org/model@{'a' * 40}: 5 files unchanged\n"

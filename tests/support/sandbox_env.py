@@ -14,6 +14,7 @@ import yaml
 
 from models.loader import read_stack_file
 from tests.support.paths import ROOT
+from tests.support.processes import run_captured
 
 HOST_SH = ROOT / "sandbox" / "host.sh"
 MIRROR_SH = ROOT / "scripts" / "mirror.sh"
@@ -67,13 +68,8 @@ def take_down(script: Path) -> None:
 
 def on_host(command: str, check: bool = True, timeout: float = 120, host: str = TEST_HOST) -> str:
     """Run a shell command on a sandbox host (the dev one, or fleet-N) over SSH and return its stdout."""
-    result = subprocess.run(
-        [str(HOST_SH), "ssh", command],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=timeout,
-        env={**os.environ, "VLLM_FLEET_SANDBOX_NAME": host},
+    result = run_captured(
+        [str(HOST_SH), "ssh", command], timeout=timeout, env={**os.environ, "VLLM_FLEET_SANDBOX_NAME": host}
     )
     if check and result.returncode != 0:
         raise AssertionError(f"on {host}: {command!r} exited {result.returncode}: {result.stderr}")
@@ -82,11 +78,8 @@ def on_host(command: str, check: bool = True, timeout: float = 120, host: str = 
 
 def exec_on(host: str, command: str) -> str:
     """Run a shell command on a sandbox host without SSH (nsenter), e.g. while its sshd is stopped."""
-    return subprocess.run(
+    return run_captured(
         [str(HOST_SH), "exec", "/bin/sh", "-c", command],
-        capture_output=True,
-        text=True,
-        check=False,
         timeout=60,
         env={**os.environ, "VLLM_FLEET_SANDBOX_NAME": host},
     ).stdout
