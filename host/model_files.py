@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from host.console import say
 from host.contract import MANIFEST, MANIFEST_DIR
 
 # Where `hf download` keeps its partial files and per-file metadata, inside the model's directory.
@@ -23,12 +24,9 @@ CHUNK = 8 * 1024 * 1024
 
 
 def log(message: str) -> None:
-    try:
-        print(f"model-sync: {message}", flush=True)
-    except BrokenPipeError:
-        # The controller's SSH session is gone (a killed `pulumi up`): stop now, and take `hf download`
-        # along (it dies with us, see _die_with_parent), so the next run resumes from a clean state.
-        os._exit(1)
+    # Exits at once when the controller's SSH session is gone: `hf download` dies with model-sync
+    # (hf_download._die_with_parent), so the next run resumes from a clean state.
+    say("model-sync", message)
 
 
 @dataclass(frozen=True)

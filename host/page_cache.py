@@ -10,11 +10,12 @@ import contextlib
 import os
 import stat
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from host.console import say
 from host.contract import MANIFEST_DIR
 from host.model_files import HF_CACHE
 
@@ -35,15 +36,16 @@ class Failure(Exception):
 
 
 def log(message: str) -> None:
-    try:
-        print(f"prewarm: {message}", flush=True)
-    except BrokenPipeError:
-        # The SSH session that started us is gone; a copy resumes on the next run.
-        os._exit(1)
+    say("prewarm", message)  # exits when the SSH session that started it is gone: a copy resumes next run
 
 
 def gib(size: float) -> str:
     return f"{size / GIB:.2f} GiB"
+
+
+def listed(names: Sequence[str], most: int) -> str:
+    """The first `most` names, comma-separated, and ", ..." when there are more."""
+    return ", ".join(names[:most]) + (", ..." if len(names) > most else "")
 
 
 @dataclass(frozen=True)
@@ -100,16 +102,20 @@ def mem_available(meminfo: Path = MEMINFO) -> int | None:
 
 
 @dataclass(frozen=True)
-class CachePlan:
-    files: tuple[ModelFile, ...]  # to read, in this order
-    left_out: tuple[ModelFile, ...]
-    available: int
-    margin: int
-    budget: int
+class FilePlan:
+    files: tuple[ModelFile, ...]  # to read (or copy), in this order
 
     @property
     def size(self) -> int:
         return sum(f.size for f in self.files)
+
+
+@dataclass(frozen=True)
+class CachePlan(FilePlan):
+    left_out: tuple[ModelFile, ...]
+    available: int
+    margin: int
+    budget: int
 
     @property
     def left_out_size(self) -> int:
@@ -147,17 +153,19 @@ def _eta(seconds: float | None) -> str:
     return f"{hours} h {minutes:02d} min"
 
 
+@dataclass
 class Progress:
     """Counts bytes and logs `VERB: done of total, MB/s, ETA` at most every `every` seconds."""
 
-    def __init__(self, verb: str, total: int, every: float, log: Log, clock: Clock = time.monotonic) -> None:
-        self.verb = verb
-        self.total = total
-        self.every = every
-        self.log = log
-        self.clock = clock
-        self.done = 0
-        self.start = clock()
+    verb: str
+    total: int
+    every: float
+    log: Log
+    clock: Clock = time.monotonic
+    done: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        self.start = self.clock()
         self.last = self.start
 
     def add(self, count: int) -> None:
@@ -252,7 +260,7 @@ def cache(
         f"{gib(margin)} leaves a budget of {gib(plan.budget)}"
     )
     if plan.left_out:
-        names = ", ".join(f.rel for f in plan.left_out[:3]) + (", ..." if len(plan.left_out) > 3 else "")
+        names = listed([f.rel for f in plan.left_out], 3)
         log(
             f"leaving out {len(plan.left_out)} file(s), {gib(plan.left_out_size)} of {gib(total)}, which do "
             f"not fit in MemAvailable minus the margin (the load reads them from disk): {names}"

@@ -48,11 +48,13 @@ from host.page_cache import (
     TMP_SUFFIX,
     Clock,
     Failure,
+    FilePlan,
     Log,
     ModelFile,
     Progress,
     cache,
     gib,
+    listed,
     log,
     model_files,
     read_through,
@@ -80,14 +82,9 @@ def read_manifest(directory: Path) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class CopyPlan:
-    files: tuple[ModelFile, ...]  # to copy, in this order
+class CopyPlan(FilePlan):
     unchanged: tuple[ModelFile, ...]  # already at the destination with the same size and mtime
     need: int  # the most extra bytes the destination holds at any point of the copy
-
-    @property
-    def size(self) -> int:
-        return sum(f.size for f in self.files)
 
 
 def plan_copy(files: Iterable[ModelFile], present: Mapping[str, ModelFile]) -> CopyPlan:
@@ -175,9 +172,8 @@ def copy(
     changed = changed_files(source, manifest)
     if changed:
         raise Failure(
-            f"{len(changed)} file(s) in {source} changed since they were verified: {', '.join(changed[:5])}"
-            f"{', ...' if len(changed) > 5 else ''}. Run `model-sync verify --repair --dir {source}` first; "
-            "nothing was copied."
+            f"{len(changed)} file(s) in {source} changed since they were verified: {listed(changed, 5)}. "
+            f"Run `model-sync verify --repair --dir {source}` first; nothing was copied."
         )
     st = (source / MANIFEST_REL).stat()
     files = [*model_files(source), ModelFile(MANIFEST_REL, st.st_size, st.st_mtime_ns)]  # the manifest last
@@ -245,14 +241,14 @@ def _copy(
     strays = sorted({f.rel for f in model_files(target)} - {f.rel for f in files})
     if strays:
         log(
-            f"left alone {len(strays)} file(s) in {target} that {source} does not have: {', '.join(strays[:5])}"
-            f"{', ...' if len(strays) > 5 else ''} (remove them if vLLM should not see them)"
+            f"left alone {len(strays)} file(s) in {target} that {source} does not have: {listed(strays, 5)}"
+            " (remove them if vLLM should not see them)"
         )
     changed = changed_files(target, manifest)
     if changed:
         raise Failure(
-            f"the copy in {target} does not match the manifest: {', '.join(changed[:5])}"
-            f"{', ...' if len(changed) > 5 else ''}; did {source} change during the copy? Run the copy again."
+            f"the copy in {target} does not match the manifest: {listed(changed, 5)}; "
+            f"did {source} change during the copy? Run the copy again."
         )
     log(
         f"{target} matches the manifest of {manifest.get('repo')}@{manifest.get('revision')}: "
