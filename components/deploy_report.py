@@ -10,9 +10,10 @@ import pulumi
 
 from components.host import GpuHost
 from components.remote import remote_step
-from components.vllm_service import VllmService, endpoint_url
+from components.vllm_service import VllmService
 from models.config import ResolvedDeployment
 from render import report
+from render.paths import endpoint_url
 
 
 @dataclass(frozen=True)

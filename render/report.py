@@ -16,6 +16,7 @@ from typing import Any
 
 from host.contract import TOOLS_DIR, deployment_state_dir, owner_key
 from models.config import ResolvedDeployment
+from render.paths import metrics_url, url_host
 from render.units import render_unit
 
 
@@ -30,7 +31,7 @@ def spec(rd: ResolvedDeployment, stack: str) -> dict[str, Any]:
         "stateDir": deployment_state_dir(stack, rd.deployment.name),
         "modelDir": rd.model_path,
         "python": rd.host.runtime.python,
-        "frontDoor": f"http://{_url_host(rd.deployment.readiness_address)}:{rd.deployment.port}",
+        "frontDoor": f"http://{url_host(rd.deployment.readiness_address)}:{rd.deployment.port}",
         "gpus": list(rd.deployment.gpus),
         "servedName": rd.served_model_name,
         "bench": bench.model_dump(by_alias=True) if bench is not None else None,
@@ -42,10 +43,6 @@ def spec(rd: ResolvedDeployment, stack: str) -> dict[str, Any]:
             "hostKey": rd.host.host_key,
         },
     }
-
-
-def _url_host(address: str) -> str:
-    return f"[{address}]" if ":" in address else address
 
 
 def report_script(entry: Mapping[str, Any], with_bench: bool) -> str:
@@ -71,7 +68,7 @@ def numbers(endpoint: str, facts: Mapping[str, Any]) -> dict[str, Any]:
     model = facts.get("model") or {}
     return {
         "endpoint": endpoint,
-        "metricsUrl": endpoint.rstrip("/").removesuffix("/v1") + "/metrics",
+        "metricsUrl": metrics_url(endpoint),
         "vllmVersion": facts.get("vllmVersion"),
         "modelRevision": model.get("revision"),
         "modelState": model.get("state"),
