@@ -31,10 +31,7 @@ STACK = "downtime"
 PORT = 8001
 ENDPOINT = sandbox_env.api_url(PORT)
 SERVED = "dt-chat"
-MODELS = {
-    "dt-tiny-a": {"preset": "tiny-chat-a", "dir": "dt-tiny-a", "revision": "main", "keep": True},
-    "dt-tiny-b": {"preset": "tiny-chat-b", "dir": "dt-tiny-b", "revision": "main", "keep": True},
-}
+MODELS = sandbox_env.tiny_models("dt", keep=True)
 # A context longer than the tiny model allows: the host's vLLM parses the launch, then the engine
 # refuses to start, so readiness never comes.
 NEVER_READY = {"overrides": {"maxModelLen": 1_000_000}}

@@ -29,10 +29,7 @@ PORT = 8001
 SERVED = "fl-chat"
 HOSTS = ("fleet-1", "fleet-2")
 ENDPOINTS = {"fleet-1": "http://127.0.0.1:18101/v1", "fleet-2": "http://127.0.0.1:18201/v1"}
-MODELS = {
-    "fl-tiny-a": {"preset": "tiny-chat-a", "dir": "fl-tiny-a", "revision": "main", "keep": False},
-    "fl-tiny-b": {"preset": "tiny-chat-b", "dir": "fl-tiny-b", "revision": "main", "keep": False},
-}
+MODELS = sandbox_env.tiny_models("fl", keep=False)
 # A context longer than the tiny model allows: the engine refuses to start, so readiness never comes.
 NEVER_READY = {"overrides": {"maxModelLen": 1_000_000}}
 

@@ -27,7 +27,7 @@ from scripts import status
 from scripts.api_client import client
 from scripts.monitoring import promtool_check, write_files
 from tests.support import sandbox_env
-from tests.support.processes import free_port
+from tests.support.processes import answers, free_port
 from tests.support.sandbox_env import on_host
 from tests.support.sandbox_stack import SandboxStack
 
@@ -72,11 +72,7 @@ class Prometheus:
 
     def _ready(self) -> bool:
         assert self.process.poll() is None, f"prometheus exited: {self.log.read_text()[-2000:]}"
-        try:
-            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as response:
-                return int(response.status) == 200
-        except OSError:
-            return False
+        return answers(f"{self.url}/-/ready", timeout=2)
 
     def api(self, path: str, **params: str) -> Any:
         query = f"?{urllib.parse.urlencode(params)}" if params else ""

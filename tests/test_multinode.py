@@ -26,10 +26,7 @@ ENDPOINT = "http://127.0.0.1:18101/v1"
 SERVED = "mn-chat"
 HEAD_UNIT = "vllm-mn.service"
 NODE_UNIT = "vllm-mn-node1.service"
-MODELS = {
-    "mn-tiny-a": {"preset": "tiny-chat-a", "dir": "mn-tiny-a", "revision": "main", "keep": False},
-    "mn-tiny-b": {"preset": "tiny-chat-b", "dir": "mn-tiny-b", "revision": "main", "keep": False},
-}
+MODELS = sandbox_env.tiny_models("mn", keep=False)
 
 
 class MultiNode(SandboxStack):

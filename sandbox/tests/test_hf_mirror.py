@@ -43,6 +43,7 @@ from huggingface_hub.errors import (
 from sandbox import hf_mirror
 from sandbox.hf_mirror import HFMirror, check_loopback, parse_range
 from sandbox.tiny_models import generate
+from tests.support import sandbox_env
 
 # Run the module the way a developer would (python -m), from the folder its package lives in, wherever
 # these tests and the module end up being moved to.
@@ -125,16 +126,7 @@ def loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def control(mirror: HFMirror, method: str, path: str, body: Any = None) -> Any:
-    conn = http.client.HTTPConnection(mirror.host, mirror.port, timeout=10)
-    try:
-        payload = json.dumps(body).encode() if body is not None else None
-        conn.request(method, path, body=payload, headers={"Content-Type": "application/json"})
-        response = conn.getresponse()
-        data = response.read()
-        assert response.status == 200, (response.status, data)
-        return json.loads(data)
-    finally:
-        conn.close()
+    return sandbox_env.mirror(path, method, body, url=mirror.url)
 
 
 def calls(mirror: HFMirror) -> list[tuple[str, str, int | None, str | None]]:

@@ -7,7 +7,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -84,6 +86,23 @@ class ReplayedSmi:
         return f"{pid}, {UUID}, {used}, {name}\n"
 
 
+def guard_gpu_0(smi: Callable[[list[str]], str], timeout: float, **host: Any) -> guard.GuardResult:
+    """The guard of vllm-new.service waiting for GPU 0 to fall below 1000 MiB, nvidia-smi answered by `smi`
+    and polled every 10 ms; `host` replaces its other readings of the host (unit_lookup, gpus_of, is_active)
+    and its `stop`."""
+    return guard.guard(
+        [0],
+        1000,
+        timeout,
+        "vllm-new.service",
+        run=smi,
+        log=lambda m: None,
+        poll=0.01,
+        is_alive=lambda pid: True,
+        **host,
+    )
+
+
 def test_stops_a_stray_holder_then_reports_release() -> None:
     smi = ReplayedSmi()
     stopped: list[list[int]] = []
@@ -93,19 +112,13 @@ def test_stops_a_stray_holder_then_reports_release() -> None:
         smi.released = True
         return []
 
-    result = guard.guard(
-        [0],
-        1000,
+    result = guard_gpu_0(
+        smi,
         30,
-        "vllm-new.service",
-        run=smi,
         unit_lookup=lambda pid: None,
         gpus_of=lambda pid: {0},
         is_active=lambda unit: False,
         stop=stop,
-        log=lambda m: None,
-        poll=0.01,
-        is_alive=lambda pid: True,
         settle=0.0,
     )
     assert result.released, result.message
@@ -115,19 +128,13 @@ def test_stops_a_stray_holder_then_reports_release() -> None:
 
 def test_refuses_to_kill_another_running_deployment() -> None:
     smi = ReplayedSmi()
-    result = guard.guard(
-        [0],
-        1000,
+    result = guard_gpu_0(
+        smi,
         30,
-        "vllm-new.service",
-        run=smi,
         unit_lookup=lambda pid: "vllm-other.service",
         gpus_of=lambda pid: {0},
         is_active=lambda unit: True,
         stop=lambda *a: pytest.fail("must not stop another deployment"),
-        log=lambda m: None,
-        poll=0.01,
-        is_alive=lambda pid: True,
     )
     assert not result.released
     assert "PID 425 (python3, 21090 MiB) of running unit vllm-other.service" in result.message
@@ -136,19 +143,13 @@ def test_refuses_to_kill_another_running_deployment() -> None:
 def test_ignores_holders_on_other_gpus_and_times_out_with_pids() -> None:
     smi = ReplayedSmi()
     smi.holder_index = 3  # nvidia-smi's gpu_uuid puts the holder on GPU 3, not the GPU 0 we wait for
-    result = guard.guard(
-        [0],
-        1000,
+    result = guard_gpu_0(
+        smi,
         0.2,
-        "vllm-new.service",
-        run=smi,
         unit_lookup=lambda pid: None,
         gpus_of=lambda pid: {3},
         is_active=lambda unit: False,
         stop=lambda *a: pytest.fail("process is on another GPU"),
-        log=lambda m: None,
-        poll=0.01,
-        is_alive=lambda pid: True,
     )
     assert not result.released
     assert "GPU 0 still holds 21099 MiB (threshold 1000 MiB)" in result.message
@@ -156,19 +157,13 @@ def test_ignores_holders_on_other_gpus_and_times_out_with_pids() -> None:
 
 def test_reports_pids_it_could_not_stop() -> None:
     smi = ReplayedSmi()
-    result = guard.guard(
-        [0],
-        1000,
+    result = guard_gpu_0(
+        smi,
         0.3,
-        "vllm-new.service",
-        run=smi,
         unit_lookup=lambda pid: None,
         gpus_of=lambda pid: None,
         is_active=lambda unit: False,
         stop=lambda pids, g, log: pids,
-        log=lambda m: None,
-        poll=0.01,
-        is_alive=lambda pid: True,
         settle=0.0,
     )
     assert not result.released
@@ -226,19 +221,13 @@ def test_never_stops_itself_or_its_parents() -> None:
     smi = ReplayedSmi()
     me = guard.ancestors(os.getpid())
     assert os.getpid() in me and os.getppid() in me
-    result = guard.guard(
-        [0],
-        1000,
+    result = guard_gpu_0(
+        lambda args: smi(args).replace("425", str(os.getpid())),
         0.2,
-        "u",
-        run=lambda args: smi(args).replace("425", str(os.getpid())),
         unit_lookup=lambda pid: None,
         gpus_of=lambda pid: None,
         is_active=lambda unit: False,
         stop=lambda *a: pytest.fail("must not stop its own process"),
-        log=lambda m: None,
-        poll=0.01,
-        is_alive=lambda pid: True,
         settle=0.0,
         exclude=me,
     )
@@ -253,23 +242,17 @@ def judge(unit: str | None, *, running: bool = False, managed: bool = False, **o
         smi.released = True
         return []
 
-    return guard.guard(
-        [0],
-        1000,
+    return guard_gpu_0(
+        smi,
         0.5,
-        "vllm-new.service",
-        run=smi,
         unit_lookup=lambda pid: unit,
         gpus_of=lambda pid: {0},
         is_active=lambda u: running,
         is_managed=lambda u: managed,
         describe=lambda pid: "python3 hold.py",
         stop=stop,
-        log=lambda m: None,
-        poll=0.01,
-        is_alive=lambda pid: True,
         settle=0.0,
-        **options,  # type: ignore[arg-type]
+        **options,
     )
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import http.client
-import json
 import os
 import threading
 import time
@@ -20,6 +18,7 @@ from host import contract, hf_download, model_files, model_sync
 from host.hf_download import Hasher
 from host.model_files import RemoteFile
 from sandbox.hf_mirror import HFMirror
+from tests.support import sandbox_env
 
 SHA = "a" * 40
 
@@ -176,13 +175,7 @@ def mirror(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HFMirror]:
 
 
 def control(mirror: HFMirror, method: str, path: str, body: Any = None) -> Any:
-    conn = http.client.HTTPConnection(mirror.host, mirror.port, timeout=10)
-    try:
-        payload = json.dumps(body).encode() if body is not None else None
-        conn.request(method, path, body=payload, headers={"Content-Type": "application/json"})
-        return json.loads(conn.getresponse().read())
-    finally:
-        conn.close()
+    return sandbox_env.mirror(path, method, body, url=mirror.url)
 
 
 def client_requests(mirror: HFMirror, count: int) -> list[str]:

@@ -1,9 +1,11 @@
-"""Running a program the way a test reads it: to its end, output and errors captured as text."""
+"""Programs and services on this machine as a test uses them: a program run to its end with its output
+captured as text, a free loopback port, whether a URL answers."""
 
 from __future__ import annotations
 
 import socket
 import subprocess
+import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,3 +23,12 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def answers(url: str, timeout: float) -> bool:
+    """Whether a GET of `url` is answered with 200 within `timeout` seconds (no answer, or an error: no)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return int(response.status) == 200
+    except OSError:
+        return False

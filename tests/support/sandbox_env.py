@@ -14,7 +14,7 @@ import yaml
 
 from models.loader import read_stack_file
 from tests.support.paths import ROOT
-from tests.support.processes import run_captured
+from tests.support.processes import answers, run_captured
 
 HOST_SH = ROOT / "sandbox" / "host.sh"
 MIRROR_SH = ROOT / "scripts" / "mirror.sh"
@@ -47,15 +47,7 @@ def is_up(script: Path) -> bool:
         return True
     # The mirror of another checkout of this machine (its pid file is there, not here) serves the same
     # models on the same port: starting a second one would fail on the port.
-    return script == MIRROR_SH and _mirror_answers()
-
-
-def _mirror_answers() -> bool:
-    try:
-        with urllib.request.urlopen(f"{MIRROR_URL}/api/models/acme/tiny-chat-a", timeout=5) as response:
-            return int(response.status) == 200
-    except OSError:
-        return False
+    return script == MIRROR_SH and answers(f"{MIRROR_URL}/api/models/acme/tiny-chat-a", timeout=5)
 
 
 def bring_up(script: Path, timeout: float) -> None:
@@ -98,9 +90,11 @@ def fleet_is_up(hosts: int) -> bool:
     )
 
 
-def mirror(path: str, method: str = "GET", body: dict[str, Any] | None = None) -> Any:
+def mirror(path: str, method: str = "GET", body: Any = None, url: str = MIRROR_URL) -> Any:
+    """Ask the mirror's control API (/_mirror/...: stats, faults, config) and return its JSON answer; an
+    answer other than 200 raises. The sandbox's mirror, or the one at `url` (a test's own, in process)."""
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(f"{MIRROR_URL}{path}", data=data, method=method)
+    request = urllib.request.Request(f"{url}{path}", data=data, method=method)
     request.add_header("Content-Type", "application/json")
     with urllib.request.urlopen(request, timeout=10) as response:
         text = response.read().decode()
@@ -151,6 +145,20 @@ def storage_stack_file(storage: str) -> str:
     raw["storage"] = [{**raw["storage"][0], "name": "team1", "path": storage}]
     raw["models"], raw["deployments"] = {}, []
     return yaml.safe_dump({"config": {f"vllm-fleet:{k}": v for k, v in raw.items()}}, sort_keys=False)
+
+
+def tiny_models(prefix: str, keep: bool) -> dict[str, Any]:
+    """The sandbox's two tiny chat models (the catalog's tiny-chat-a and tiny-chat-b presets) as a test's own
+    models PREFIX-tiny-a and PREFIX-tiny-b, each in a directory of that name, so tests never share files."""
+    return {
+        f"{prefix}-tiny-{v}": {
+            "preset": f"tiny-chat-{v}",
+            "dir": f"{prefix}-tiny-{v}",
+            "revision": "main",
+            "keep": keep,
+        }
+        for v in ("a", "b")
+    }
 
 
 def e2e_stack_file(
