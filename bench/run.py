@@ -58,9 +58,7 @@ def empty_project(tmp: Path) -> Path:
     (project / "Pulumi.yaml").write_text("name: floor\nruntime:\n  name: python\n  options:\n    virtualenv: .venv\n")
     (project / "__main__.py").write_text("import pulumi  # noqa: F401\n")
     (project / ".venv").symlink_to(ROOT / ".venv")
-    subprocess.run(
-        ["pulumi", "stack", "select", "--create", "floor"], cwd=project, env=ENV, check=True, capture_output=True
-    )
+    run_captured(["pulumi", "stack", "select", "--create", "floor"], cwd=project, env=ENV, check=True)
     return project
 
 
@@ -89,7 +87,7 @@ def bench_noop(tmp: Path) -> dict[str, Any]:
         results["up"].append(timed(["pulumi", "up", "--stack", STACK, "--yes", "--expect-no-changes"], ROOT))
         results["floor_up"].append(timed(["pulumi", "up", "--stack", "floor", "--yes"], floor))
     sessions = ssh_sessions() - sessions_before
-    subprocess.run(["pulumi", "stack", "rm", "floor", "--yes", "--force"], cwd=floor, env=ENV, capture_output=True)
+    run_captured(["pulumi", "stack", "rm", "floor", "--yes", "--force"], cwd=floor, env=ENV)
     med = {k: median(v) for k, v in results.items()}
     return {
         "runs": results,
@@ -186,7 +184,7 @@ def bench_swap() -> dict[str, Any]:
     finally:
         probe.stop()
         stack_file.write_text(original)
-        subprocess.run(["pulumi", "up", "--stack", STACK, "--yes"], cwd=ROOT, env=ENV, check=True, capture_output=True)
+        run_captured(["pulumi", "up", "--stack", STACK, "--yes"], cwd=ROOT, env=ENV, check=True)
     modes: dict[str, Any] = {}
     for mode in ("blue-green", "stop-start"):
         picked = [r for r in rows if r["mode"] == mode]
@@ -455,16 +453,13 @@ def bench_fleet(tmp: Path, sizes: tuple[int, ...] = FLEET_SIZES) -> dict[str, An
         stack = f"fleet{hosts}"
         text = fleet_stack(hosts)
         (project / f"Pulumi.{stack}.yaml").write_text(text)
-        subprocess.run(
-            ["pulumi", "stack", "select", "--create", stack], cwd=project, env=env, check=True, capture_output=True
-        )
+        run_captured(["pulumi", "stack", "select", "--create", stack], cwd=project, env=env, check=True)
         # A production stack's front doors need API keys (or access.open): one client's, as a user sets it.
-        subprocess.run(
+        run_captured(
             ["pulumi", "config", "set", "--secret", "--path", "vllm-fleet:apiKeys.bench", "bench-api-key-0123456789"],
             cwd=project,
             env=env,
             check=True,
-            capture_output=True,
         )
         text = (project / f"Pulumi.{stack}.yaml").read_text()
         count = RUNS if hosts <= 32 else 2 if hosts <= FLEET_LARGE else 1
