@@ -149,20 +149,23 @@ def download_and_verify(
     return 0
 
 
+def complain(message: str) -> int:
+    """What check and verify say when the model directory fails them: a line on stderr, exit status 1."""
+    print(f"model-sync: {message}", file=sys.stderr)
+    return 1
+
+
 def check(args: argparse.Namespace) -> int:
     directory = Path(args.dir)
     manifest = read_manifest(directory)
     if manifest is None:
-        print(f"model-sync: {directory} has no verified manifest; run `pulumi up` to download it", file=sys.stderr)
-        return 1
+        return complain(f"{directory} has no verified manifest; run `pulumi up` to download it")
     changed = changed_files(directory, manifest)
     if changed:
-        print(
-            f"model-sync: {len(changed)} file(s) in {directory} changed since they were verified: "
-            f"{', '.join(changed)}. Run `model-sync verify --repair --dir {directory}` to re-check and re-fetch them.",
-            file=sys.stderr,
+        return complain(
+            f"{len(changed)} file(s) in {directory} changed since they were verified: {', '.join(changed)}. "
+            f"Run `model-sync verify --repair --dir {directory}` to re-check and re-fetch them."
         )
-        return 1
     print(f"model-sync: {manifest['repo']}@{manifest['revision']}: {len(manifest['files'])} files unchanged")
     return 0
 
@@ -171,8 +174,7 @@ def verify(args: argparse.Namespace) -> int:
     directory = Path(args.dir)
     manifest = read_manifest(directory)
     if manifest is None:
-        print(f"model-sync: {directory} has no manifest to verify against", file=sys.stderr)
-        return 1
+        return complain(f"{directory} has no manifest to verify against")
     bad = []
     for rel, recorded in sorted(manifest["files"].items()):
         path = directory / rel

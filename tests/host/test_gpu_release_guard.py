@@ -86,20 +86,31 @@ class ReplayedSmi:
         return f"{pid}, {UUID}, {used}, {name}\n"
 
 
-def guard_gpu_0(smi: Callable[[list[str]], str], timeout: float, **host: Any) -> guard.GuardResult:
+def guard_gpu_0(
+    smi: Callable[[list[str]], str],
+    timeout: float,
+    *,
+    unit: str | None = None,
+    gpus: set[int] | None = None,
+    running: bool = False,
+    **options: Any,
+) -> guard.GuardResult:
     """The guard of vllm-new.service waiting for GPU 0 to fall below 1000 MiB, nvidia-smi answered by `smi`
-    and polled every 10 ms; `host` replaces its other readings of the host (unit_lookup, gpus_of, is_active)
-    and its `stop`."""
+    and polled every 10 ms. Every holder is in `unit` (None: no unit), which is `running` or not, and uses
+    `gpus` (None: its environment does not say); `options` are the guard's others (stop, settle, ...)."""
     return guard.guard(
         [0],
         1000,
         timeout,
         "vllm-new.service",
         run=smi,
+        unit_lookup=lambda pid: unit,
+        gpus_of=lambda pid: gpus,
+        is_active=lambda u: running,
         log=lambda m: None,
         poll=0.01,
         is_alive=lambda pid: True,
-        **host,
+        **options,
     )
 
 
@@ -112,15 +123,7 @@ def test_stops_a_stray_holder_then_reports_release() -> None:
         smi.released = True
         return []
 
-    result = guard_gpu_0(
-        smi,
-        30,
-        unit_lookup=lambda pid: None,
-        gpus_of=lambda pid: {0},
-        is_active=lambda unit: False,
-        stop=stop,
-        settle=0.0,
-    )
+    result = guard_gpu_0(smi, 30, gpus={0}, stop=stop, settle=0.0)
     assert result.released, result.message
     assert stopped == [[425]]
     assert "max 0 MiB" in result.message
@@ -131,9 +134,9 @@ def test_refuses_to_kill_another_running_deployment() -> None:
     result = guard_gpu_0(
         smi,
         30,
-        unit_lookup=lambda pid: "vllm-other.service",
-        gpus_of=lambda pid: {0},
-        is_active=lambda unit: True,
+        unit="vllm-other.service",
+        gpus={0},
+        running=True,
         stop=lambda *a: pytest.fail("must not stop another deployment"),
     )
     assert not result.released
@@ -143,29 +146,14 @@ def test_refuses_to_kill_another_running_deployment() -> None:
 def test_ignores_holders_on_other_gpus_and_times_out_with_pids() -> None:
     smi = ReplayedSmi()
     smi.holder_index = 3  # nvidia-smi's gpu_uuid puts the holder on GPU 3, not the GPU 0 we wait for
-    result = guard_gpu_0(
-        smi,
-        0.2,
-        unit_lookup=lambda pid: None,
-        gpus_of=lambda pid: {3},
-        is_active=lambda unit: False,
-        stop=lambda *a: pytest.fail("process is on another GPU"),
-    )
+    result = guard_gpu_0(smi, 0.2, gpus={3}, stop=lambda *a: pytest.fail("process is on another GPU"))
     assert not result.released
     assert "GPU 0 still holds 21099 MiB (threshold 1000 MiB)" in result.message
 
 
 def test_reports_pids_it_could_not_stop() -> None:
     smi = ReplayedSmi()
-    result = guard_gpu_0(
-        smi,
-        0.3,
-        unit_lookup=lambda pid: None,
-        gpus_of=lambda pid: None,
-        is_active=lambda unit: False,
-        stop=lambda pids, g, log: pids,
-        settle=0.0,
-    )
+    result = guard_gpu_0(smi, 0.3, stop=lambda pids, g, log: pids, settle=0.0)
     assert not result.released
     assert "could not stop PIDs [425]" in result.message
 
@@ -224,9 +212,6 @@ def test_never_stops_itself_or_its_parents() -> None:
     result = guard_gpu_0(
         lambda args: smi(args).replace("425", str(os.getpid())),
         0.2,
-        unit_lookup=lambda pid: None,
-        gpus_of=lambda pid: None,
-        is_active=lambda unit: False,
         stop=lambda *a: pytest.fail("must not stop its own process"),
         settle=0.0,
         exclude=me,
@@ -245,9 +230,9 @@ def judge(unit: str | None, *, running: bool = False, managed: bool = False, **o
     return guard_gpu_0(
         smi,
         0.5,
-        unit_lookup=lambda pid: unit,
-        gpus_of=lambda pid: {0},
-        is_active=lambda u: running,
+        unit=unit,
+        gpus={0},
+        running=running,
         is_managed=lambda u: managed,
         describe=lambda pid: "python3 hold.py",
         stop=stop,
