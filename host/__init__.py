@@ -5,7 +5,7 @@ under whatever Python the host's vLLM venv has:
   contract    the shapes that cross the wire (plan, active record, claims) and every path on a host
   facts       one reading of the host: processes and their units, nvidia-smi, sockets, unit launches
   judgement   the one judgement of a swap, which the preview and the swap both call
-  console     a tool's progress lines (`say`), which end the tool when its SSH session is gone
+  console     a tool's progress lines (`say`, which ends the tool when its SSH session is gone), lists of names
   the tools   swap (transaction, systemd, front_door), survey, status, gpu_release_guard, wait_ready,
               model_sync (model_files: the manifest and hashes; hf_download: the Hub and `hf download`),
               prewarm (page_cache: the reader it and its copy use), vllm_args_check, node_watch

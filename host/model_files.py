@@ -10,12 +10,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from host.console import say
+from host.console import listed, say
 from host.contract import MANIFEST, MANIFEST_DIR
 
 # Where `hf download` keeps its partial files and per-file metadata, inside the model's directory.
@@ -102,6 +102,14 @@ def changed_files(directory: Path, manifest: Mapping[str, Any]) -> list[str]:
         if now["size"] != recorded["size"] or now["mtime_ns"] != recorded["mtime_ns"]:
             changed.append(rel)
     return changed
+
+
+def changed_since_verified(directory: Path, changed: Sequence[str], most: int | None = None) -> str:
+    """How the tools name files that changed since model-sync verified them, and the command that repairs them."""
+    return (
+        f"{len(changed)} file(s) in {directory} changed since they were verified: {listed(changed, most)}. "
+        f"Run `model-sync verify --repair --dir {directory}`"
+    )
 
 
 def remove_partials(directory: Path) -> int:

@@ -31,6 +31,7 @@ from host.hf_download import Hasher, cancel_hf, prestart_hf, repo_files, run_hf_
 from host.model_files import (
     RemoteFile,
     changed_files,
+    changed_since_verified,
     expected_hash,
     forget_file,
     hash_file,
@@ -162,10 +163,7 @@ def check(args: argparse.Namespace) -> int:
         return complain(f"{directory} has no verified manifest; run `pulumi up` to download it")
     changed = changed_files(directory, manifest)
     if changed:
-        return complain(
-            f"{len(changed)} file(s) in {directory} changed since they were verified: {', '.join(changed)}. "
-            f"Run `model-sync verify --repair --dir {directory}` to re-check and re-fetch them."
-        )
+        return complain(changed_since_verified(directory, changed) + " to re-check and re-fetch them.")
     print(f"model-sync: {manifest['repo']}@{manifest['revision']}: {len(manifest['files'])} files unchanged")
     return 0
 

@@ -10,12 +10,12 @@ import contextlib
 import os
 import stat
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from host.console import say
+from host.console import listed, say
 from host.contract import MANIFEST_DIR
 from host.model_files import HF_CACHE
 
@@ -41,11 +41,6 @@ def log(message: str) -> None:
 
 def gib(size: float) -> str:
     return f"{size / GIB:.2f} GiB"
-
-
-def listed(names: Sequence[str], most: int) -> str:
-    """The first `most` names, comma-separated, and ", ..." when there are more."""
-    return ", ".join(names[:most]) + (", ..." if len(names) > most else "")
 
 
 @dataclass(frozen=True)

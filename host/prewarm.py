@@ -40,8 +40,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from host.console import listed
 from host.contract import MANIFEST_DIR, MANIFEST_REL
-from host.model_files import changed_files, manifest_path
+from host.model_files import changed_files, changed_since_verified, manifest_path
 from host.page_cache import (
     CHUNK,
     GIB,
@@ -54,7 +55,6 @@ from host.page_cache import (
     Progress,
     cache,
     gib,
-    listed,
     log,
     model_files,
     read_through,
@@ -171,10 +171,7 @@ def copy(
     manifest = read_manifest(source)
     changed = changed_files(source, manifest)
     if changed:
-        raise Failure(
-            f"{len(changed)} file(s) in {source} changed since they were verified: {listed(changed, 5)}. "
-            f"Run `model-sync verify --repair --dir {source}` first; nothing was copied."
-        )
+        raise Failure(changed_since_verified(source, changed, 5) + " first; nothing was copied.")
     st = (source / MANIFEST_REL).stat()
     files = [*model_files(source), ModelFile(MANIFEST_REL, st.st_size, st.st_mtime_ns)]  # the manifest last
     with _locked(target):
