@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 from models.loader import read_stack_file  # noqa: E402
 from scripts.fleet_stack import fleet_stack  # noqa: E402
 from tests.support import engine, sandbox_env  # noqa: E402
+from tests.support.processes import run_captured  # noqa: E402
 from tests.support.sandbox_env import on_host  # noqa: E402
 
 OUT = ROOT / "bench"
@@ -39,7 +40,7 @@ ENV = engine.engine_env(
 
 def timed(command: list[str], cwd: Path, env: dict[str, str] | None = None) -> float:
     started = time.monotonic()
-    subprocess.run(command, cwd=cwd, env=env or ENV, check=True, capture_output=True, text=True)
+    run_captured(command, cwd=cwd, env=env or ENV, check=True)
     return time.monotonic() - started
 
 
@@ -57,15 +58,13 @@ def empty_project(tmp: Path) -> Path:
     (project / "Pulumi.yaml").write_text("name: floor\nruntime:\n  name: python\n  options:\n    virtualenv: .venv\n")
     (project / "__main__.py").write_text("import pulumi  # noqa: F401\n")
     (project / ".venv").symlink_to(ROOT / ".venv")
-    subprocess.run(
-        ["pulumi", "stack", "select", "--create", "floor"], cwd=project, env=ENV, check=True, capture_output=True
-    )
+    run_captured(["pulumi", "stack", "select", "--create", "floor"], cwd=project, env=ENV, check=True)
     return project
 
 
 def ssh_sessions() -> int:
     """SSH logins the sandbox's sshd accepted so far; read with nsenter, so reading opens none."""
-    out = subprocess.run(
+    out = run_captured(
         [
             str(sandbox_env.HOST_SH),
             "exec",
@@ -73,8 +72,6 @@ def ssh_sessions() -> int:
             "-c",
             "journalctl -u ssh --no-pager -o cat | grep -c 'Accepted publickey' || true",
         ],
-        capture_output=True,
-        text=True,
         check=True,
     ).stdout
     return int(out.strip() or 0)
@@ -90,7 +87,7 @@ def bench_noop(tmp: Path) -> dict[str, Any]:
         results["up"].append(timed(["pulumi", "up", "--stack", STACK, "--yes", "--expect-no-changes"], ROOT))
         results["floor_up"].append(timed(["pulumi", "up", "--stack", "floor", "--yes"], floor))
     sessions = ssh_sessions() - sessions_before
-    subprocess.run(["pulumi", "stack", "rm", "floor", "--yes", "--force"], cwd=floor, env=ENV, capture_output=True)
+    run_captured(["pulumi", "stack", "rm", "floor", "--yes", "--force"], cwd=floor, env=ENV)
     med = {k: median(v) for k, v in results.items()}
     return {
         "runs": results,
@@ -144,9 +141,7 @@ def bench_swap() -> dict[str, Any]:
             text = text.replace("      port: 8000\n", "      port: 8000\n      swapMode: stop-start\n")
         stack_file.write_text(text)
         started = time.monotonic()
-        out = subprocess.run(
-            ["pulumi", "up", "--stack", STACK, "--yes"], cwd=ROOT, env=ENV, check=True, capture_output=True, text=True
-        ).stdout
+        out = run_captured(["pulumi", "up", "--stack", STACK, "--yes"], cwd=ROOT, env=ENV, check=True).stdout
         return out, time.monotonic() - started
 
     rows: list[dict[str, Any]] = []
@@ -189,7 +184,7 @@ def bench_swap() -> dict[str, Any]:
     finally:
         probe.stop()
         stack_file.write_text(original)
-        subprocess.run(["pulumi", "up", "--stack", STACK, "--yes"], cwd=ROOT, env=ENV, check=True, capture_output=True)
+        run_captured(["pulumi", "up", "--stack", STACK, "--yes"], cwd=ROOT, env=ENV, check=True)
     modes: dict[str, Any] = {}
     for mode in ("blue-green", "stop-start"):
         picked = [r for r in rows if r["mode"] == mode]
@@ -458,16 +453,13 @@ def bench_fleet(tmp: Path, sizes: tuple[int, ...] = FLEET_SIZES) -> dict[str, An
         stack = f"fleet{hosts}"
         text = fleet_stack(hosts)
         (project / f"Pulumi.{stack}.yaml").write_text(text)
-        subprocess.run(
-            ["pulumi", "stack", "select", "--create", stack], cwd=project, env=env, check=True, capture_output=True
-        )
+        run_captured(["pulumi", "stack", "select", "--create", stack], cwd=project, env=env, check=True)
         # A production stack's front doors need API keys (or access.open): one client's, as a user sets it.
-        subprocess.run(
+        run_captured(
             ["pulumi", "config", "set", "--secret", "--path", "vllm-fleet:apiKeys.bench", "bench-api-key-0123456789"],
             cwd=project,
             env=env,
             check=True,
-            capture_output=True,
         )
         text = (project / f"Pulumi.{stack}.yaml").read_text()
         count = RUNS if hosts <= 32 else 2 if hosts <= FLEET_LARGE else 1

@@ -10,9 +10,10 @@ import pulumi
 
 from components.host import GpuHost
 from components.remote import remote_step
-from components.vllm_service import VllmService, endpoint_url
-from controller import status as host_status
+from components.vllm_service import VllmService
 from models.config import ResolvedDeployment
+from render import report
+from render.paths import endpoint_url
 
 
 @dataclass(frozen=True)
@@ -32,12 +33,12 @@ class DeployReport(pulumi.ComponentResource):
     def __init__(self, name: str, args: DeployReportArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(self.TYPE, name, None, opts)
         rd = args.deployment
-        entry = host_status.spec(rd, args.stack)
+        entry = report.spec(rd, args.stack)
         # Its script holds the unit's digest: a swap or a changed unit re-runs it, a no-op up does not.
         self.step = remote_step(
             f"{name}-run",
             args.host.target,
-            create=host_status.report_script(entry, with_bench=entry["bench"] is not None),
+            create=report.report_script(entry, with_bench=entry["bench"] is not None),
             parent=self,
             depends_on=[args.service.serving],
             timeout_seconds=900,
@@ -46,7 +47,7 @@ class DeployReport(pulumi.ComponentResource):
         owner = entry["owner"]
         endpoint = endpoint_url(rd)
         self.numbers = self.step.stdout.apply(
-            lambda out: host_status.numbers(endpoint, host_status.last_json(out).get("deployments", {}).get(owner, {}))
+            lambda out: report.numbers(endpoint, report.last_json(out).get("deployments", {}).get(owner, {}))
         )
         # What `make status` needs to ask the host and compare, from the outputs alone.
         self.status = pulumi.Output.from_input(entry)

@@ -9,7 +9,7 @@ from typing import Any
 import pulumi
 
 from components.remote import StepLedger, Target, connect, remote_step
-from models.config import Host
+from models.hosts import Host
 from render.steps import preflight_script, tools_delete_script, tools_package_script, tools_script
 
 
@@ -57,7 +57,7 @@ class GpuHost(pulumi.ComponentResource):
             depends_on=[self.preflight],
             timeout_seconds=300,
         )
-        # The host package (controller/host_bundle.py): one archive of every host tool, so a changed tool
+        # The host package (render/host_bundle.py): one archive of every host tool, so a changed tool
         # changes this one step. No delete: the files go with the directory, which the tools step removes
         # once no deployment of any stack is left on the host.
         self.package = remote_step(

@@ -29,7 +29,7 @@ from typing import Protocol
 import pulumi
 from pulumi_command import remote
 
-from models.config import Host
+from models.hosts import Host
 from render.scripts import remote_invocation
 
 # Seconds a step gets after its time limit's TERM before it is killed.

@@ -9,7 +9,7 @@ import pulumi
 
 from components.host import GpuHost
 from components.remote import remote_step
-from models.config import Storage
+from models.hosts import Storage
 from render.steps import storage_delete_script, storage_script
 
 

@@ -15,6 +15,7 @@ from components.model_download import ModelDownload
 from components.remote import remote_step
 from models.config import ResolvedDeployment
 from render.launch import engine_environment, vllm_arguments
+from render.paths import endpoint_url
 from render.plan import activation_timeout
 from render.steps import (
     activate_script,
@@ -46,13 +47,6 @@ class VllmServiceArgs:
     access: pulumi.Resource | None = None
     # Drift repairs (controller/survey.repairs): a count one above the host's re-activates.
     repairs: int = 0
-
-
-def endpoint_url(rd: ResolvedDeployment) -> str:
-    if rd.deployment.public_url:
-        return rd.deployment.public_url
-    scheme = "https" if rd.access.tls is not None else "http"
-    return f"{scheme}://{rd.host.address}:{rd.deployment.port}/v1"
 
 
 class VllmService(pulumi.ComponentResource):

@@ -23,7 +23,7 @@ from functools import cache
 
 import pulumi
 
-from models.config import Host
+from models.hosts import Host
 
 COMMAND_TYPE = "command:remote:Command"
 

@@ -7,7 +7,7 @@ import socket
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from models.config import Host
+from models.hosts import Host
 
 
 class HostUnreachable(Exception):

@@ -2,7 +2,7 @@
 
 A brownfield server has hand-written units, stray engines and listeners the stack knows nothing of.
 `survey` runs host/survey.py there over SSH (read-only: the host package piped into the host's python3
-by controller/host_bundle.py, so it needs no tool installed yet); `assess` turns its answer into what the
+by render/host_bundle.py, so it needs no tool installed yet); `assess` turns its answer into what the
 preview says: units the stack adopts (`deployments[].replaces`) and foreign GPU processes the guard will
 stop (notes), and anything that holds a deployment's port or GPUs without being managed, adopted or
 allowed (errors that name it and the key to add). The judgement itself is host/judgement.py's `judge`,
@@ -27,12 +27,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from controller import host_bundle
 from host.contract import RUNNING_STATES, ActiveRecord, Claims, owner_key
 from host.facts import engine_flags, unit_environment, unit_launch
 from host.judgement import Judgement, judge, running_in
 from models import downtime
-from models.config import GIB_PER_GB, Host, LoadStrategy, ResolvedDeployment
+from models.config import GIB_PER_GB, LoadStrategy, ResolvedDeployment
+from models.hosts import Host
+from render import host_bundle
 from render.launch import load_strategy_flag
 from render.plan import swap_plan
 from render.units import render_unit

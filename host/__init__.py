@@ -5,8 +5,10 @@ under whatever Python the host's vLLM venv has:
   contract    the shapes that cross the wire (plan, active record, claims) and every path on a host
   facts       one reading of the host: processes and their units, nvidia-smi, sockets, unit launches
   judgement   the one judgement of a swap, which the preview and the swap both call
+  console     a tool's progress lines (`say`, which ends the tool when its SSH session is gone), lists of names
   the tools   swap (transaction, systemd, front_door), survey, status, gpu_release_guard, wait_ready,
-              model_sync, prewarm, vllm_args_check, node_watch
-controller/host_bundle.py ships it as one archive with a launcher per tool (/usr/local/lib/vllm-fleet/),
+              model_sync (model_files: the manifest and hashes; hf_download: the Hub and `hf download`),
+              prewarm (page_cache: the reader it and its copy use), vllm_args_check, node_watch
+render/host_bundle.py ships it as one archive with a launcher per tool (/usr/local/lib/vllm-fleet/),
 and pipes the same archive into the host's python for the survey before anything is installed.
 """

@@ -11,6 +11,7 @@ deployments, reported instead. Standard library only: it runs with whatever pyth
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
@@ -58,25 +59,22 @@ def unit_is_managed(unit: str) -> bool:
 def stop_processes(pids: list[int], grace: float, log: Callable[[str], None]) -> list[int]:
     """SIGTERM, wait up to `grace` seconds, then SIGKILL; return the PIDs still alive after that."""
     for pid in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
             log(f"sent SIGTERM to stray GPU holder PID {pid}")
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(alive(p) for p in pids):
-        time.sleep(0.2)
-    for pid in pids:
-        if alive(pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-                log(f"sent SIGKILL to PID {pid}, which ignored SIGTERM for {grace:g} s")
-            except ProcessLookupError:
-                pass
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and any(alive(p) for p in pids):
-        time.sleep(0.1)
+    _wait_until_gone(pids, grace, 0.2)
+    for pid in [p for p in pids if alive(p)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+            log(f"sent SIGKILL to PID {pid}, which ignored SIGTERM for {grace:g} s")
+    _wait_until_gone(pids, 5, 0.1)
     return [p for p in pids if alive(p)]
+
+
+def _wait_until_gone(pids: list[int], seconds: float, poll: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(poll)
 
 
 @dataclass

@@ -38,266 +38,36 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
-from host.contract import MANIFEST, MANIFEST_DIR, MANIFEST_REL
+from host.console import listed
+from host.contract import MANIFEST_DIR, MANIFEST_REL
+from host.model_files import changed_files, changed_since_verified, manifest_path
+from host.page_cache import (
+    CHUNK,
+    GIB,
+    TMP_SUFFIX,
+    Clock,
+    Failure,
+    FilePlan,
+    Log,
+    ModelFile,
+    Progress,
+    cache,
+    gib,
+    log,
+    model_files,
+    read_through,
+)
 
-# The same names as model_sync.py's (the tools ship as separate files, so neither imports the other;
-# tests/host/test_prewarm.py checks that they agree).
-SKIP_DIRS = frozenset({MANIFEST_DIR, ".cache"})
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
-TMP_SUFFIX = ".prewarm-tmp"
 LOCK = "prewarm.lock"  # in the staging directory's MANIFEST_DIR, beside model-sync's own `lock`
-CHUNK = 16 * 1024 * 1024
-GIB = 1024**3
 DEFAULT_MARGIN_GIB = 8.0
-MEMINFO = Path("/proc/meminfo")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-
-Log = Callable[[str], None]
-Clock = Callable[[], float]
-
-
-class Failure(Exception):
-    """What went wrong and what to do about it; main() prints it on stderr and exits 1."""
-
-
-def log(message: str) -> None:
-    try:
-        print(f"prewarm: {message}", flush=True)
-    except BrokenPipeError:
-        # The SSH session that started us is gone; a copy resumes on the next run.
-        os._exit(1)
-
-
-def gib(size: float) -> str:
-    return f"{size / GIB:.2f} GiB"
-
-
-@dataclass(frozen=True)
-class ModelFile:
-    rel: str  # relative to the model directory, with forward slashes
-    size: int
-    mtime_ns: int = 0
-
-    @property
-    def weight(self) -> bool:
-        return self.rel.endswith(WEIGHT_SUFFIXES)
-
-
-def priority(f: ModelFile) -> tuple[bool, str]:
-    """Weights first (the bulk of a load), each group in path order (the order vLLM loads shards)."""
-    return (not f.weight, f.rel)
-
-
-def _raise(error: OSError) -> None:
-    raise error
-
-
-def model_files(directory: Path) -> list[ModelFile]:
-    """The model's regular files (symlinks followed) in priority order, without the manifest, the
-    download client's cache and this tool's own temporary files."""
-    found = []
-    for root, dirs, names in os.walk(directory, onerror=_raise):
-        here = Path(root)
-        if here == directory:
-            dirs[:] = [d for d in dirs if d not in SKIP_DIRS]
-        dirs.sort()
-        for name in names:
-            if name.endswith(TMP_SUFFIX):
-                continue
-            st = (here / name).stat()
-            if stat.S_ISREG(st.st_mode):
-                rel = (here / name).relative_to(directory).as_posix()
-                found.append(ModelFile(rel, st.st_size, st.st_mtime_ns))
-    return sorted(found, key=priority)
-
-
-def mem_available(meminfo: Path = MEMINFO) -> int | None:
-    """MemAvailable in bytes: free memory plus the page cache and slabs the kernel can reclaim."""
-    try:
-        text = meminfo.read_text()
-    except OSError:
-        return None
-    for line in text.splitlines():
-        key, _, rest = line.partition(":")
-        if key == "MemAvailable":
-            value, *unit = rest.split()
-            return int(value) * (1024 if unit == ["kB"] else 1)
-    return None
-
-
-@dataclass(frozen=True)
-class CachePlan:
-    files: tuple[ModelFile, ...]  # to read, in this order
-    left_out: tuple[ModelFile, ...]
-    available: int
-    margin: int
-    budget: int
-
-    @property
-    def size(self) -> int:
-        return sum(f.size for f in self.files)
-
-    @property
-    def left_out_size(self) -> int:
-        return sum(f.size for f in self.left_out)
-
-
-def plan_cache(files: Iterable[ModelFile], available: int, margin: int) -> CachePlan:
-    """Which files to read: in priority order, each one that still fits in MemAvailable minus the margin
-    (a shard that does not fit does not stop a smaller one after it, such as the config or the last
-    shard). The budget is never more than the files' total."""
-    ordered = sorted(files, key=priority)
-    budget = max(0, min(available - margin, sum(f.size for f in ordered)))
-    chosen: list[ModelFile] = []
-    left_out: list[ModelFile] = []
-    used = 0
-    for f in ordered:
-        if used + f.size <= budget:
-            chosen.append(f)
-            used += f.size
-        else:
-            left_out.append(f)
-    return CachePlan(tuple(chosen), tuple(left_out), available, margin, budget)
-
-
-def _eta(seconds: float | None) -> str:
-    if seconds is None:
-        return "unknown"
-    seconds = round(seconds)
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes, seconds = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes} min {seconds:02d} s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes:02d} min"
-
-
-class Progress:
-    """Counts bytes and logs `VERB: done of total, MB/s, ETA` at most every `every` seconds."""
-
-    def __init__(self, verb: str, total: int, every: float, log: Log, clock: Clock = time.monotonic) -> None:
-        self.verb = verb
-        self.total = total
-        self.every = every
-        self.log = log
-        self.clock = clock
-        self.done = 0
-        self.start = clock()
-        self.last = self.start
-
-    def add(self, count: int) -> None:
-        self.done += count
-        now = self.clock()
-        if now - self.last >= self.every:
-            self.last = now
-            self.log(self.line(now))
-
-    def rate(self, now: float) -> float:
-        """Bytes per second since the start."""
-        elapsed = now - self.start
-        return self.done / elapsed if elapsed > 0 else 0.0
-
-    def line(self, now: float) -> str:
-        rate = self.rate(now)
-        left = max(0, self.total - self.done)
-        eta = left / rate if rate > 0 else None
-        share = 100 * self.done / self.total if self.total else 100.0
-        return (
-            f"{self.verb}: {gib(self.done)} of {gib(self.total)} ({share:.0f}%), {rate / 1e6:.1f} MB/s, ETA {_eta(eta)}"
-        )
-
-    def summary(self, what: str) -> str:
-        now = self.clock()
-        return (
-            f"{what} {self.done} bytes ({gib(self.done)}) in {now - self.start:.1f} s, {self.rate(now) / 1e6:.1f} MB/s"
-        )
-
-
-def _advise(fd: int, offset: int, length: int, advice: int) -> None:
-    # Advice only: a filesystem that does not take it is read all the same.
-    with contextlib.suppress(OSError):
-        os.posix_fadvise(fd, offset, length, advice)
-
-
-def read_through(
-    path: Path,
-    buffer: bytearray,
-    progress: Progress,
-    sink: BinaryIO | None = None,
-    advise: Callable[[int, int, int, int], None] = _advise,
-) -> int:
-    """Read all of `path` into the reusable `buffer`, chunk by chunk, asking the kernel to fetch the next
-    chunk while this one is read (POSIX_FADV_WILLNEED); each chunk goes to `sink` when one is given.
-    Without a sink the pages stay in the page cache; with one (a copy), the source's pages are dropped
-    behind the read (POSIX_FADV_DONTNEED) so that they do not push the copy's own pages out. Returns
-    the bytes read."""
-    view = memoryview(buffer)
-    size = len(buffer)
-    offset = 0
-    with path.open("rb", buffering=0) as source:
-        fd = source.fileno()
-        end = os.fstat(fd).st_size
-        advise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
-        advise(fd, 0, size, os.POSIX_FADV_WILLNEED)
-        while True:
-            if offset + size < end:
-                advise(fd, offset + size, size, os.POSIX_FADV_WILLNEED)
-            count = source.readinto(view)
-            if not count:
-                break
-            if sink is not None:
-                sink.write(view[:count])
-                advise(fd, offset, count, os.POSIX_FADV_DONTNEED)
-            offset += count
-            progress.add(count)
-    return offset
-
-
-def cache(
-    directory: Path,
-    margin: int,
-    every: float,
-    log: Log = log,
-    available: Callable[[], int | None] = mem_available,
-    clock: Clock = time.monotonic,
-    chunk: int = CHUNK,
-) -> CachePlan:
-    if not directory.is_dir():
-        raise Failure(f"{directory} is not a directory; pass the model's directory as --dir")
-    files = model_files(directory)
-    if not files:
-        raise Failure(f"{directory} holds no model files; pass the model's directory as --dir")
-    free = available()
-    if free is None:
-        raise Failure(f"cannot read MemAvailable from {MEMINFO}; this tool needs Linux 3.14 or later")
-    plan = plan_cache(files, free, margin)
-    total = sum(f.size for f in files)
-    log(
-        f"{directory}: {len(files)} files, {gib(total)}; MemAvailable {gib(free)} minus the margin "
-        f"{gib(margin)} leaves a budget of {gib(plan.budget)}"
-    )
-    if plan.left_out:
-        names = ", ".join(f.rel for f in plan.left_out[:3]) + (", ..." if len(plan.left_out) > 3 else "")
-        log(
-            f"leaving out {len(plan.left_out)} file(s), {gib(plan.left_out_size)} of {gib(total)}, which do "
-            f"not fit in MemAvailable minus the margin (the load reads them from disk): {names}"
-        )
-    if not plan.files:
-        log("nothing to read: no file fits in the budget")
-        return plan
-    progress = Progress("reading", plan.size, every, log, clock)
-    buffer = bytearray(chunk)
-    for f in plan.files:
-        read_through(directory / f.rel, buffer, progress)
-    log(progress.summary(f"read {len(plan.files)} file(s):") + f"; {len(plan.left_out)} file(s) left out")
-    return plan
 
 
 def read_manifest(directory: Path) -> dict[str, Any]:
-    path = directory / MANIFEST_DIR / MANIFEST
+    """model-sync's manifest of the model, or a Failure that says how to get one."""
+    path = manifest_path(directory)
     try:
         data = json.loads(path.read_text())
     except OSError:
@@ -311,29 +81,10 @@ def read_manifest(directory: Path) -> dict[str, Any]:
     return data
 
 
-def changed_files(directory: Path, manifest: Mapping[str, Any]) -> list[str]:
-    """Files whose size or mtime differ from the manifest, or that are gone (model-sync check's test)."""
-    changed = []
-    for rel, recorded in manifest["files"].items():
-        try:
-            st = (directory / rel).stat()
-        except OSError:
-            changed.append(rel)
-            continue
-        if st.st_size != recorded["size"] or st.st_mtime_ns != recorded["mtime_ns"]:
-            changed.append(rel)
-    return changed
-
-
 @dataclass(frozen=True)
-class CopyPlan:
-    files: tuple[ModelFile, ...]  # to copy, in this order
+class CopyPlan(FilePlan):
     unchanged: tuple[ModelFile, ...]  # already at the destination with the same size and mtime
     need: int  # the most extra bytes the destination holds at any point of the copy
-
-    @property
-    def size(self) -> int:
-        return sum(f.size for f in self.files)
 
 
 def plan_copy(files: Iterable[ModelFile], present: Mapping[str, ModelFile]) -> CopyPlan:
@@ -420,11 +171,7 @@ def copy(
     manifest = read_manifest(source)
     changed = changed_files(source, manifest)
     if changed:
-        raise Failure(
-            f"{len(changed)} file(s) in {source} changed since they were verified: {', '.join(changed[:5])}"
-            f"{', ...' if len(changed) > 5 else ''}. Run `model-sync verify --repair --dir {source}` first; "
-            "nothing was copied."
-        )
+        raise Failure(changed_since_verified(source, changed, 5) + " first; nothing was copied.")
     st = (source / MANIFEST_REL).stat()
     files = [*model_files(source), ModelFile(MANIFEST_REL, st.st_size, st.st_mtime_ns)]  # the manifest last
     with _locked(target):
@@ -491,14 +238,14 @@ def _copy(
     strays = sorted({f.rel for f in model_files(target)} - {f.rel for f in files})
     if strays:
         log(
-            f"left alone {len(strays)} file(s) in {target} that {source} does not have: {', '.join(strays[:5])}"
-            f"{', ...' if len(strays) > 5 else ''} (remove them if vLLM should not see them)"
+            f"left alone {len(strays)} file(s) in {target} that {source} does not have: {listed(strays, 5)}"
+            " (remove them if vLLM should not see them)"
         )
     changed = changed_files(target, manifest)
     if changed:
         raise Failure(
-            f"the copy in {target} does not match the manifest: {', '.join(changed[:5])}"
-            f"{', ...' if len(changed) > 5 else ''}; did {source} change during the copy? Run the copy again."
+            f"the copy in {target} does not match the manifest: {listed(changed, 5)}; "
+            f"did {source} change during the copy? Run the copy again."
         )
     log(
         f"{target} matches the manifest of {manifest.get('repo')}@{manifest.get('revision')}: "

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """vllm-fleet status: what a host's deployments are doing now, read-only, as one JSON document on stdout.
 
-The controller pipes the host package into the host's python3 over SSH (controller/host_bundle.py) (`make status`, scripts/status.py), and
+The controller pipes the host package into the host's python3 over SSH (render/host_bundle.py) (`make status`, scripts/status.py), and
 the post-deploy report step runs it after every deploy (its `--bench` runs the smoke benchmark). It takes
 one JSON argument, {"deployments": [{"owner": "stack.deployment", "unit", "stateDir", "modelDir", "python",
 "frontDoor": "http://addr:port", "gpus": [...], "servedName", "bench": null | {...}}]} and reports, per
@@ -35,6 +35,7 @@ from typing import Any
 
 from host import survey
 from host.contract import ETC_DIR, MANIFEST_REL, UNIT_DIR
+from host.systemd import parse_show
 
 _METRIC = re.compile(r"^(vllm:num_requests_(?:running|waiting))(?:\{[^}]*\})?\s+([0-9.eE+-]+)$")
 
@@ -56,12 +57,8 @@ def sha256_of(path: str) -> str | None:
 
 
 def unit_facts(unit: str, state_dir: str) -> dict[str, Any]:
-    props = dict(
-        line.split("=", 1)
-        for line in run(
-            "systemctl", "show", unit, "--property=ActiveState,SubState,UnitFileState,ActiveEnterTimestamp,StateChangeTimestamp"
-        ).splitlines()
-        if "=" in line
+    props = parse_show(
+        run("systemctl", "show", unit, "--property=ActiveState,SubState,UnitFileState,ActiveEnterTimestamp,StateChangeTimestamp")
     )  # fmt: skip
     stem = unit.removesuffix(".service")
     env, staged_env = f"{ETC_DIR}/{stem}.env", f"{state_dir}/staged/{stem}.env"

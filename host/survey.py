@@ -2,7 +2,7 @@
 """vllm-fleet survey: what already runs on a host, read-only, as one JSON document on stdout.
 
 The controller runs it over SSH while it evaluates the program (`pulumi preview` too), before the tools
-are installed, by piping the host package into the host's python (controller/host_bundle.py); the swap transaction runs it again right
+are installed, by piping the host package into the host's python (render/host_bundle.py); the swap transaction runs it again right
 before it stops anything. It reports:
   units       every vllm-*.service: active state, enabled, whether vllm-fleet manages it (its first line),
               the sha256 of its unit file (a hand edit shows as drift against the rendered unit), its

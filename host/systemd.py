@@ -39,6 +39,11 @@ def parse_timespan(text: str) -> float | None:
 _SS_PEER_PORT = re.compile(r":(\d+)\s*$")
 
 
+def parse_show(text: str) -> dict[str, str]:
+    """`systemctl show`'s PROPERTY=VALUE lines as a dict."""
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
 def established_to(ss_output: str, port: int) -> int:
     """Connections in `ss -Htn state established` output whose peer is `port`: requests the front door
     still carries to an engine (it opens one upstream connection per request, no keepalive)."""
@@ -84,8 +89,7 @@ class SystemdHost:
             return str(response.headers.get(BACKEND_HEADER, ""))
 
     def show(self, unit: str, *props: str) -> dict[str, str]:
-        out = self.run("systemctl", "show", unit, *(f"--property={p}" for p in props), check=False)
-        return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+        return parse_show(self.run("systemctl", "show", unit, *(f"--property={p}" for p in props), check=False))
 
     def state(self, unit: str) -> str:
         return self.show(unit, "ActiveState").get("ActiveState", "inactive")

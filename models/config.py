@@ -1,15 +1,14 @@
 """The stack config, one model per `vllm-fleet:` key of `Pulumi.<stack>.yaml`.
 
-Field-level rules live on the fields (types.py, vllm_flags.py); rules that relate several keys (GPUs of a
-host, ports, memory and disk budgets) live in rules.py, which the loader applies to a parsed `StackConfig`.
+The machines the deployments name (hosts, storage) are in hosts.py. Field-level rules live on the fields
+(types.py, vllm_flags.py); rules that relate several keys (GPUs of a host, ports, memory and disk budgets)
+live in rules.py, which the loader applies to a parsed `StackConfig`.
 Secrets (the SSH key, the Hugging Face token) are never fields here: they travel as `pulumi.Output`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import ipaddress
-import re
 from enum import StrEnum
 from functools import cached_property
 from typing import Annotated, Any, Self
@@ -17,11 +16,9 @@ from typing import Annotated, Any, Self
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from models.access import Access
+from models.hosts import Host, Storage
 from models.monitoring import Monitoring
 from models.types import (
-    HOSTNAME_PATTERN,
-    SSH_HOST_KEY_PATTERN,
-    AbsPath,
     AttentionBackend,
     ClientModelId,
     EngineArg,
@@ -36,10 +33,7 @@ from models.types import (
     ServedName,
     SystemdServiceName,
     UnitStem,
-    UnixUser,
-    VersionString,
     ip_address,
-    not_a_system_directory,
 )
 from models.vllm_flags import loader_config, no_managed_env, no_managed_flags
 
@@ -78,42 +72,6 @@ class ForeignGpuProcesses(StrEnum):
     STOP = "stop"
 
 
-class Interconnect(StrEnum):
-    PCIE = "pcie"
-    NVLINK = "nvlink"
-    NONE = "none"
-
-
-class GpuSpec(LocalBaseModel):
-    """What the host has; preflight compares it with what nvidia-smi reports."""
-
-    count: Annotated[int, Field(ge=0, le=64)]
-    model: Label = "none"
-    memory_gib: Annotated[float, Field(gt=0, le=4096)] = 1.0
-    interconnect: Interconnect = Interconnect.PCIE
-    compute_capability: Annotated[str, Field(pattern=r"^\d{1,2}\.\d$")] | None = None
-
-
-class Runtime(LocalBaseModel):
-    """The vLLM installation already on the host (the project does not install CUDA stacks)."""
-
-    python: AbsPath = "/root/ml-env/bin/python3"
-    vllm_version: VersionString | None = None
-
-
-class ClusterNetwork(LocalBaseModel):
-    """Where the other nodes of a multi-node deployment reach this host: an address on a private network
-    (the engines' traffic is unencrypted and can run code) and the interface that carries it."""
-
-    address: str
-    interface: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]{1,15}$")]
-
-    @field_validator("address")
-    @classmethod
-    def _address_is_an_ip(cls, value: str) -> str:
-        return ip_address(value, "")
-
-
 # How many ports above masterPort a deployment's rendezvous may use (one per model, by a digest).
 MASTER_PORT_SPREAD = 100
 
@@ -123,63 +81,6 @@ class DistributedBackend(StrEnum):
     MP = "mp"
     # A Ray cluster (`ray start` on every node) and `--distributed-executor-backend ray` on the head.
     RAY = "ray"
-
-
-class Host(LocalBaseModel):
-    name: Name
-    address: str
-    port: Annotated[int, Field(ge=1, le=65535)] = 22
-    user: UnixUser = "root"
-    host_key: Annotated[str, Field(pattern=SSH_HOST_KEY_PATTERN)] | None = None
-    gpus: GpuSpec
-    runtime: Runtime = Runtime()
-    # Host-local disk (an NVMe) that models are copied to before a swap, while the old model serves; the
-    # engine then loads from there instead of the shared storage. Unset: it loads from the storage.
-    staging_path: AbsPath | None = None
-    # Bounded SSH connection: attempts x seconds is the longest a step waits for an unreachable host.
-    dial_attempts: Annotated[int, Field(ge=1, le=20)] = 3
-    dial_timeout_seconds: Annotated[int, Field(ge=1, le=120)] = 10
-    # Out of service: what runs there keeps running, `pulumi up` runs no step there and never contacts it,
-    # and a change of what it should serve is refused until the cordon is lifted.
-    cordon: bool = False
-    # This host's address and interface for multi-node deployments (VLLM_HOST_IP, GLOO/NCCL_SOCKET_IFNAME).
-    cluster: ClusterNetwork | None = None
-
-    @field_validator("address")
-    @classmethod
-    def _address_is_ip_or_hostname(cls, value: str) -> str:
-        try:
-            ipaddress.ip_address(value)
-            return value
-        except ValueError:
-            pass
-        if not re.fullmatch(HOSTNAME_PATTERN, value) or len(value) > 253:
-            raise ValueError(f"{value!r} is neither an IP address nor a DNS host name")
-        return value
-
-    @field_validator("staging_path")
-    @classmethod
-    def _staging_not_a_system_directory(cls, value: str | None) -> str | None:
-        return None if value is None else not_a_system_directory(value)
-
-
-class Storage(LocalBaseModel):
-    name: Name
-    host: Name
-    path: AbsPath
-    hf_home: AbsPath | None = None
-    capacity_gb: Annotated[float, Field(gt=0)]
-    free_margin_gb: Annotated[float, Field(ge=0)] = 50.0
-    owner: UnixUser = "root"
-
-    @field_validator("path")
-    @classmethod
-    def _not_a_system_directory(cls, value: str) -> str:
-        return not_a_system_directory(value)
-
-    @property
-    def effective_hf_home(self) -> str:
-        return self.hf_home or f"{self.path}/huggingface"
 
 
 class ServingDefaults(LocalBaseModel):

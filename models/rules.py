@@ -8,7 +8,8 @@ of its own, each naming the key and the fix.
 
 from __future__ import annotations
 
-from models.config import DistributedBackend, Host, StackConfig, StackTier, Storage
+from models.config import DistributedBackend, StackConfig, StackTier
+from models.hosts import Host, Storage
 from models.types import PINNED_REVISION
 from models.vllm_flags import REMOVED_FLAGS, canonical_flag, vllm_release
 

@@ -16,6 +16,7 @@ import hashlib
 import ipaddress
 from collections.abc import Mapping
 
+from host.contract import owner_key
 from models.config import ResolvedDeployment
 from render.paths import FRONT_DOOR_DIR, FRONT_DOOR_UNIT
 from render.scripts import ParamValue, render_script
@@ -27,21 +28,17 @@ STDIN_SEPARATOR = "VLLM_FLEET_STDIN_PART"
 TLS_PROTOCOLS = "TLSv1.2 TLSv1.3"
 
 
-def owner(stack: str, deployment: str) -> str:
-    return f"{stack}.{deployment}"
-
-
 def access_dir(stack: str, deployment: str) -> str:
-    return f"{ACCESS_ROOT}/{owner(stack, deployment)}"
+    return f"{ACCESS_ROOT}/{owner_key(stack, deployment)}"
 
 
 def keys_file(stack: str, deployment: str) -> str:
-    return f"{KEYS_DIR}/{owner(stack, deployment)}.conf"
+    return f"{KEYS_DIR}/{owner_key(stack, deployment)}.conf"
 
 
 def key_variable(stack: str, deployment: str) -> str:
     """The nginx variable that is 1 when a request carries an accepted key (names allow [a-z0-9_] only)."""
-    return "vllm_fleet_key_" + hashlib.sha256(owner(stack, deployment).encode()).hexdigest()[:16]
+    return "vllm_fleet_key_" + hashlib.sha256(owner_key(stack, deployment).encode()).hexdigest()[:16]
 
 
 def plan_fields(rd: ResolvedDeployment, stack: str) -> dict[str, object]:
@@ -57,7 +54,7 @@ def server_conf(rd: ResolvedDeployment, stack: str) -> str:
     directory = access_dir(stack, rd.deployment.name)
     tls = rd.access.tls is not None
     lines = [
-        f"# Managed by vllm-fleet: address and TLS of deployment {owner(stack, rd.deployment.name)}.",
+        f"# Managed by vllm-fleet: address and TLS of deployment {owner_key(stack, rd.deployment.name)}.",
         f"listen {_listen(rd.deployment.bind_address, rd.deployment.port)}{' ssl' if tls else ''};",
     ]
     if tls:
@@ -75,7 +72,7 @@ def server_conf(rd: ResolvedDeployment, stack: str) -> str:
 def api_conf(rd: ResolvedDeployment, stack: str) -> str:
     variable = key_variable(stack, rd.deployment.name)
     return (
-        f"# Managed by vllm-fleet: every /v1/ request of {owner(stack, rd.deployment.name)} carries an accepted key\n"
+        f"# Managed by vllm-fleet: every /v1/ request of {owner_key(stack, rd.deployment.name)} carries an accepted key\n"
         f"# (the map in {keys_file(stack, rd.deployment.name)}; it accepts any request when the stack is open).\n"
         f"if (${variable} = 0) {{\n"
         "    add_header WWW-Authenticate 'Bearer realm=\"vllm-fleet\"' always;\n"
@@ -86,7 +83,7 @@ def api_conf(rd: ResolvedDeployment, stack: str) -> str:
 
 def metrics_conf(rd: ResolvedDeployment, stack: str) -> str:
     lines = [
-        f"# Managed by vllm-fleet: who may read /metrics of {owner(stack, rd.deployment.name)} (access.metricsFrom)."
+        f"# Managed by vllm-fleet: who may read /metrics of {owner_key(stack, rd.deployment.name)} (access.metricsFrom)."
     ]
     lines += [f"allow {network};" for network in rd.access.metrics_from]
     lines.append("deny all;")
@@ -103,7 +100,7 @@ def keys_map(stack: str, deployment: str, keys: Mapping[str, str], open_access: 
     """The http-level map of accepted `Authorization` headers (a secret: it holds the keys)."""
     variable = key_variable(stack, deployment)
     lines = [
-        f"# Managed by vllm-fleet: the API keys of {owner(stack, deployment)} (vllm-fleet:apiKeys); 0600.",
+        f"# Managed by vllm-fleet: the API keys of {owner_key(stack, deployment)} (vllm-fleet:apiKeys); 0600.",
         f"map $http_authorization ${variable} {{",
         f"    default {1 if open_access else 0};",
     ]
@@ -141,12 +138,12 @@ def describe(rd: ResolvedDeployment) -> str:
 def _files_params(stack: str, name: str) -> dict[str, ParamValue]:
     """Where a deployment's access files live: what the access step writes and its delete removes."""
     return {
-        "OWNER": owner(stack, name),
+        "OWNER": owner_key(stack, name),
         "ACCESS_DIR": access_dir(stack, name),
         "KEYS_FILE": keys_file(stack, name),
         "FRONT_DOOR_DIR": FRONT_DOOR_DIR,
         "FRONT_DOOR_UNIT": FRONT_DOOR_UNIT,
-        "SITE": f"{FRONT_DOOR_DIR}/sites/{owner(stack, name)}.conf",
+        "SITE": f"{FRONT_DOOR_DIR}/sites/{owner_key(stack, name)}.conf",
     }
 
 

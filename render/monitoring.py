@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 
 from models.config import ResolvedDeployment
 from models.monitoring import Monitoring
+from render.paths import endpoint_url, metrics_url
 
 JOB = "vllm-fleet"
 # The labels every target carries, in this order; the rules and the dashboard group by the first three.
@@ -51,22 +52,8 @@ def duration(seconds: int) -> str:
     return f"{seconds}s"
 
 
-def metrics_url(endpoint: str) -> str:
-    """The deployment's /metrics through its front door, from its API endpoint (as the deploy report says)."""
-    return endpoint.rstrip("/").removesuffix("/v1") + "/metrics"
-
-
-def endpoint_of(rd: ResolvedDeployment) -> str:
-    """What clients call (components/vllm_service.py's endpoint): publicUrl, else the host's address and port."""
-    if rd.deployment.public_url:
-        return rd.deployment.public_url
-    scheme = "https" if rd.access.tls is not None else "http"
-    address = f"[{rd.host.address}]" if ":" in rd.host.address else rd.host.address
-    return f"{scheme}://{address}:{rd.deployment.port}/v1"
-
-
 def target_group(rd: ResolvedDeployment, stack: str) -> dict[str, Any]:
-    url = urlsplit(metrics_url(endpoint_of(rd)))
+    url = urlsplit(metrics_url(endpoint_url(rd)))
     labels = {
         "__scheme__": url.scheme,
         "__metrics_path__": url.path,

@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from string import Template
 
-from controller import host_bundle
 from host.contract import BUNDLE_NAME
-from models.config import Host, ModelSpec, ResolvedDeployment, Storage
+from models.config import ModelSpec, ResolvedDeployment
+from models.hosts import Host, Storage
+from render import host_bundle
 from render.launch import args_check_spec, node_args_check_spec
 from render.paths import (
     FRONT_DOOR_DIR,
@@ -38,7 +39,7 @@ def tools_script() -> str:
 @functools.cache
 def tools_package_script() -> str:
     """Install the host package: one archive of host/ (its version is the archive's digest) and a launcher
-    per tool (controller/host_bundle.py). A changed host tool changes this one step. The archive travels as
+    per tool (render/host_bundle.py). A changed host tool changes this one step. The archive travels as
     base64 (about 60 KB), inside the 128 KiB one argument of the remote shell may have."""
     archive = base64.b64encode(host_bundle.archive()).decode()
     lines = "\n".join(archive[i : i + 100] for i in range(0, len(archive), 100))

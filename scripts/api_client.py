@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 import ssl
-import subprocess
 from pathlib import Path
 from typing import Any
 
 from openai import DefaultHttpxClient, OpenAI
+
+from scripts.pulumi_cli import pulumi
 
 ROOT = Path(__file__).resolve().parent.parent
 SANDBOX_CA = ROOT / ".sandbox" / "tls" / "ca.pem"
@@ -36,12 +37,7 @@ def client(base_url: str, api_key: str | None = None, ca_file: str | Path | None
 def stack_api_key(stack: str, client_name: str | None = None) -> str | None:
     """A client's key from the stack's `vllm-fleet:apiKeys` secret (decrypted by the engine), or None
     when the stack has none. It goes from the engine's stdout into this process only."""
-    result = subprocess.run(
-        ["pulumi", "config", "get", "vllm-fleet:apiKeys", "--json", "--stack", stack],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    result = pulumi("config", "get", "vllm-fleet:apiKeys", "--json", "--stack", stack)
     if result.returncode != 0:
         return None
     value = json.loads(result.stdout)

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 
 from scripts.api_client import client, default_ca_file, stack_api_key
+from scripts.pulumi_cli import pulumi
 
 
 def main() -> int:
@@ -21,14 +21,7 @@ def main() -> int:
     parser.add_argument("--client", default=None, help="whose key of vllm-fleet:apiKeys to send")
     parser.add_argument("--ca-file", default=None, help="CA to verify the front door's certificate against")
     args = parser.parse_args()
-    outputs = json.loads(
-        subprocess.run(
-            ["pulumi", "stack", "output", "deployments", "--json", "--stack", args.stack],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-    )
+    outputs = json.loads(pulumi("stack", "output", "deployments", "--json", "--stack", args.stack, check=True).stdout)
     api_key = stack_api_key(args.stack, args.client)
     for name, deployment in outputs.items():
         endpoint = deployment["endpoint"]

@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from models.monitoring import Monitoring  # noqa: E402
 from render import monitoring as render  # noqa: E402
+from scripts.pulumi_cli import pulumi  # noqa: E402
 
 
 def _write(path: Path, text: str) -> None:
@@ -103,13 +104,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / ".run" / "monitoring")
     parser.add_argument("--ca-file", help="the CA Prometheus verifies a TLS front door with (access.tls)")
     args = parser.parse_args()
-    result = subprocess.run(
-        ["pulumi", "stack", "output", "monitoring", "--json", "--stack", args.stack],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=ROOT,
-    )
+    result = pulumi("stack", "output", "monitoring", "--json", "--stack", args.stack)
     if result.returncode != 0 or not result.stdout.strip():
         print(f"no monitoring output on stack {args.stack!r} (run `pulumi up` first): {result.stderr.strip()}")
         return 2

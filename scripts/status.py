@@ -23,23 +23,17 @@ sys.path.insert(0, str(ROOT))
 
 from controller import status as host_status  # noqa: E402
 from controller.survey import SurveyFailed, ssh_python  # noqa: E402
-from models.config import Host  # noqa: E402
-
-
-def pulumi(*args: str) -> str:
-    return subprocess.run(["pulumi", *args], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+from models.hosts import Host  # noqa: E402
+from scripts.pulumi_cli import pulumi  # noqa: E402
 
 
 def private_key(stack: str) -> str:
-    key_file = subprocess.run(
-        ["pulumi", "config", "get", "vllm-fleet:sshPrivateKeyFile", "--stack", stack],
-        capture_output=True, text=True, check=False, cwd=ROOT,
-    ).stdout.strip()  # fmt: skip
+    key_file = pulumi("config", "get", "vllm-fleet:sshPrivateKeyFile", "--stack", stack).stdout.strip()
     if key_file:
         return (
             (ROOT / key_file).expanduser().read_text() if not key_file.startswith("/") else Path(key_file).read_text()
         )
-    return pulumi("config", "get", "vllm-fleet:sshPrivateKey", "--stack", stack)
+    return pulumi("config", "get", "vllm-fleet:sshPrivateKey", "--stack", stack, check=True).stdout
 
 
 def collect(
@@ -103,7 +97,7 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="one JSON document for scripts")
     args = parser.parse_args()
     try:
-        outputs = json.loads(pulumi("stack", "output", "--json", "--stack", args.stack) or "{}")
+        outputs = json.loads(pulumi("stack", "output", "--json", "--stack", args.stack, check=True).stdout or "{}")
     except subprocess.CalledProcessError as error:
         print(f"status: cannot read stack {args.stack!r}: {error.stderr.strip()}", file=sys.stderr)
         return 2

@@ -5,14 +5,13 @@ their 0600 files. The tests run in file order on one stack ("access"), on stand-
 
 from __future__ import annotations
 
+import contextlib
 import json
 import ssl
-import subprocess
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import openai
 import pytest
@@ -22,7 +21,9 @@ from pulumi import automation as auto
 from scripts.api_client import client, tls_context
 from scripts.downtime_probe import DowntimeProbe
 from tests.support import engine, sandbox_env
+from tests.support.processes import run_captured
 from tests.support.sandbox_env import on_host
+from tests.support.sandbox_stack import SandboxStack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
 
@@ -37,29 +38,14 @@ KEY_B = "test-key-b-8d2a61f0c97e4b35a0d4"
 OWNER_FILES = "/etc/vllm-fleet/frontdoor"
 
 
-class Access:
-    def __init__(self, tmp: Path) -> None:
-        self.work = engine.project_copy(tmp / "project")
-        self.backend = tmp / "state"
-        self.output: list[str] = []
-
+class Access(SandboxStack):
     def configure(self, keys: dict[str, str]) -> auto.Stack:
         doc = yaml.safe_load(sandbox_env.e2e_stack_file("e2e-tiny-a", gpus=[3], port=PORT))
         config = doc["config"]
         config["vllm-fleet:deployments"][0].update(bindAddress="0.0.0.0", publicUrl=ENDPOINT)
-        config["vllm-fleet:access"] = {
-            "tls": {"certificateFile": str(sandbox_env.TLS_DIR / "server.pem")},
-            # The host itself, by its fabric address: the one place /metrics may be read from.
-            "metricsFrom": [sandbox_env.FABRIC_ADDRESS],
-        }
-        config["vllm-fleet:tlsPrivateKeyFile"] = str(sandbox_env.TLS_DIR / "server.key")
-        (self.work / f"Pulumi.{STACK}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
-        return engine.stack(
-            self.work,
-            self.backend,
-            STACK,
-            secrets={"vllm-fleet:hfToken": sandbox_env.MIRROR_TOKEN, "vllm-fleet:apiKeys": json.dumps(keys)},
-        )
+        # The host itself, by its fabric address: the one place /metrics may be read from.
+        sandbox_env.with_tls(config, metrics_from=sandbox_env.FABRIC_ADDRESS)
+        return self.select(doc, secrets={"vllm-fleet:apiKeys": json.dumps(keys)})
 
     def up(self, stack: auto.Stack) -> auto.UpResult:
         return stack.up(on_output=self.output.append, on_error=self.output.append)
@@ -67,14 +53,10 @@ class Access:
 
 @pytest.fixture(scope="module")
 def access(sandbox: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Access]:
-    state = Access(tmp_path_factory.mktemp("access"))
+    state = Access(tmp_path_factory.mktemp("access"), STACK)
     yield state
-    try:
-        stack = state.configure({"a": KEY_A})
-        stack.destroy(on_output=state.output.append)
-        stack.workspace.remove_stack(STACK)
-    except auto.CommandError:
-        pass
+    with contextlib.suppress(auto.CommandError):
+        state.destroy(state.configure({"a": KEY_A}))
 
 
 def status_of(path: str, key: str | None = None, method: str = "GET", scheme: str = "https") -> int:
@@ -177,12 +159,10 @@ def test_secrets_appear_nowhere(access: Access) -> None:
     captured = "\n".join([*access.output, *verbose])
     # The state as `pulumi stack export` shows it without --show-secrets (the Automation API's export
     # decrypts secrets).
-    exported = subprocess.run(
+    exported = run_captured(
         ["pulumi", "stack", "export", "--stack", STACK],
         cwd=access.work,
         env=engine.engine_env(access.backend),
-        capture_output=True,
-        text=True,
         check=True,
     ).stdout
     assert '"secure"' in exported or "ciphertext" in exported

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ from models import backend
 from models.config import StackTier
 from tests.support import engine
 from tests.support.paths import ROOT
+from tests.support.processes import run_captured
 
 PG = "postgres://vllm_fleet_state@db.internal:5432/vllm_fleet_state?sslmode=verify-full"
 
@@ -65,12 +65,10 @@ def test_production_on_a_local_backend_is_refused_with_the_way_out() -> None:
 
 def sourced_backend(root: Path, env: dict[str, str]) -> str:
     """PULUMI_BACKEND_URL after `source scripts/env.sh` of a checkout at `root`, in a shell with `env`."""
-    return subprocess.run(
+    return run_captured(
         ["bash", "-c", 'source scripts/env.sh && printf %s "$PULUMI_BACKEND_URL"'],
         cwd=root,
         env={"PATH": os.environ["PATH"], "HOME": "/nonexistent", **env},
-        capture_output=True,
-        text=True,
         check=True,
     ).stdout
 
@@ -116,9 +114,7 @@ def test_real_engine_refuses_production_on_a_local_backend(tmp_path: Path) -> No
 def test_make_preview_prod_renders_from_a_fresh_checkout(tmp_path: Path) -> None:
     """`make preview-prod` opts out for its throwaway backend; it needs nothing of the caller's shell."""
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
-    result = subprocess.run(
-        [str(ROOT / "scripts" / "preview-prod.sh")], env=env, capture_output=True, text=True, check=False, timeout=300
-    )
+    result = run_captured([str(ROOT / "scripts" / "preview-prod.sh")], env=env, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "--tensor-parallel-size" in result.stdout
     assert "local file backend" not in result.stdout + result.stderr

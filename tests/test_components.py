@@ -231,15 +231,22 @@ def test_max_unavailable_runs_that_many_lanes(fleet_raw: dict[str, Any]) -> None
     assert config.rollout_waits_for() == {"d2": "d0", "d3": "d1", "d4": "d2"}
 
 
-def test_cordoned_host_ignores_every_change_and_is_never_probed(
-    fleet_raw: dict[str, Any], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def cordon_fleet_2(fleet_raw: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> frozenset[str]:
+    """Cordon fleet-2 after a run in which it took its steps: the state's checkpoint (controller/cordon.py's
+    reading of it) lists them as applied there. Returns their names."""
     from controller import cordon
 
     before = run_program("fleet", fleet_raw)
     on_fleet_2 = frozenset(n for n, r in commands(before).items() if r.inputs["triggers"][1] == 2232)
     monkeypatch.setattr(cordon, "applied_steps", lambda: {("127.0.0.1", 2232, "root"): on_fleet_2})
     fleet_raw["hosts"][1]["cordon"] = True
+    return on_fleet_2
+
+
+def test_cordoned_host_ignores_every_change_and_is_never_probed(
+    fleet_raw: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    on_fleet_2 = cordon_fleet_2(fleet_raw, monkeypatch)
     after = run_program("fleet", fleet_raw)
     for name, step in commands(after).items():
         expected = COMMAND_INPUTS if name in on_fleet_2 else []
@@ -251,12 +258,7 @@ def test_cordoned_host_ignores_every_change_and_is_never_probed(
 def test_cordoned_host_refuses_creates_and_deletes(
     fleet_raw: dict[str, Any], monkeypatch: pytest.MonkeyPatch, change: str
 ) -> None:
-    from controller import cordon
-
-    before = run_program("fleet", fleet_raw)
-    on_fleet_2 = frozenset(n for n, r in commands(before).items() if r.inputs["triggers"][1] == 2232)
-    monkeypatch.setattr(cordon, "applied_steps", lambda: {("127.0.0.1", 2232, "root"): on_fleet_2})
-    fleet_raw["hosts"][1]["cordon"] = True
+    cordon_fleet_2(fleet_raw, monkeypatch)
     if change == "model":
         fleet_raw["deployments"][1]["model"] = "tiny-chat-b"
         expected = r"'fleet-2' is cordoned .* would create step 'shared-2-tiny-chat-b-files'"

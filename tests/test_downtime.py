@@ -20,9 +20,10 @@ import yaml
 from pulumi import automation as auto
 
 from scripts.downtime_probe import DowntimeProbe
-from tests.support import engine, sandbox_env
+from tests.support import sandbox_env
 from tests.support.paths import ROOT
 from tests.support.sandbox_env import on_host
+from tests.support.sandbox_stack import SandboxStack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
 
@@ -30,10 +31,7 @@ STACK = "downtime"
 PORT = 8001
 ENDPOINT = sandbox_env.api_url(PORT)
 SERVED = "dt-chat"
-MODELS = {
-    "dt-tiny-a": {"preset": "tiny-chat-a", "dir": "dt-tiny-a", "revision": "main", "keep": True},
-    "dt-tiny-b": {"preset": "tiny-chat-b", "dir": "dt-tiny-b", "revision": "main", "keep": True},
-}
+MODELS = sandbox_env.tiny_models("dt", keep=True)
 # A context longer than the tiny model allows: the host's vLLM parses the launch, then the engine
 # refuses to start, so readiness never comes.
 NEVER_READY = {"overrides": {"maxModelLen": 1_000_000}}
@@ -44,11 +42,9 @@ STAGING = "/srv/vllm-staging"
 RESULTS = ROOT / ".run" / "downtime-phases.json"
 
 
-class Downtime:
+class Downtime(SandboxStack):
     def __init__(self, tmp: Path) -> None:
-        self.work = engine.project_copy(tmp / "project")
-        self.backend = tmp / "state"
-        self.output: list[str] = []
+        super().__init__(tmp, STACK)
         self.probe = DowntimeProbe(ENDPOINT, SERVED, timeout=10.0)
         self.phases: dict[str, dict[str, Any]] = {}
 
@@ -57,10 +53,7 @@ class Downtime:
         doc["config"]["vllm-fleet:deployments"][0].update(servedModelName=SERVED, **deployment)
         # Engines load from a copy on "host-local" disk that the swap makes before anything stops.
         doc["config"]["vllm-fleet:hosts"][0]["stagingPath"] = STAGING
-        (self.work / f"Pulumi.{STACK}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
-        self.stack = engine.stack(
-            self.work, self.backend, STACK, secrets={"vllm-fleet:hfToken": sandbox_env.MIRROR_TOKEN}
-        )
+        self.stack = self.select(doc)
         return self.stack
 
     def swap(self, phase: str, model: str, **deployment: Any) -> tuple[auto.UpResult | None, dict[str, Any]]:
@@ -100,11 +93,7 @@ def downtime(sandbox: None, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     yield state
     state.probe.stop()
     on_host(f"systemctl stop {TAKER} 2>/dev/null || true", check=False)
-    stack = state.configure("dt-tiny-a")
-    try:
-        stack.destroy(on_output=state.output.append, continue_on_error=True)
-    finally:
-        stack.workspace.remove_stack(STACK)
+    state.destroy(state.configure("dt-tiny-a"), continue_on_error=True)
 
 
 def test_first_deploy_serves_through_the_front_door(downtime: Downtime) -> None:

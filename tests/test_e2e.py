@@ -14,8 +14,9 @@ from pulumi import automation as auto
 
 from sandbox import tiny_models
 from scripts import status
-from tests.support import engine, sandbox_env
+from tests.support import sandbox_env
 from tests.support.sandbox_env import on_host
+from tests.support.sandbox_stack import SandboxStack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
 
@@ -23,18 +24,13 @@ STACK = "e2e"
 ENDPOINT = sandbox_env.api_url(8001)
 
 
-class E2E:
+class E2E(SandboxStack):
     def __init__(self, tmp: Path) -> None:
-        self.work = engine.project_copy(tmp / "project")
-        self.backend = tmp / "state"
+        super().__init__(tmp, STACK)
         self.phases = sandbox_env.Phases()
-        self.output: list[str] = []
 
     def set_model(self, model: str) -> None:
-        (self.work / f"Pulumi.{STACK}.yaml").write_text(sandbox_env.e2e_stack_file(model, smoke_benchmark=True))
-        self.stack = engine.stack(
-            self.work, self.backend, STACK, secrets={"vllm-fleet:hfToken": sandbox_env.MIRROR_TOKEN}
-        )
+        self.stack = self.select(sandbox_env.e2e_stack_file(model, smoke_benchmark=True))
 
     def up(self) -> auto.UpResult:
         return self.stack.up(on_output=self.output.append)
@@ -46,10 +42,7 @@ def e2e(sandbox: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E
     state.set_model("e2e-tiny-a")
     yield state
     # Leave the sandbox as it was found, whatever happened above.
-    try:
-        state.stack.destroy(on_output=state.output.append)
-    finally:
-        state.stack.workspace.remove_stack(STACK)
+    state.destroy(state.stack)
 
 
 def served_models() -> list[str]:

@@ -11,6 +11,7 @@ from pulumi import automation as auto
 
 from tests.support import engine
 from tests.support.paths import ROOT
+from tests.support.processes import run_captured
 
 pytestmark = pytest.mark.usefixtures("pulumi_engine")
 
@@ -27,7 +28,7 @@ def test_engine_versions_and_registered_provider(tmp_path: Path) -> None:
     env = engine.engine_env(tmp_path / "state")
 
     def run(*args: str) -> str:
-        return subprocess.run(args, env=env, capture_output=True, text=True, check=True, cwd=ROOT).stdout
+        return run_captured(args, env=env, check=True, cwd=ROOT).stdout
 
     # v3.274.1: the oldest CLI the Go module proxy serves at or above the pinned 3.272.0 SDK.
     assert run("pulumi", "version").strip() == "v3.274.1"
@@ -44,9 +45,7 @@ def test_pulumi_runs_the_program_under_the_projects_virtualenv(tmp_path: Path) -
     (tmp_path / "state").mkdir()
     assert str(ROOT / ".venv") not in env["PATH"]
     subprocess.run(["pulumi", "stack", "init", "dev"], env=env, cwd=work, capture_output=True, check=True)
-    about = subprocess.run(
-        ["pulumi", "about", "--stack", "dev"], env=env, cwd=work, capture_output=True, text=True, check=True
-    ).stdout
+    about = run_captured(["pulumi", "about", "--stack", "dev"], env=env, cwd=work, check=True).stdout
     assert re.search(r"^resource\s+command\s+1\.2\.1$", about, re.M), about
     assert re.search(r"^language\s+python\s+3\.259\.0$", about, re.M), about
     assert f"executable='{work}/.venv/bin/python'" in about, about

@@ -3,6 +3,7 @@ is left with. The tests run in file order on one stack ("faults"), after test_e2
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
@@ -10,7 +11,6 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +19,7 @@ from pulumi import automation as auto
 
 from tests.support import engine, sandbox_env
 from tests.support.sandbox_env import on_host
+from tests.support.sandbox_stack import SandboxStack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
 
@@ -29,12 +30,7 @@ MODEL_SYNC = f"{PYTHON} /usr/local/lib/vllm-fleet/model-sync"
 SHARD = "model-00002-of-00003.safetensors"
 
 
-class Faults:
-    def __init__(self, tmp: Path) -> None:
-        self.work = engine.project_copy(tmp / "project")
-        self.backend = tmp / "state"
-        self.output: list[str] = []
-
+class Faults(SandboxStack):
     def configure(
         self,
         model: str,
@@ -54,9 +50,7 @@ class Faults:
             doc["config"]["vllm-fleet:deployments"][0]["overrides"] = overrides
         # These tests leave hand-started engines holding a GPU on purpose; the guard may stop them.
         doc["config"]["vllm-fleet:deployments"][0]["foreignGpuProcesses"] = "stop"
-        text = yaml.safe_dump(doc, sort_keys=False)
-        (self.work / f"Pulumi.{stack}.yaml").write_text(text)
-        return engine.stack(self.work, self.backend, stack, secrets={"vllm-fleet:hfToken": sandbox_env.MIRROR_TOKEN})
+        return self.select(doc, name=stack)
 
     def up(self, stack: auto.Stack, **kwargs: Any) -> auto.UpResult:
         return stack.up(on_output=self.output.append, **kwargs)
@@ -64,16 +58,12 @@ class Faults:
 
 @pytest.fixture(scope="module")
 def faults(sandbox: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Faults]:
-    state = Faults(tmp_path_factory.mktemp("faults"))
+    state = Faults(tmp_path_factory.mktemp("faults"), STACK)
     yield state
     sandbox_env.mirror("/_mirror/faults", "DELETE")
     for name in ("intruder", STACK):
-        try:
-            stack = state.configure("e2e-tiny-a", stack=name)
-            stack.destroy(on_output=state.output.append)
-            stack.workspace.remove_stack(name)
-        except auto.CommandError:
-            pass
+        with contextlib.suppress(auto.CommandError):
+            state.destroy(state.configure("e2e-tiny-a", stack=name))
 
 
 def served_models() -> list[str]:

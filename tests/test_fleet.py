@@ -15,13 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from pulumi import automation as auto
 
 from scripts.downtime_probe import Answer, DowntimeProbe
-from tests.support import engine, sandbox_env
-from tests.support.paths import ROOT
+from tests.support import sandbox_env
 from tests.support.sandbox_env import on_host
+from tests.support.sandbox_stack import SandboxStack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
 
@@ -30,10 +29,7 @@ PORT = 8001
 SERVED = "fl-chat"
 HOSTS = ("fleet-1", "fleet-2")
 ENDPOINTS = {"fleet-1": "http://127.0.0.1:18101/v1", "fleet-2": "http://127.0.0.1:18201/v1"}
-MODELS = {
-    "fl-tiny-a": {"preset": "tiny-chat-a", "dir": "fl-tiny-a", "revision": "main", "keep": False},
-    "fl-tiny-b": {"preset": "tiny-chat-b", "dir": "fl-tiny-b", "revision": "main", "keep": False},
-}
+MODELS = sandbox_env.tiny_models("fl", keep=False)
 # A context longer than the tiny model allows: the engine refuses to start, so readiness never comes.
 NEVER_READY = {"overrides": {"maxModelLen": 1_000_000}}
 
@@ -42,21 +38,16 @@ def unit_of(model: str) -> str:
     return f"vllm-{model}.service"
 
 
-class Fleet:
+class Fleet(SandboxStack):
     def __init__(self, tmp: Path) -> None:
-        self.work = engine.project_copy(tmp / "project")
-        self.backend = tmp / "state"
-        self.output: list[str] = []
+        super().__init__(tmp, STACK)
         self.probes: dict[str, DowntimeProbe] = {}
 
     def configure(
         self, models: dict[str, str], cordon: tuple[str, ...] = (), per_host: dict[str, dict[str, Any]] | None = None
     ) -> auto.Stack:
         """The fleet stack with deployment chat-N serving models[fleet-N], on GPU 3 and port 8001."""
-        raw = yaml.safe_load((ROOT / "Pulumi.fleet.yaml").read_text())["config"]
-        raw.pop("vllm-fleet:hfToken")
-        raw["vllm-fleet:sshPrivateKeyFile"] = str(sandbox_env.SSH_KEY)
-        raw["vllm-fleet:models"] = MODELS
+        raw = sandbox_env.fleet_config(MODELS)
         for host in raw["vllm-fleet:hosts"]:
             host["cordon"] = host["name"] in cordon
         # The two chat deployments (the stack's model across both hosts is tests/test_multinode.py's).
@@ -71,10 +62,7 @@ class Fleet:
                 publicUrl=ENDPOINTS[host],
                 **(per_host or {}).get(host, {}),
             )
-        (self.work / f"Pulumi.{STACK}.yaml").write_text(yaml.safe_dump({"config": raw}, sort_keys=False))
-        self.stack = engine.stack(
-            self.work, self.backend, STACK, secrets={"vllm-fleet:hfToken": sandbox_env.MIRROR_TOKEN}
-        )
+        self.stack = self.select({"config": raw})
         return self.stack
 
     def up(self) -> auto.UpResult | None:
@@ -121,11 +109,7 @@ def fleet_stack(fleet: int, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         probe.stop()
     for host in HOSTS:
         sandbox_env.exec_on(host, "systemctl start ssh.service")
-    stack = state.configure({h: "fl-tiny-a" for h in HOSTS})
-    try:
-        stack.destroy(on_output=state.output.append, continue_on_error=True)
-    finally:
-        stack.workspace.remove_stack(STACK)
+    state.destroy(state.configure({h: "fl-tiny-a" for h in HOSTS}), continue_on_error=True)
     for host in HOSTS:
         assert on_host("ls /etc/systemd/system/ | grep -c '^vllm-fl-' || true", host=host).strip() == "0"
 

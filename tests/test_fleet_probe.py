@@ -14,7 +14,8 @@ import pytest
 
 from controller import survey as host_survey
 from controller.probe import HostUnreachable, probe_all
-from models.config import Host
+from models.hosts import Host
+from tests.support.processes import free_port
 
 DELAY = 1.0
 
@@ -49,12 +50,6 @@ def slow_sshd() -> Iterator[list[int]]:
         server.close()
 
 
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_slow_hosts_are_probed_at_once(slow_sshd: list[int]) -> None:
     started = time.monotonic()
     probe_all([host("slow-a", slow_sshd[0]), host("slow-b", slow_sshd[1])])
@@ -63,7 +58,7 @@ def test_slow_hosts_are_probed_at_once(slow_sshd: list[int]) -> None:
 
 
 def test_every_unreachable_host_is_named(slow_sshd: list[int]) -> None:
-    hosts = [host("down-a", closed_port()), host("slow-a", slow_sshd[0]), host("down-b", closed_port())]
+    hosts = [host("down-a", free_port()), host("slow-a", slow_sshd[0]), host("down-b", free_port())]
     with pytest.raises(HostUnreachable) as raised:
         probe_all(hosts)
     message = str(raised.value)

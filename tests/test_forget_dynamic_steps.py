@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
 import sys
 
 from scripts.forget_dynamic_steps import DYNAMIC_TYPE, forget_dynamic_steps
 from tests.support.paths import ROOT
+from tests.support.processes import run_captured
 
 STACK = "urn:pulumi:prod::vllm-fleet::pulumi:pulumi:Stack::vllm-fleet-prod"
 HOST = "urn:pulumi:prod::vllm-fleet::vllm-fleet:index:GpuHost::gpu-01"
@@ -60,12 +60,8 @@ def test_leaves_current_state_unchanged() -> None:
 
 
 def test_command_line_reads_stdin_and_names_what_it_dropped() -> None:
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "forget_dynamic_steps.py")],
-        input=json.dumps(old_export()),
-        capture_output=True,
-        text=True,
-        check=True,
+    result = run_captured(
+        [sys.executable, str(ROOT / "scripts" / "forget_dynamic_steps.py")], input=json.dumps(old_export()), check=True
     )
     assert [r["urn"] for r in json.loads(result.stdout)["deployment"]["resources"]] == [STACK, HOST]
     assert f"dropped {PREFLIGHT}" in result.stderr and "3 dynamic-provider resources dropped" in result.stderr

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.paths import ROOT
+from tests.support.processes import run_captured
 
 pytestmark = pytest.mark.usefixtures("pulumi_engine")
 
@@ -38,9 +39,7 @@ def make(clone: Path, *args: str, timeout: float = 300) -> subprocess.CompletedP
     env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if not p.endswith("/.tools/bin"))
     # The engine's upstream sources sit beside this checkout, not beside the clone.
     env["VLLM_FLEET_VENDOR_DIR"] = os.environ.get("VLLM_FLEET_VENDOR_DIR", str(ROOT.parent / "shared" / "vendor"))
-    return subprocess.run(
-        ["make", *args], cwd=clone, env=env, capture_output=True, text=True, timeout=timeout, check=False
-    )
+    return run_captured(["make", *args], cwd=clone, env=env, timeout=timeout)
 
 
 def test_the_readme_names_only_targets_that_exist() -> None:
@@ -63,7 +62,7 @@ def test_preview_prod_runs_in_a_fresh_clone(clone: Path) -> None:
     assert re.search(r"\+ \d+ to create", result.stdout), result.stdout[-2000:]
     assert "primary-serving" in result.stdout
     # Offline: nothing in the clone changed, no stack state appeared.
-    status = subprocess.run(["git", "status", "--porcelain"], cwd=clone, capture_output=True, text=True, check=True)
+    status = run_captured(["git", "status", "--porcelain"], cwd=clone, check=True)
     assert [line for line in status.stdout.splitlines() if not line.endswith((".venv", ".tools"))] == []
 
 

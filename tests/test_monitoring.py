@@ -8,7 +8,6 @@ import copy
 import hashlib
 import json
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +18,11 @@ from controller import status, survey
 from models.loader import ConfigError, parse_stack_config, read_stack_file
 from models.monitoring import Monitoring
 from render import monitoring as render
+from render import report
 from render.units import render_unit
 from scripts.monitoring import promtool_check, write_files
 from tests.support.paths import ROOT
+from tests.support.processes import run_captured
 from tests.support.pulumi_mocks import run_program
 
 PROMTOOL = shutil.which("promtool")
@@ -342,7 +343,7 @@ def test_rules_fire_on_synthetic_series(dev_raw: dict[str, Any], tmp_path: Path)
     }
     test_file = tmp_path / "dev.rules.test.yml"
     test_file.write_text(yaml.safe_dump(spec, sort_keys=False, width=200))
-    result = subprocess.run([str(PROMTOOL), "test", "rules", str(test_file)], capture_output=True, text=True)
+    result = run_captured([str(PROMTOOL), "test", "rules", str(test_file)])
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -360,7 +361,7 @@ def test_a_stopped_unit_is_drift_that_the_next_up_repairs(dev_raw: dict[str, Any
     assert survey.repairs("dev", rd, found("active")) == 2
     assert survey.repairs("dev", rd, found("activating")) == 2  # loading: it serves soon
     assert survey.repairs("dev", rd, found("inactive")) == 3 and survey.repairs("dev", rd, found("failed")) == 3
-    entry = status.spec(rd, "dev")
+    entry = report.spec(rd, "dev")
     facts = {"fileSha256": entry["unitSha256"], "enabled": "enabled", "model": {"state": "verified"}}
     assert status.drift(entry, {**facts, "activeState": "active"}, []) == []
     assert status.drift(entry, {**facts, "activeState": "inactive"}, []) == [

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -27,9 +26,11 @@ from pulumi import automation as auto
 from scripts import status
 from scripts.api_client import client
 from scripts.monitoring import promtool_check, write_files
-from tests.support import engine, sandbox_env
+from tests.support import sandbox_env
 from tests.support.paths import ROOT
+from tests.support.processes import answers, free_port
 from tests.support.sandbox_env import on_host
+from tests.support.sandbox_stack import SandboxStack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
 
@@ -48,12 +49,6 @@ THRESHOLDS = {
 }
 DOWN = "VllmFleetDeploymentDown"
 T = TypeVar("T")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Prometheus:
@@ -78,11 +73,7 @@ class Prometheus:
 
     def _ready(self) -> bool:
         assert self.process.poll() is None, f"prometheus exited: {self.log.read_text()[-2000:]}"
-        try:
-            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as response:
-                return int(response.status) == 200
-        except OSError:
-            return False
+        return answers(f"{self.url}/-/ready", timeout=2)
 
     def api(self, path: str, **params: str) -> Any:
         query = f"?{urllib.parse.urlencode(params)}" if params else ""
@@ -121,13 +112,11 @@ def wait_for(check: Callable[[], T | None], timeout: float, what: str, every: fl
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
-class Monitored:
+class Monitored(SandboxStack):
     def __init__(self, tmp: Path) -> None:
+        super().__init__(tmp, STACK)
         self.tmp = tmp
-        self.work = engine.project_copy(tmp / "project")
-        self.backend = tmp / "state"
         self.files = tmp / "monitoring"
-        self.output: list[str] = []
         self.prometheus: Prometheus | None = None
         self.figures: dict[str, float] = {}
 
@@ -136,17 +125,10 @@ class Monitored:
         config = doc["config"]
         # One name whichever model serves (as the dev stack does), and TLS at the front door.
         config["vllm-fleet:deployments"][0].update(publicUrl=ENDPOINT, servedModelName="chat")
-        config["vllm-fleet:access"] = {
-            "tls": {"certificateFile": str(sandbox_env.TLS_DIR / "server.pem")},
-            # This machine reaches the sandbox's front door through its forwarder, from 127.0.0.1.
-            "metricsFrom": ["127.0.0.1"],
-        }
-        config["vllm-fleet:tlsPrivateKeyFile"] = str(sandbox_env.TLS_DIR / "server.key")
+        # This machine reaches the sandbox's front door through its forwarder, from 127.0.0.1.
+        sandbox_env.with_tls(config, metrics_from="127.0.0.1")
         config["vllm-fleet:monitoring"] = THRESHOLDS
-        (self.work / f"Pulumi.{STACK}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
-        self.stack = engine.stack(
-            self.work, self.backend, STACK, secrets={"vllm-fleet:hfToken": sandbox_env.MIRROR_TOKEN}
-        )
+        self.stack = self.select(doc)
         return self.stack
 
     def up(self) -> auto.UpResult:
@@ -170,10 +152,7 @@ def monitored(sandbox: None, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     # The alert's timings, for the notes and anyone checking them after a run.
     (ROOT / ".run").mkdir(exist_ok=True)
     (ROOT / ".run" / "monitoring-figures.json").write_text(json.dumps(state.figures, indent=1, sort_keys=True))
-    try:
-        state.stack.destroy(on_output=state.output.append)
-    finally:
-        state.stack.workspace.remove_stack(STACK)
+    state.destroy(state.stack)
 
 
 def complete(count: int) -> None:

@@ -7,18 +7,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from openai import OpenAI
 from pulumi import automation as auto
 
 from scripts.downtime_probe import DowntimeProbe
-from tests.support import engine, sandbox_env
-from tests.support.paths import ROOT
+from tests.support import sandbox_env
 from tests.support.sandbox_env import on_host
+from tests.support.sandbox_stack import SandboxStack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
 
@@ -28,30 +26,16 @@ ENDPOINT = "http://127.0.0.1:18101/v1"
 SERVED = "mn-chat"
 HEAD_UNIT = "vllm-mn.service"
 NODE_UNIT = "vllm-mn-node1.service"
-MODELS = {
-    "mn-tiny-a": {"preset": "tiny-chat-a", "dir": "mn-tiny-a", "revision": "main", "keep": False},
-    "mn-tiny-b": {"preset": "tiny-chat-b", "dir": "mn-tiny-b", "revision": "main", "keep": False},
-}
+MODELS = sandbox_env.tiny_models("mn", keep=False)
 
 
-class MultiNode:
-    def __init__(self, tmp: Path) -> None:
-        self.work = engine.project_copy(tmp / "project")
-        self.backend = tmp / "state"
-        self.output: list[str] = []
-
+class MultiNode(SandboxStack):
     def configure(self, model: str) -> auto.Stack:
-        raw = yaml.safe_load((ROOT / "Pulumi.fleet.yaml").read_text())["config"]
-        raw.pop("vllm-fleet:hfToken")
-        raw["vllm-fleet:sshPrivateKeyFile"] = str(sandbox_env.SSH_KEY)
-        raw["vllm-fleet:models"] = MODELS
+        raw = sandbox_env.fleet_config(MODELS)
         (across,) = [d for d in raw["vllm-fleet:deployments"] if d["name"] == "across"]
         across.update(model=model, gpus=[3], port=PORT, servedModelName=SERVED, unitName="vllm-mn", publicUrl=ENDPOINT)
         raw["vllm-fleet:deployments"] = [across]
-        (self.work / f"Pulumi.{STACK}.yaml").write_text(yaml.safe_dump({"config": raw}, sort_keys=False))
-        self.stack = engine.stack(
-            self.work, self.backend, STACK, secrets={"vllm-fleet:hfToken": sandbox_env.MIRROR_TOKEN}
-        )
+        self.stack = self.select({"config": raw})
         return self.stack
 
     def up(self) -> auto.UpResult:
@@ -78,13 +62,9 @@ def node_engine_joined_head() -> bool:
 
 @pytest.fixture(scope="module")
 def multinode(fleet: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MultiNode]:
-    state = MultiNode(tmp_path_factory.mktemp("multinode"))
+    state = MultiNode(tmp_path_factory.mktemp("multinode"), STACK)
     yield state
-    stack = state.configure("mn-tiny-a")
-    try:
-        stack.destroy(on_output=state.output.append, continue_on_error=True)
-    finally:
-        stack.workspace.remove_stack(STACK)
+    state.destroy(state.configure("mn-tiny-a"), continue_on_error=True)
     for host in ("fleet-1", "fleet-2"):
         assert on_host("ls /etc/systemd/system | grep -c '^vllm-mn' || true", host=host).strip() == "0"
 

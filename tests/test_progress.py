@@ -8,14 +8,13 @@ import subprocess
 from pathlib import Path
 
 from tests.support.paths import ROOT
+from tests.support.processes import run_captured
 
 
 def run_step(tmp_path: Path, command: str) -> subprocess.CompletedProcess[str]:
     script = f'source {ROOT}/scripts/progress.sh; progress test "compiling the thing" "the next thing" "$1" {command}'
     # stderr is a pipe, not a terminal: the line is printed when the step starts and when it ends.
-    return subprocess.run(
-        ["bash", "-c", script, "-", str(tmp_path / "logs" / "x.log")], capture_output=True, text=True, check=False
-    )
+    return run_captured(["bash", "-c", script, "-", str(tmp_path / "logs" / "x.log")])
 
 
 def test_a_step_prints_its_line_and_logs_its_output(tmp_path: Path) -> None:
@@ -43,9 +42,7 @@ def test_a_failed_step_shows_the_end_of_its_log_and_names_it(tmp_path: Path) -> 
 
 def run_script(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
     script = f"set -euo pipefail; source {ROOT}/scripts/progress.sh; {body}"
-    return subprocess.run(
-        ["bash", "-c", script, "-", str(tmp_path / "x.log")], capture_output=True, text=True, check=False
-    )
+    return run_captured(["bash", "-c", script, "-", str(tmp_path / "x.log")])
 
 
 def test_a_step_that_is_a_shell_function_stops_at_its_first_failure(tmp_path: Path) -> None:

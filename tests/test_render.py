@@ -18,17 +18,17 @@ from typing import Any
 
 import pytest
 
-from controller import host_bundle
 from host.contract import BUNDLE_NAME
 from models.config import StackConfig
 from models.loader import load_stack_file, parse_stack_config
 from render import access as render_access
-from render import steps
+from render import host_bundle, steps
 from render.launch import args_check_spec, engine_environment, vllm_arguments
 from render.paths import FILES, FRONT_DOOR_UNIT, TOOLS_DIR, UNIT_DIR
 from render.scripts import HEREDOC_DELIMITER, MAX_SCRIPT_BYTES, heredoc_file, remote_invocation, render_script
 from render.units import render_node_unit, render_unit, systemd_quote
 from tests.support.paths import ROOT
+from tests.support.processes import run_captured
 from tests.support.reference import as_surveyed
 
 GOLDEN = Path(__file__).with_name("golden")
@@ -265,12 +265,7 @@ def test_units_pass_systemd_analyze_verify(name: str, tmp_path: Path) -> None:
     units = rendered_units(name)
     root = _verify_root(tmp_path, units)
     for unit in units:
-        result = subprocess.run(
-            ["systemd-analyze", "verify", f"--root={root}", f"/etc/systemd/system/{unit}"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        result = run_captured(["systemd-analyze", "verify", f"--root={root}", f"/etc/systemd/system/{unit}"])
         assert result.returncode == 0 and not result.stderr.strip(), result.stderr
 
 
@@ -278,12 +273,7 @@ def test_systemd_analyze_verify_catches_a_broken_unit(tmp_path: Path) -> None:
     ((unit_name, text),) = [(n, t) for n, t in rendered_units("prod").items() if n != FRONT_DOOR_UNIT]
     broken = text.replace("KillMode=control-group", "KillMode=everything")
     root = _verify_root(tmp_path, {unit_name: broken})
-    result = subprocess.run(
-        ["systemd-analyze", "verify", f"--root={root}", f"/etc/systemd/system/{unit_name}"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    result = run_captured(["systemd-analyze", "verify", f"--root={root}", f"/etc/systemd/system/{unit_name}"])
     assert "Failed to parse kill mode" in result.stderr
 
 
@@ -294,14 +284,14 @@ def test_scripts_pass_shellcheck(name: str, tmp_path: Path) -> None:
         path = tmp_path / file_name
         path.write_text(text)
         paths.append(str(path))
-    result = subprocess.run(["shellcheck", "--severity=style", *paths], capture_output=True, text=True, check=False)
+    result = run_captured(["shellcheck", "--severity=style", *paths])
     assert result.returncode == 0, result.stdout
 
 
 def test_shellcheck_catches_an_unquoted_parameter(tmp_path: Path) -> None:
     path = tmp_path / "bad.sh"
     path.write_text("#!/usr/bin/env bash\nset -euo pipefail\nrm -rf $1/models\n")
-    result = subprocess.run(["shellcheck", str(path)], capture_output=True, text=True, check=False)
+    result = run_captured(["shellcheck", str(path)])
     assert result.returncode != 0 and "SC2086" in result.stdout
 
 
@@ -322,7 +312,7 @@ def test_remote_invocation_passes_stdin_and_stops_at_its_time_limit(tmp_path: Pa
     script = f'#!/usr/bin/env bash\nread -r secret\necho "got ${{#secret}} chars"\nsleep 30\ntouch {marker}\n'
     invocation = remote_invocation(script, "slow-step", 1, 2)
     started = time.monotonic()
-    result = subprocess.run(["sh", "-c", invocation], input="s3cret\n", capture_output=True, text=True, timeout=20)
+    result = run_captured(["sh", "-c", invocation], input="s3cret\n", timeout=20)
     elapsed = time.monotonic() - started
     assert result.returncode == 124, result
     assert result.stdout == "got 6 chars\n"
@@ -332,7 +322,7 @@ def test_remote_invocation_passes_stdin_and_stops_at_its_time_limit(tmp_path: Pa
 
 def test_remote_invocation_keeps_the_script_exit_status() -> None:
     invocation = remote_invocation("#!/usr/bin/env bash\nexit 3\n", "failing", 10, 2)
-    result = subprocess.run(["sh", "-c", invocation], capture_output=True, text=True, timeout=20)
+    result = run_captured(["sh", "-c", invocation], timeout=20)
     assert result.returncode == 3 and "time limit" not in result.stderr
 
 
@@ -374,22 +364,15 @@ def test_the_host_package_installs_and_every_tool_runs_from_it(tmp_path: Path) -
     assert sorted(p.name for p in tools_dir.iterdir() if p.name != BUNDLE_NAME) == sorted(host_bundle.TOOLS)
     for tool in ("swap", "prewarm", "model-sync", "gpu-release-guard", "node-watch", "clean-shm"):
         # Outside the repository, so nothing but the archive can provide the `host` package.
-        result = subprocess.run(
-            [sys.executable, str(tools_dir / tool), "--help"], capture_output=True, text=True, cwd=tmp_path, check=False
-        )
+        result = run_captured([sys.executable, str(tools_dir / tool), "--help"], cwd=tmp_path)
         assert result.returncode == 0 and "usage" in result.stdout.lower(), (tool, result.stderr[-500:])
 
 
 def test_the_host_package_is_built_reproducibly_and_bootstraps_without_installing(tmp_path: Path) -> None:
     assert host_bundle.archive() == host_bundle.archive.__wrapped__()
     # What the survey sends over SSH: the archive inside a bootstrap on stdin, run in a bare directory.
-    result = subprocess.run(
-        [sys.executable, "-", "--help"],
-        input=host_bundle.bootstrap_source("host.swap"),
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        check=False,
+    result = run_captured(
+        [sys.executable, "-", "--help"], input=host_bundle.bootstrap_source("host.swap"), cwd=tmp_path
     )
     assert result.returncode == 0 and "usage" in result.stdout.lower(), result.stderr[-500:]
     assert list(Path(tempfile.gettempdir()).glob("vllm-fleet-host-*.pyz")) == []  # removed after the run

@@ -32,9 +32,10 @@ from host.contract import FRONT_DOOR_UNIT
 from models.loader import parse_stack_config
 from render.launch import engine_environment, vllm_arguments
 from scripts.downtime_probe import DowntimeProbe
-from tests.support import engine, sandbox_env
+from tests.support import sandbox_env
 from tests.support.paths import ROOT
 from tests.support.sandbox_env import on_host
+from tests.support.sandbox_stack import SandboxStack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
 
@@ -113,18 +114,15 @@ def hand_made_units() -> dict[str, str]:
     return {SERVING: serving, WAITING: waiting, SPARE: spare}
 
 
-class Seed:
+class Seed(SandboxStack):
     def __init__(self, tmp: Path) -> None:
-        self.work = engine.project_copy(tmp / "project")
-        self.backend = tmp / "state"
-        self.output: list[str] = []
+        super().__init__(tmp, STACK)
         self.client = DowntimeProbe(ENDPOINT, OLD_ID, timeout=5.0)
         self.phases: dict[str, dict[str, Any]] = {}
         self.units = hand_made_units()
 
     def stack(self, model: str = "seed-a", replaces: tuple[str, ...] = HAND_MADE) -> auto.Stack:
-        (self.work / f"Pulumi.{STACK}.yaml").write_text(yaml.safe_dump(stack_doc(model, replaces), sort_keys=False))
-        return engine.stack(self.work, self.backend, STACK, secrets={"vllm-fleet:hfToken": sandbox_env.MIRROR_TOKEN})
+        return self.select(stack_doc(model, replaces))
 
     def up(self, model: str) -> str:
         output: list[str] = []
@@ -232,10 +230,9 @@ def seed(sandbox: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Se
     try:
         with contextlib.suppress(auto.CommandError):
             stack.cancel()
-        stack.destroy(on_output=state.output.append, continue_on_error=True)
+        state.destroy(stack, continue_on_error=True)
     finally:
         clean_host()
-        stack.workspace.remove_stack(STACK, force=True)
 
 
 def test_preview_refuses_a_waiting_hand_made_unit_it_is_not_told_to_take_over(seed: Seed) -> None:

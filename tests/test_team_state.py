@@ -23,6 +23,7 @@ from pulumi import automation as auto
 
 from sandbox.postgres import Cluster, PostgresMissing
 from tests.support import engine, sandbox_env
+from tests.support.processes import run_captured
 from tests.support.sandbox_env import on_host
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
@@ -61,14 +62,8 @@ class Operator:
         return self.stack.up(on_output=self.output.append)
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            ["pulumi", *args, "--stack", STACK, "--non-interactive"],
-            cwd=self.work,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=300,
+        return run_captured(
+            ["pulumi", *args, "--stack", STACK, "--non-interactive"], cwd=self.work, env=self.env, timeout=300
         )
 
 
@@ -147,12 +142,9 @@ def test_role_has_least_privilege(state_db: Cluster) -> None:
     for sql in ("CREATE TABLE other (a int)", "CREATE DATABASE other", "CREATE ROLE other", "DROP TABLE pulumi_state"):
         refused = state_db.as_role(sql)
         assert refused.returncode != 0 and re.search(r"permission denied|must be owner", refused.stderr), sql
-    plain = subprocess.run(
+    plain = run_captured(
         ["psql", state_db.url().split("?")[0] + "?sslmode=disable", "-c", "SELECT 1"],
         env={"PATH": "/usr/bin:/bin", **state_db.client_env()},
-        capture_output=True,
-        text=True,
-        check=False,
     )
     assert plain.returncode != 0 and "no pg_hba.conf entry" in plain.stderr  # TLS or nothing
 

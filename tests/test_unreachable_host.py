@@ -14,18 +14,13 @@ import yaml
 from pulumi import automation as auto
 
 from tests.support import engine, sandbox_env
+from tests.support.processes import free_port
 
 pytestmark = pytest.mark.usefixtures("pulumi_engine")
 
 # The program's probe waits at most 5 s to connect and 5 s for the SSH banner; engine start-up and the
 # Python program add a few seconds.
 BOUND_SECONDS = 30
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture

@@ -2,25 +2,21 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
+
+from tests.support.processes import run_captured
 
 HOST_SH = Path(__file__).resolve().parents[1] / "host.sh"
 
 
 def mirror_of(root: Path) -> str:
     """apt_debian_mirror of host.sh, run on its own against a made-up /etc/apt under `root`."""
-    function = subprocess.run(
-        ["sed", "-n", "/^apt_debian_mirror()/,/^}/p", str(HOST_SH)], capture_output=True, text=True, check=True
-    ).stdout
+    function = run_captured(["sed", "-n", "/^apt_debian_mirror()/,/^}/p", str(HOST_SH)], check=True).stdout
     assert function, "host.sh has no apt_debian_mirror"
-    return subprocess.run(
-        ["bash", "-c", f'{function}\napt_debian_mirror "$1"', "-", str(root)],
-        capture_output=True,
-        text=True,
-        check=True,
+    return run_captured(
+        ["bash", "-c", f'{function}\napt_debian_mirror "$1"', "-", str(root)], check=True
     ).stdout.strip()
 
 

@@ -23,6 +23,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tests.support.processes import run_captured
+
 # Set before huggingface_hub is imported: it reads these into constants at import time.
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("HF_HUB_DISABLE_UPDATE_CHECK", "1")
@@ -41,6 +43,7 @@ from huggingface_hub.errors import (
 from sandbox import hf_mirror
 from sandbox.hf_mirror import HFMirror, check_loopback, parse_range
 from sandbox.tiny_models import generate
+from tests.support import sandbox_env
 
 # Run the module the way a developer would (python -m), from the folder its package lives in, wherever
 # these tests and the module end up being moved to.
@@ -123,16 +126,7 @@ def loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def control(mirror: HFMirror, method: str, path: str, body: Any = None) -> Any:
-    conn = http.client.HTTPConnection(mirror.host, mirror.port, timeout=10)
-    try:
-        payload = json.dumps(body).encode() if body is not None else None
-        conn.request(method, path, body=payload, headers={"Content-Type": "application/json"})
-        response = conn.getresponse()
-        data = response.read()
-        assert response.status == 200, (response.status, data)
-        return json.loads(data)
-    finally:
-        conn.close()
+    return sandbox_env.mirror(path, method, body, url=mirror.url)
 
 
 def calls(mirror: HFMirror) -> list[tuple[str, str, int | None, str | None]]:
@@ -171,13 +165,7 @@ def run_hf(mirror: HFMirror, hf_home: Path, *args: str, token: str | None = None
     )
     if token is not None:
         env["HF_TOKEN"] = token
-    return subprocess.run(
-        [sys.executable, "-m", "huggingface_hub.cli.hf", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_captured([sys.executable, "-m", "huggingface_hub.cli.hf", *args], env=env, timeout=120)
 
 
 def git_blob_sha1(data: bytes) -> str:
@@ -604,12 +592,8 @@ def test_cli_server_prints_port_serves_and_stops_on_sigterm(root: Path, tmp_path
 def test_non_loopback_hosts_are_refused(root: Path, host: str) -> None:
     with pytest.raises(ValueError, match="loopback"):
         HFMirror(root, host=host)
-    result = subprocess.run(
-        [sys.executable, "-m", MODULE, "--root", str(root), "--host", host],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    result = run_captured(
+        [sys.executable, "-m", MODULE, "--root", str(root), "--host", host], cwd=REPO_ROOT, timeout=60
     )
     assert result.returncode == 2
     assert "loopback" in result.stderr

@@ -3,6 +3,7 @@ engine is still creating (opened, not yet sized or mapped) while the clean-up ru
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -69,37 +71,37 @@ def test_stale_segments_go_and_held_ones_stay(names: list[str], tmp_path: Path) 
     assert not held.exists()
 
 
-def test_a_segment_an_engine_is_creating_survives_a_clean_up_beside_it(names: list[str], tmp_path: Path) -> None:
-    path = segment(names)
+@contextlib.contextmanager
+def engine_creating(path: Path, seconds: str) -> Iterator[IO[str]]:
+    """CREATING_ENGINE on `path`, once it has created its segment (it maps it `seconds` later); yields the
+    lines it prints next. Killed when the block ends."""
     engine = subprocess.Popen(
-        [sys.executable, "-c", CREATING_ENGINE, str(path), "1.5"], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", CREATING_ENGINE, str(path), seconds], stdout=subprocess.PIPE, text=True
     )
     try:
         assert engine.stdout is not None
         assert engine.stdout.readline().strip() == "created"
+        yield engine.stdout
+    finally:
+        engine.kill()
+        engine.wait()
+
+
+def test_a_segment_an_engine_is_creating_survives_a_clean_up_beside_it(names: list[str], tmp_path: Path) -> None:
+    path = segment(names)
+    with engine_creating(path, "1.5") as said:
         # Another unit starting at the same moment cleans up, several times, while this engine is between
         # creating its segment and mapping it.
         deadline = time.monotonic() + 1.0
         while time.monotonic() < deadline:
             clean_shm.clean(lock=str(tmp_path / "lock"))
             assert path.exists()
-        assert engine.stdout.readline().strip() == "mapped"
-    finally:
-        engine.kill()
-        engine.wait()
+        assert said.readline().strip() == "mapped"
 
 
 def test_the_reference_servers_cleanup_would_have_broken_it(names: list[str]) -> None:
     """The same engine beside the hand-made `rm -f /dev/shm/psm_*`: the provocation is real."""
     path = segment(names)
-    engine = subprocess.Popen(
-        [sys.executable, "-c", CREATING_ENGINE, str(path), "0.5"], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert engine.stdout is not None
-        assert engine.stdout.readline().strip() == "created"
+    with engine_creating(path, "0.5") as said:
         os.unlink(path)  # what `rm -f /dev/shm/psm_*` does
-        assert engine.stdout.readline().strip() == "gone"
-    finally:
-        engine.kill()
-        engine.wait()
+        assert said.readline().strip() == "gone"

@@ -7,13 +7,16 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from host import facts
 from host import gpu_release_guard as guard
 from tests.support.paths import FIXTURES, ROOT
+from tests.support.processes import run_captured
 
 
 def fixture(name: str) -> str:
@@ -83,6 +86,34 @@ class ReplayedSmi:
         return f"{pid}, {UUID}, {used}, {name}\n"
 
 
+def guard_gpu_0(
+    smi: Callable[[list[str]], str],
+    timeout: float,
+    *,
+    unit: str | None = None,
+    gpus: set[int] | None = None,
+    running: bool = False,
+    **options: Any,
+) -> guard.GuardResult:
+    """The guard of vllm-new.service waiting for GPU 0 to fall below 1000 MiB, nvidia-smi answered by `smi`
+    and polled every 10 ms. Every holder is in `unit` (None: no unit), which is `running` or not, and uses
+    `gpus` (None: its environment does not say); `options` are the guard's others (stop, settle, ...)."""
+    return guard.guard(
+        [0],
+        1000,
+        timeout,
+        "vllm-new.service",
+        run=smi,
+        unit_lookup=lambda pid: unit,
+        gpus_of=lambda pid: gpus,
+        is_active=lambda u: running,
+        log=lambda m: None,
+        poll=0.01,
+        is_alive=lambda pid: True,
+        **options,
+    )
+
+
 def test_stops_a_stray_holder_then_reports_release() -> None:
     smi = ReplayedSmi()
     stopped: list[list[int]] = []
@@ -92,21 +123,7 @@ def test_stops_a_stray_holder_then_reports_release() -> None:
         smi.released = True
         return []
 
-    result = guard.guard(
-        [0],
-        1000,
-        30,
-        "vllm-new.service",
-        run=smi,
-        unit_lookup=lambda pid: None,
-        gpus_of=lambda pid: {0},
-        is_active=lambda unit: False,
-        stop=stop,
-        log=lambda m: None,
-        poll=0.01,
-        is_alive=lambda pid: True,
-        settle=0.0,
-    )
+    result = guard_gpu_0(smi, 30, gpus={0}, stop=stop, settle=0.0)
     assert result.released, result.message
     assert stopped == [[425]]
     assert "max 0 MiB" in result.message
@@ -114,19 +131,13 @@ def test_stops_a_stray_holder_then_reports_release() -> None:
 
 def test_refuses_to_kill_another_running_deployment() -> None:
     smi = ReplayedSmi()
-    result = guard.guard(
-        [0],
-        1000,
+    result = guard_gpu_0(
+        smi,
         30,
-        "vllm-new.service",
-        run=smi,
-        unit_lookup=lambda pid: "vllm-other.service",
-        gpus_of=lambda pid: {0},
-        is_active=lambda unit: True,
+        unit="vllm-other.service",
+        gpus={0},
+        running=True,
         stop=lambda *a: pytest.fail("must not stop another deployment"),
-        log=lambda m: None,
-        poll=0.01,
-        is_alive=lambda pid: True,
     )
     assert not result.released
     assert "PID 425 (python3, 21090 MiB) of running unit vllm-other.service" in result.message
@@ -135,41 +146,14 @@ def test_refuses_to_kill_another_running_deployment() -> None:
 def test_ignores_holders_on_other_gpus_and_times_out_with_pids() -> None:
     smi = ReplayedSmi()
     smi.holder_index = 3  # nvidia-smi's gpu_uuid puts the holder on GPU 3, not the GPU 0 we wait for
-    result = guard.guard(
-        [0],
-        1000,
-        0.2,
-        "vllm-new.service",
-        run=smi,
-        unit_lookup=lambda pid: None,
-        gpus_of=lambda pid: {3},
-        is_active=lambda unit: False,
-        stop=lambda *a: pytest.fail("process is on another GPU"),
-        log=lambda m: None,
-        poll=0.01,
-        is_alive=lambda pid: True,
-    )
+    result = guard_gpu_0(smi, 0.2, gpus={3}, stop=lambda *a: pytest.fail("process is on another GPU"))
     assert not result.released
     assert "GPU 0 still holds 21099 MiB (threshold 1000 MiB)" in result.message
 
 
 def test_reports_pids_it_could_not_stop() -> None:
     smi = ReplayedSmi()
-    result = guard.guard(
-        [0],
-        1000,
-        0.3,
-        "vllm-new.service",
-        run=smi,
-        unit_lookup=lambda pid: None,
-        gpus_of=lambda pid: None,
-        is_active=lambda unit: False,
-        stop=lambda pids, g, log: pids,
-        log=lambda m: None,
-        poll=0.01,
-        is_alive=lambda pid: True,
-        settle=0.0,
-    )
+    result = guard_gpu_0(smi, 0.3, stop=lambda pids, g, log: pids, settle=0.0)
     assert not result.released
     assert "could not stop PIDs [425]" in result.message
 
@@ -215,13 +199,8 @@ def test_visible_gpus_reads_the_environment(tmp_path: Path) -> None:
 
 
 def test_cli_with_no_gpus_is_a_no_op() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "host.gpu_release_guard", "--gpus", "none"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ},
+    result = run_captured(
+        [sys.executable, "-m", "host.gpu_release_guard", "--gpus", "none"], cwd=ROOT, env={**os.environ}
     )
     assert result.returncode == 0 and "nothing to release" in result.stdout
 
@@ -230,19 +209,10 @@ def test_never_stops_itself_or_its_parents() -> None:
     smi = ReplayedSmi()
     me = guard.ancestors(os.getpid())
     assert os.getpid() in me and os.getppid() in me
-    result = guard.guard(
-        [0],
-        1000,
+    result = guard_gpu_0(
+        lambda args: smi(args).replace("425", str(os.getpid())),
         0.2,
-        "u",
-        run=lambda args: smi(args).replace("425", str(os.getpid())),
-        unit_lookup=lambda pid: None,
-        gpus_of=lambda pid: None,
-        is_active=lambda unit: False,
         stop=lambda *a: pytest.fail("must not stop its own process"),
-        log=lambda m: None,
-        poll=0.01,
-        is_alive=lambda pid: True,
         settle=0.0,
         exclude=me,
     )
@@ -257,23 +227,17 @@ def judge(unit: str | None, *, running: bool = False, managed: bool = False, **o
         smi.released = True
         return []
 
-    return guard.guard(
-        [0],
-        1000,
+    return guard_gpu_0(
+        smi,
         0.5,
-        "vllm-new.service",
-        run=smi,
-        unit_lookup=lambda pid: unit,
-        gpus_of=lambda pid: {0},
-        is_active=lambda u: running,
+        unit=unit,
+        gpus={0},
+        running=running,
         is_managed=lambda u: managed,
         describe=lambda pid: "python3 hold.py",
         stop=stop,
-        log=lambda m: None,
-        poll=0.01,
-        is_alive=lambda pid: True,
         settle=0.0,
-        **options,  # type: ignore[arg-type]
+        **options,
     )
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import http.client
-import json
 import os
 import threading
 import time
@@ -16,9 +14,11 @@ from typing import Any
 
 import pytest
 
-from host import contract, model_sync
-from host.model_sync import Hasher, RemoteFile
+from host import contract, hf_download, model_files, model_sync
+from host.hf_download import Hasher
+from host.model_files import RemoteFile
 from sandbox.hf_mirror import HFMirror
+from tests.support import sandbox_env
 
 SHA = "a" * 40
 
@@ -29,7 +29,7 @@ def remote_for(rel: str, data: bytes) -> RemoteFile:
 
 def client_writes(directory: Path, rel: str, data: bytes, sha: str = SHA) -> None:
     """What `hf download` does for one file: write it aside, rename it into place, then its metadata."""
-    download = directory / model_sync.HF_CACHE / "download"
+    download = directory / model_files.HF_CACHE / "download"
     download.mkdir(parents=True, exist_ok=True)
     partial = download / f"{rel}.incomplete"
     partial.write_bytes(data)
@@ -67,7 +67,7 @@ def test_a_file_the_client_finished_is_hashed_while_it_runs(tmp_path: Path, hash
     wait_until(lambda: remote.path in hasher.results)
     found = hasher.finish()
     assert found[remote.path][1] == remote.sha256
-    assert found[remote.path][0] == model_sync.stat_entry(tmp_path / remote.path)
+    assert found[remote.path][0] == model_files.stat_entry(tmp_path / remote.path)
     assert hasher.early == 1
 
 
@@ -85,8 +85,8 @@ def test_a_file_still_growing_in_place_is_not_hashed_early(tmp_path: Path, hashe
         time.sleep(0.1)
         assert hasher.results == {}
     # Its metadata written, the file counts as done.
-    (tmp_path / model_sync.HF_CACHE / "download").mkdir(parents=True)
-    (tmp_path / model_sync.HF_CACHE / "download" / f"{remote.path}.metadata").write_text(
+    (tmp_path / model_files.HF_CACHE / "download").mkdir(parents=True)
+    (tmp_path / model_files.HF_CACHE / "download" / f"{remote.path}.metadata").write_text(
         f"{SHA}\netag\n{time.time()}\n"
     )
     wait_until(lambda: remote.path in hasher.results)
@@ -175,13 +175,7 @@ def mirror(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HFMirror]:
 
 
 def control(mirror: HFMirror, method: str, path: str, body: Any = None) -> Any:
-    conn = http.client.HTTPConnection(mirror.host, mirror.port, timeout=10)
-    try:
-        payload = json.dumps(body).encode() if body is not None else None
-        conn.request(method, path, body=payload, headers={"Content-Type": "application/json"})
-        return json.loads(conn.getresponse().read())
-    finally:
-        conn.close()
+    return sandbox_env.mirror(path, method, body, url=mirror.url)
 
 
 def client_requests(mirror: HFMirror, count: int) -> list[str]:
@@ -228,7 +222,7 @@ def test_sync_hashes_while_downloading_and_records_the_manifest(
     hashed_early = int(out.split("hashed 5 file(s), ")[1].split(" of them")[0])
     assert hashed_early >= len(SHARDS) - 1, out
     assert f"{REPO}@{mirror.sha(REPO)} complete and verified: 5 files" in out
-    manifest = model_sync.read_manifest(directory)
+    manifest = model_files.read_manifest(directory)
     assert manifest is not None and manifest["complete"] is True
     for rel, entry in manifest["files"].items():
         data = (directory / rel).read_bytes()
@@ -236,7 +230,7 @@ def test_sync_hashes_while_downloading_and_records_the_manifest(
             assert entry["hash"] == hashlib.sha256(data).hexdigest()
         else:
             assert entry["hash"] == hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
-        assert {k: entry[k] for k in ("size", "mtime_ns")} == model_sync.stat_entry(directory / rel)
+        assert {k: entry[k] for k in ("size", "mtime_ns")} == model_files.stat_entry(directory / rel)
     assert model_sync.main(["check", "--dir", str(directory)]) == 0
     assert model_sync.main(["verify", "--dir", str(directory)]) == 0
 
@@ -249,7 +243,7 @@ def test_a_file_corrupted_in_transit_is_caught_and_fetched_again(
     assert sync(directory) == 0
     out = capsys.readouterr().out
     assert f"attempt 1: 1 file(s) failed verification and were removed: {SHARDS[1]}" in out
-    manifest = model_sync.read_manifest(directory)
+    manifest = model_files.read_manifest(directory)
     assert manifest is not None and manifest["complete"] is True and len(manifest["files"]) == 5
     assert model_sync.main(["verify", "--dir", str(directory)]) == 0
 
@@ -265,7 +259,7 @@ def test_a_file_corrupted_on_every_fetch_fails_the_sync(mirror: HFMirror, client
     with pytest.raises(SystemExit, match=f"still fail verification after a second download: {SHARDS[2]}"):
         sync(directory)
     assert not (directory / SHARDS[2]).exists()
-    manifest = model_sync.read_manifest(directory)
+    manifest = model_files.read_manifest(directory)
     assert manifest is None
 
 
@@ -294,14 +288,14 @@ def test_stop_ends_the_threads_without_hashing_what_is_queued(tmp_path: Path, mo
     for f in files:
         client_writes(tmp_path, f.path, data)
     entered, release = threading.Event(), threading.Event()
-    real_hash = model_sync.hash_handle
+    real_hash = model_files.hash_handle
 
     def held_hash(handle: Any, remote: RemoteFile) -> str:
         entered.set()
         release.wait(5)
         return real_hash(handle, remote)
 
-    monkeypatch.setattr(model_sync, "hash_handle", held_hash)
+    monkeypatch.setattr(hf_download, "hash_handle", held_hash)
     hasher = Hasher(tmp_path, SHA, files, workers=1, poll=0.01)
     hasher.start()
     wait_until(lambda: entered.is_set() and len(hasher.queued) == len(files))
@@ -318,7 +312,7 @@ def test_stop_ends_the_threads_without_hashing_what_is_queued(tmp_path: Path, mo
 def started(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """What each `prestart_hf` call gave."""
     seen: list[Any] = []
-    real = model_sync.prestart_hf
+    real = hf_download.prestart_hf
 
     def recording() -> Any:
         seen.append(real())
@@ -350,11 +344,11 @@ def test_not_enough_space_ends_the_started_client_before_any_byte(
 def test_an_hf_that_is_no_python_script_is_run_as_it_is(
     client_env: None, tmp_path: Path, started: list[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = model_sync.hf_cli()
+    real = hf_download.hf_cli()
     wrapper = tmp_path / "hf"
     wrapper.write_text(f'#!/bin/sh\nexec "{real}" "$@"\n')
     wrapper.chmod(0o755)
-    monkeypatch.setattr(model_sync, "hf_cli", lambda: str(wrapper))
+    monkeypatch.setattr(hf_download, "hf_cli", lambda: str(wrapper))
     assert sync(tmp_path / "model") == 0
     assert started == [None]
     assert model_sync.main(["verify", "--dir", str(tmp_path / "model")]) == 0
@@ -364,7 +358,7 @@ def test_repo_files_come_from_one_request_and_match_the_tree(mirror: HFMirror, c
     from huggingface_hub import HfApi, RepoFile
 
     control(mirror, "POST", "/_mirror/reset-stats")
-    sha, files = model_sync.repo_files(REPO, "main", mirror.url)
+    sha, files = hf_download.repo_files(REPO, "main", mirror.url)
     assert client_requests(mirror, 1) == [f"/api/models/{REPO}/revision/main"]
     assert sha == mirror.sha(REPO)
     tree = HfApi(endpoint=mirror.url).list_repo_tree(REPO, revision=sha, recursive=True)
@@ -380,7 +374,7 @@ def test_repo_files_fall_back_to_the_tree_when_the_info_lacks_file_metadata(
 ) -> None:
     import huggingface_hub
 
-    expected = model_sync.repo_files(REPO, "main", mirror.url)
+    expected = hf_download.repo_files(REPO, "main", mirror.url)
     real = huggingface_hub.get_session
 
     class WithoutBlobs:
@@ -394,7 +388,7 @@ def test_repo_files_fall_back_to_the_tree_when_the_info_lacks_file_metadata(
 
     monkeypatch.setattr(huggingface_hub, "get_session", WithoutBlobs)
     control(mirror, "POST", "/_mirror/reset-stats")
-    assert model_sync.repo_files(REPO, "main", mirror.url) == expected
+    assert hf_download.repo_files(REPO, "main", mirror.url) == expected
     assert [path.split("?")[0] for path in client_requests(mirror, 2)] == [
         f"/api/models/{REPO}/revision/main",
         f"/api/models/{REPO}/tree/{expected[0]}",
@@ -405,5 +399,5 @@ def test_repo_files_fall_back_to_the_tree_when_the_info_lacks_file_metadata(
 def test_an_hf_whose_interpreter_is_gone_is_not_started_early(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     script = tmp_path / "hf"
     script.write_text(f"#!{tmp_path}/no-such/python3\n")
-    monkeypatch.setattr(model_sync, "hf_cli", lambda: str(script))
-    assert model_sync.prestart_hf() is None
+    monkeypatch.setattr(hf_download, "hf_cli", lambda: str(script))
+    assert hf_download.prestart_hf() is None

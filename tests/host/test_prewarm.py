@@ -7,19 +7,19 @@ from __future__ import annotations
 import argparse
 import fcntl
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from host import contract, model_sync, prewarm
+from host import contract, model_files, model_sync, page_cache, prewarm
+from tests.support.processes import run_captured
 
-GIB = prewarm.GIB
+GIB = page_cache.GIB
 
 
-def f(rel: str, size: int) -> prewarm.ModelFile:
-    return prewarm.ModelFile(rel, size)
+def f(rel: str, size: int) -> page_cache.ModelFile:
+    return page_cache.ModelFile(rel, size)
 
 
 class Clock:
@@ -50,8 +50,8 @@ def make_model(directory: Path, files: dict[str, int] = MODEL, manifest: bool = 
     (directory / ".cache" / "huggingface" / "download").mkdir(parents=True, exist_ok=True)
     (directory / ".cache" / "huggingface" / "download" / "config.json.metadata").write_text("x" * 999)
     if manifest:
-        entries = {rel: {**model_sync.stat_entry(directory / rel), "hash": "0" * 64} for rel in files}
-        model_sync.write_manifest(directory, "org/model", "a" * 40, entries)
+        entries = {rel: {**model_files.stat_entry(directory / rel), "hash": "0" * 64} for rel in files}
+        model_files.write_manifest(directory, "org/model", "a" * 40, entries)
         (directory / contract.MANIFEST_DIR / "lock").touch()
     return directory
 
@@ -62,7 +62,7 @@ def sync_check(directory: Path) -> int:
 
 
 def test_skips_what_model_sync_keeps_beside_the_model() -> None:
-    assert model_sync.HF_CACHE.parts[0] in prewarm.SKIP_DIRS
+    assert model_files.HF_CACHE.parts[0] in page_cache.SKIP_DIRS
 
 
 def test_model_files_lists_weights_first_and_skips_manifest_cache_and_leftovers(tmp_path: Path) -> None:
@@ -70,7 +70,7 @@ def test_model_files_lists_weights_first_and_skips_manifest_cache_and_leftovers(
     (tmp_path / "consolidated.pt").write_bytes(b"p" * 10)
     (tmp_path / "config.json.prewarm-tmp").write_bytes(b"t")
     (tmp_path / "link.json").symlink_to("config.json")
-    files = prewarm.model_files(tmp_path)
+    files = page_cache.model_files(tmp_path)
     assert [x.rel for x in files] == [
         "consolidated.pt",
         "model-00001-of-00002.safetensors",
@@ -87,7 +87,7 @@ def test_model_files_lists_weights_first_and_skips_manifest_cache_and_leftovers(
 
 def test_plan_reads_weights_first_and_stops_at_the_budget() -> None:
     files = [f("config.json", 1), f("b.safetensors", 40), f("a.safetensors", 40), f("c.gguf", 15), f("t.json", 30)]
-    plan = prewarm.plan_cache(files, available=100, margin=10)
+    plan = page_cache.plan_cache(files, available=100, margin=10)
     assert plan.budget == 90
     # a and b fill 80 of 90: c (15) no longer fits, the config (1) still does; t (30) does not.
     assert [x.rel for x in plan.files] == ["a.safetensors", "b.safetensors", "config.json"]
@@ -98,30 +98,30 @@ def test_plan_reads_weights_first_and_stops_at_the_budget() -> None:
 
 def test_plan_budget_is_never_more_than_the_files_and_the_margin_is_kept() -> None:
     files = [f("a.bin", 5 * GIB), f("b.bin", 5 * GIB)]
-    everything = prewarm.plan_cache(files, available=500 * GIB, margin=8 * GIB)
+    everything = page_cache.plan_cache(files, available=500 * GIB, margin=8 * GIB)
     assert everything.budget == 10 * GIB and not everything.left_out
-    one = prewarm.plan_cache(files, available=14 * GIB, margin=8 * GIB)
+    one = page_cache.plan_cache(files, available=14 * GIB, margin=8 * GIB)
     assert one.budget == 6 * GIB and [x.rel for x in one.files] == ["a.bin"]
-    none = prewarm.plan_cache(files, available=18 * GIB - 1, margin=8 * GIB)
+    none = page_cache.plan_cache(files, available=18 * GIB - 1, margin=8 * GIB)
     assert [x.rel for x in none.files] == ["a.bin"]  # 10 GiB - 1 byte: the second does not fit
-    short = prewarm.plan_cache(files, available=7 * GIB, margin=8 * GIB)
+    short = page_cache.plan_cache(files, available=7 * GIB, margin=8 * GIB)
     assert short.budget == 0 and short.files == () and len(short.left_out) == 2
 
 
 def test_mem_available_reads_meminfo_in_bytes(tmp_path: Path) -> None:
     meminfo = tmp_path / "meminfo"
     meminfo.write_text("MemTotal:       263842064 kB\nMemFree:         1200 kB\nMemAvailable:   201234567 kB\n")
-    assert prewarm.mem_available(meminfo) == 201234567 * 1024
+    assert page_cache.mem_available(meminfo) == 201234567 * 1024
     meminfo.write_text("MemTotal:       263842064 kB\n")
-    assert prewarm.mem_available(meminfo) is None
-    assert prewarm.mem_available(tmp_path / "absent") is None
-    assert prewarm.mem_available() is not None  # this machine's own
+    assert page_cache.mem_available(meminfo) is None
+    assert page_cache.mem_available(tmp_path / "absent") is None
+    assert page_cache.mem_available() is not None  # this machine's own
 
 
 def test_progress_reports_at_most_every_period_with_rate_and_eta() -> None:
     clock = Clock()
     lines: list[str] = []
-    progress = prewarm.Progress("reading", 10 * GIB, 10, lines.append, clock)
+    progress = page_cache.Progress("reading", 10 * GIB, 10, lines.append, clock)
     clock.now += 4
     progress.add(2 * GIB)
     assert lines == []
@@ -142,7 +142,7 @@ def test_read_through_reads_every_byte_and_asks_for_the_next_chunk(tmp_path: Pat
     data = os.urandom(10_000)
     path.write_bytes(data)
     advice: list[tuple[int, int, int]] = []
-    progress = prewarm.Progress("reading", len(data), 1000, lambda _m: None, Clock())
+    progress = page_cache.Progress("reading", len(data), 1000, lambda _m: None, Clock())
 
     def advise(fd: int, offset: int, length: int, what: int) -> None:
         advice.append((offset, length, what))
@@ -155,7 +155,7 @@ def test_read_through_reads_every_byte_and_asks_for_the_next_chunk(tmp_path: Pat
             self.data += chunk
             return len(chunk)
 
-    assert prewarm.read_through(path, bytearray(4096), progress, advise=advise) == 10_000
+    assert page_cache.read_through(path, bytearray(4096), progress, advise=advise) == 10_000
     assert progress.done == 10_000
     willneed = [(o, n) for o, n, w in advice if w == os.POSIX_FADV_WILLNEED]
     assert willneed == [(0, 4096), (4096, 4096), (8192, 4096)]  # never past the end
@@ -164,7 +164,7 @@ def test_read_through_reads_every_byte_and_asks_for_the_next_chunk(tmp_path: Pat
 
     sink = Sink()
     advice.clear()
-    prewarm.read_through(path, bytearray(4096), progress, sink=sink, advise=advise)  # type: ignore[arg-type]
+    page_cache.read_through(path, bytearray(4096), progress, sink=sink, advise=advise)  # type: ignore[arg-type]
     assert bytes(sink.data) == data
     assert [(o, n) for o, n, w in advice if w == os.POSIX_FADV_DONTNEED] == [(0, 4096), (4096, 4096), (8192, 1808)]
 
@@ -174,7 +174,7 @@ def test_cache_reads_all_of_every_file_and_reports(tmp_path: Path) -> None:
     lines: list[str] = []
     clock = Clock()
     opened: list[str] = []
-    real = prewarm.read_through
+    real = page_cache.read_through
 
     def recording(path: Path, *args: object, **kwargs: object) -> int:
         count = real(path, *args, **kwargs)  # type: ignore[arg-type]
@@ -183,8 +183,8 @@ def test_cache_reads_all_of_every_file_and_reports(tmp_path: Path) -> None:
         return count
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(prewarm, "read_through", recording)
-        plan = prewarm.cache(tmp_path, 8 * GIB, 2, lines.append, lambda: 64 * GIB, clock, chunk=1024)
+        patch.setattr(page_cache, "read_through", recording)
+        plan = page_cache.cache(tmp_path, 8 * GIB, 2, lines.append, lambda: 64 * GIB, clock, chunk=1024)
     assert opened == [
         "model-00001-of-00002.safetensors=3000",
         "model-00002-of-00002.safetensors=1700",
@@ -203,7 +203,7 @@ def test_cache_leaves_out_what_does_not_fit_and_says_why(tmp_path: Path) -> None
     make_model(tmp_path)
     lines: list[str] = []
     # 4800 bytes over the margin: the first shard (3000), then the small files; not the second shard.
-    plan = prewarm.cache(tmp_path, 8 * GIB, 10, lines.append, lambda: 8 * GIB + 3600, Clock())
+    plan = page_cache.cache(tmp_path, 8 * GIB, 10, lines.append, lambda: 8 * GIB + 3600, Clock())
     assert [x.rel for x in plan.files] == [
         "model-00001-of-00002.safetensors",
         "config.json",
@@ -219,18 +219,18 @@ def test_cache_leaves_out_what_does_not_fit_and_says_why(tmp_path: Path) -> None
 def test_cache_reads_nothing_when_memory_is_below_the_margin(tmp_path: Path) -> None:
     make_model(tmp_path)
     lines: list[str] = []
-    plan = prewarm.cache(tmp_path, 8 * GIB, 10, lines.append, lambda: 6 * GIB, Clock())
+    plan = page_cache.cache(tmp_path, 8 * GIB, 10, lines.append, lambda: 6 * GIB, Clock())
     assert plan.files == () and len(plan.left_out) == 5
     assert "budget of 0.00 GiB" in lines[0]
     assert lines[-1] == "nothing to read: no file fits in the budget"
 
 
 def test_cache_fails_on_a_wrong_directory(tmp_path: Path) -> None:
-    with pytest.raises(prewarm.Failure, match="is not a directory"):
-        prewarm.cache(tmp_path / "absent", 0, 10, lambda _m: None, lambda: GIB)
+    with pytest.raises(page_cache.Failure, match="is not a directory"):
+        page_cache.cache(tmp_path / "absent", 0, 10, lambda _m: None, lambda: GIB)
     (tmp_path / ".vllm-fleet").mkdir()
-    with pytest.raises(prewarm.Failure, match="holds no model files"):
-        prewarm.cache(tmp_path, 0, 10, lambda _m: None, lambda: GIB)
+    with pytest.raises(page_cache.Failure, match="holds no model files"):
+        page_cache.cache(tmp_path, 0, 10, lambda _m: None, lambda: GIB)
 
 
 def test_copy_writes_a_copy_that_model_sync_check_accepts(tmp_path: Path) -> None:
@@ -280,7 +280,7 @@ def test_copy_refuses_when_the_disk_is_short_and_writes_nothing(tmp_path: Path) 
         asked.append(path)
         return 8 * GIB + need - 1
 
-    with pytest.raises(prewarm.Failure) as refused:
+    with pytest.raises(page_cache.Failure) as refused:
         prewarm.copy(source, target, 8 * GIB, 10, lambda _m: None, free, Clock())
     assert asked == [target]
     assert f"not enough space in {target}" in str(refused.value)
@@ -296,7 +296,7 @@ def test_one_copy_into_a_directory_at_a_time(tmp_path: Path) -> None:
     (target / ".vllm-fleet").mkdir(parents=True)
     with (target / ".vllm-fleet" / "prewarm.lock").open("w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
-        with pytest.raises(prewarm.Failure, match=r"another `prewarm copy` into .* is still running"):
+        with pytest.raises(page_cache.Failure, match=r"another `prewarm copy` into .* is still running"):
             prewarm.copy(source, target, 0, 10, lambda _m: None, lambda _p: GIB, Clock())
     assert not (target / "config.json").exists()
     prewarm.copy(source, target, 0, 10, lambda _m: None, lambda _p: GIB, Clock())
@@ -304,25 +304,25 @@ def test_one_copy_into_a_directory_at_a_time(tmp_path: Path) -> None:
 
 
 def test_plan_copy_counts_the_peak_of_replacing_files_one_by_one() -> None:
-    files = [prewarm.ModelFile("a", 100, 1), prewarm.ModelFile("b", 50, 1), prewarm.ModelFile("c", 10, 1)]
+    files = [page_cache.ModelFile("a", 100, 1), page_cache.ModelFile("b", 50, 1), page_cache.ModelFile("c", 10, 1)]
     assert prewarm.plan_copy(files, {}).need == 160
-    present = {"a": prewarm.ModelFile("a", 100, 1), "b": prewarm.ModelFile("b", 80, 0)}
+    present = {"a": page_cache.ModelFile("a", 100, 1), "b": page_cache.ModelFile("b", 80, 0)}
     plan = prewarm.plan_copy(files, present)
     assert [x.rel for x in plan.files] == ["b", "c"] and [x.rel for x in plan.unchanged] == ["a"]
     # b's 50 are written beside its old 80 (peak 50), then the old goes (-30); c adds 10 (peak -20).
     assert plan.need == 50
     # The same size with another mtime is another file.
-    assert prewarm.plan_copy(files, {"c": prewarm.ModelFile("c", 10, 2)}).need == 160
+    assert prewarm.plan_copy(files, {"c": page_cache.ModelFile("c", 10, 2)}).need == 160
 
 
 def test_copy_refuses_a_source_that_changed_since_it_was_verified(tmp_path: Path) -> None:
     source = make_model(tmp_path / "m")
     (source / "config.json").write_text('{"changed": true}')
-    with pytest.raises(prewarm.Failure, match=r"1 file\(s\) in .* changed since they were verified: config.json"):
+    with pytest.raises(page_cache.Failure, match=r"1 file\(s\) in .* changed since they were verified: config.json"):
         prewarm.copy(source, tmp_path / "s", 0, 10, lambda _m: None, lambda _p: GIB, Clock())
     assert not (tmp_path / "s").exists()
     bare = make_model(tmp_path / "bare", manifest=False)
-    with pytest.raises(prewarm.Failure, match="has no verified manifest"):
+    with pytest.raises(page_cache.Failure, match="has no verified manifest"):
         prewarm.copy(bare, tmp_path / "s", 0, 10, lambda _m: None, lambda _p: GIB, Clock())
 
 
@@ -364,7 +364,7 @@ def test_copy_file_leaves_no_temporary_behind_when_it_fails(tmp_path: Path) -> N
     class Boom(Exception):
         pass
 
-    class Interrupted(prewarm.Progress):
+    class Interrupted(page_cache.Progress):
         def add(self, count: int) -> None:
             super().add(count)
             if self.done >= 2048:  # two chunks are in the temporary file
@@ -418,15 +418,12 @@ def test_main_exit_codes_and_messages(
 def test_the_installed_files_run_as_programs(tmp_path: Path, host_tools: Path) -> None:
     """As the host runs them: the installed tools by path, this machine's /proc/meminfo, model-sync's CLI."""
     model = make_model(tmp_path / "m")
-    cached = subprocess.run(
-        [sys.executable, str(host_tools / "prewarm"), "cache", "--dir", str(model), "--margin-gib", "0"],
-        capture_output=True,
-        text=True,
-        check=False,
+    cached = run_captured(
+        [sys.executable, str(host_tools / "prewarm"), "cache", "--dir", str(model), "--margin-gib", "0"]
     )
     assert cached.returncode == 0, cached.stderr
     assert cached.stdout.splitlines()[-1].startswith(f"prewarm: read 5 file(s): {sum(MODEL.values())} bytes")
-    copied = subprocess.run(
+    copied = run_captured(
         [
             sys.executable,
             str(host_tools / "prewarm"),
@@ -437,16 +434,8 @@ def test_the_installed_files_run_as_programs(tmp_path: Path, host_tools: Path) -
             str(tmp_path / "s"),
             "--margin-gib",
             "0",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
+        ]
     )
     assert copied.returncode == 0, copied.stderr
-    checked = subprocess.run(
-        [sys.executable, str(host_tools / "model-sync"), "check", "--dir", str(tmp_path / "s")],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    checked = run_captured([sys.executable, str(host_tools / "model-sync"), "check", "--dir", str(tmp_path / "s")])
     assert checked.returncode == 0 and checked.stdout == f"model-sync: org/model@{'a' * 40}: 5 files unchanged\n"

@@ -11,7 +11,7 @@ import pulumi
 
 from components.remote import connect, remote_step
 from controller.cordon import CordonedSteps
-from models.config import Host
+from models.hosts import Host
 
 config = pulumi.Config("onestep")
 host = Host.model_validate(config.require_object("host"))

@@ -19,6 +19,7 @@ from typing import IO, Any
 from pulumi import automation as auto
 
 from tests.support.paths import ROOT
+from tests.support.processes import run_captured
 
 TOOLS = ROOT / ".tools"
 COMMAND_PROVIDER_VERSION = "1.2.1"
@@ -87,13 +88,7 @@ def missing_engine() -> str | None:
     for binary in ("pulumi", "pulumi-language-python", "pulumi-language-python-exec"):
         if not (TOOLS / "bin" / binary).exists():
             return f"{TOOLS / 'bin' / binary} is missing"
-    plugins = subprocess.run(
-        [str(TOOLS / "bin" / "pulumi"), "plugin", "ls"],
-        env=engine_env(TOOLS / "no-state"),
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout
+    plugins = run_captured([str(TOOLS / "bin" / "pulumi"), "plugin", "ls"], env=engine_env(TOOLS / "no-state")).stdout
     if not re.search(rf"^command\s+resource\s+{re.escape(COMMAND_PROVIDER_VERSION)}\b", plugins, re.M):
         return f"the pulumi-command provider {COMMAND_PROVIDER_VERSION} is not registered (`pulumi plugin ls`)"
     return None

@@ -14,6 +14,7 @@ import yaml
 
 from models.loader import read_stack_file
 from tests.support.paths import ROOT
+from tests.support.processes import answers, run_captured
 
 HOST_SH = ROOT / "sandbox" / "host.sh"
 MIRROR_SH = ROOT / "scripts" / "mirror.sh"
@@ -46,15 +47,7 @@ def is_up(script: Path) -> bool:
         return True
     # The mirror of another checkout of this machine (its pid file is there, not here) serves the same
     # models on the same port: starting a second one would fail on the port.
-    return script == MIRROR_SH and _mirror_answers()
-
-
-def _mirror_answers() -> bool:
-    try:
-        with urllib.request.urlopen(f"{MIRROR_URL}/api/models/acme/tiny-chat-a", timeout=5) as response:
-            return int(response.status) == 200
-    except OSError:
-        return False
+    return script == MIRROR_SH and answers(f"{MIRROR_URL}/api/models/acme/tiny-chat-a", timeout=5)
 
 
 def bring_up(script: Path, timeout: float) -> None:
@@ -67,13 +60,8 @@ def take_down(script: Path) -> None:
 
 def on_host(command: str, check: bool = True, timeout: float = 120, host: str = TEST_HOST) -> str:
     """Run a shell command on a sandbox host (the dev one, or fleet-N) over SSH and return its stdout."""
-    result = subprocess.run(
-        [str(HOST_SH), "ssh", command],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=timeout,
-        env={**os.environ, "VLLM_FLEET_SANDBOX_NAME": host},
+    result = run_captured(
+        [str(HOST_SH), "ssh", command], timeout=timeout, env={**os.environ, "VLLM_FLEET_SANDBOX_NAME": host}
     )
     if check and result.returncode != 0:
         raise AssertionError(f"on {host}: {command!r} exited {result.returncode}: {result.stderr}")
@@ -82,11 +70,8 @@ def on_host(command: str, check: bool = True, timeout: float = 120, host: str = 
 
 def exec_on(host: str, command: str) -> str:
     """Run a shell command on a sandbox host without SSH (nsenter), e.g. while its sshd is stopped."""
-    return subprocess.run(
+    return run_captured(
         [str(HOST_SH), "exec", "/bin/sh", "-c", command],
-        capture_output=True,
-        text=True,
-        check=False,
         timeout=60,
         env={**os.environ, "VLLM_FLEET_SANDBOX_NAME": host},
     ).stdout
@@ -105,9 +90,11 @@ def fleet_is_up(hosts: int) -> bool:
     )
 
 
-def mirror(path: str, method: str = "GET", body: dict[str, Any] | None = None) -> Any:
+def mirror(path: str, method: str = "GET", body: Any = None, url: str = MIRROR_URL) -> Any:
+    """Ask the mirror's control API (/_mirror/...: stats, faults, config) and return its JSON answer; an
+    answer other than 200 raises. The sandbox's mirror, or the one at `url` (a test's own, in process)."""
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(f"{MIRROR_URL}{path}", data=data, method=method)
+    request = urllib.request.Request(f"{url}{path}", data=data, method=method)
     request.add_header("Content-Type", "application/json")
     with urllib.request.urlopen(request, timeout=10) as response:
         text = response.read().decode()
@@ -160,6 +147,20 @@ def storage_stack_file(storage: str) -> str:
     return yaml.safe_dump({"config": {f"vllm-fleet:{k}": v for k, v in raw.items()}}, sort_keys=False)
 
 
+def tiny_models(prefix: str, keep: bool) -> dict[str, Any]:
+    """The sandbox's two tiny chat models (the catalog's tiny-chat-a and tiny-chat-b presets) as a test's own
+    models PREFIX-tiny-a and PREFIX-tiny-b, each in a directory of that name, so tests never share files."""
+    return {
+        f"{prefix}-tiny-{v}": {
+            "preset": f"tiny-chat-{v}",
+            "dir": f"{prefix}-tiny-{v}",
+            "revision": "main",
+            "keep": keep,
+        }
+        for v in ("a", "b")
+    }
+
+
 def e2e_stack_file(
     model: str,
     *,
@@ -189,6 +190,26 @@ def e2e_stack_file(
     if smoke_benchmark:
         deployment["smokeBenchmark"] = {"requests": 8, "inputLen": 32, "outputLen": 16, "concurrency": 2}
     return yaml.safe_dump({"config": {f"vllm-fleet:{k}": v for k, v in raw.items()}}, sort_keys=False)
+
+
+def fleet_config(models: dict[str, Any]) -> dict[str, Any]:
+    """Pulumi.fleet.yaml's config for the sandbox's fleet hosts with `models`: its encrypted token left out
+    (the tests set the mirror's through the engine), the sandbox's SSH key in place of the operator's."""
+    raw: dict[str, Any] = yaml.safe_load((ROOT / "Pulumi.fleet.yaml").read_text())["config"]
+    raw.pop("vllm-fleet:hfToken")
+    raw["vllm-fleet:sshPrivateKeyFile"] = str(SSH_KEY)
+    raw["vllm-fleet:models"] = models
+    return raw
+
+
+def with_tls(config: dict[str, Any], metrics_from: str) -> None:
+    """The front door serves TLS with the sandbox's certificate (sandbox/tls.sh), and /metrics to
+    `metrics_from` alone."""
+    config["vllm-fleet:access"] = {
+        "tls": {"certificateFile": str(TLS_DIR / "server.pem")},
+        "metricsFrom": [metrics_from],
+    }
+    config["vllm-fleet:tlsPrivateKeyFile"] = str(TLS_DIR / "server.key")
 
 
 class Phases:

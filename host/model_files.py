@@ -1,0 +1,138 @@
+"""What model-sync keeps in a model's directory and how it checks it: the manifest
+(DIR/.vllm-fleet/manifest.json: `repo@sha` and, per file, its size, mtime and hash), the hash a file must
+have (sha256 for LFS files, git blob sha1 for the rest), the stat-only test of whether verified files
+changed since, and the download client's leftovers (.cache/huggingface/download). prewarm reads the same
+manifest. Standard library only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from host.console import listed, say
+from host.contract import MANIFEST, MANIFEST_DIR
+
+# Where `hf download` keeps its partial files and per-file metadata, inside the model's directory.
+HF_CACHE = Path(".cache") / "huggingface"
+CHUNK = 8 * 1024 * 1024
+
+
+def log(message: str) -> None:
+    # Exits at once when the controller's SSH session is gone: `hf download` dies with model-sync
+    # (hf_download._die_with_parent), so the next run resumes from a clean state.
+    say("model-sync", message)
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    path: str
+    size: int
+    sha256: str | None  # LFS files
+    blob_id: str  # git blob sha1, for the small ones
+
+
+def hash_file(path: Path, remote: RemoteFile) -> str:
+    with path.open("rb") as handle:
+        return hash_handle(handle, remote)
+
+
+def hash_handle(handle: Any, remote: RemoteFile) -> str:
+    if remote.sha256 is not None:
+        digest = hashlib.sha256()
+    else:
+        digest = hashlib.sha1()
+        digest.update(f"blob {remote.size}\0".encode())
+    while chunk := handle.read(CHUNK):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def expected_hash(remote: RemoteFile) -> str:
+    return remote.sha256 if remote.sha256 is not None else remote.blob_id
+
+
+def manifest_path(directory: Path) -> Path:
+    return directory / MANIFEST_DIR / MANIFEST
+
+
+def read_manifest(directory: Path) -> dict[str, Any] | None:
+    try:
+        data: dict[str, Any] = json.loads(manifest_path(directory).read_text())
+        return data
+    except (OSError, ValueError):
+        return None
+
+
+def write_manifest(
+    directory: Path, repo: str, sha: str, entries: dict[str, dict[str, Any]], complete: bool = True
+) -> None:
+    """`complete` is true only when `entries` covers every file of the revision."""
+    target = manifest_path(directory)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(".tmp")
+    document = {"repo": repo, "revision": sha, "files": entries, "complete": complete}
+    tmp.write_text(json.dumps(document, indent=1, sort_keys=True))
+    os.replace(tmp, target)
+
+
+def stat_entry(path: Path) -> dict[str, int]:
+    return stat_entry_of(path.stat())
+
+
+def stat_entry_of(st: os.stat_result) -> dict[str, int]:
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def changed_files(directory: Path, manifest: Mapping[str, Any]) -> list[str]:
+    """Files whose size or mtime differ from the manifest, or that are gone."""
+    changed = []
+    for rel, recorded in manifest["files"].items():
+        path = directory / rel
+        try:
+            now = stat_entry(path)
+        except OSError:
+            changed.append(rel)
+            continue
+        if now["size"] != recorded["size"] or now["mtime_ns"] != recorded["mtime_ns"]:
+            changed.append(rel)
+    return changed
+
+
+def changed_since_verified(directory: Path, changed: Sequence[str], most: int | None = None) -> str:
+    """How the tools name files that changed since model-sync verified them, and the command that repairs them."""
+    return (
+        f"{len(changed)} file(s) in {directory} changed since they were verified: {listed(changed, most)}. "
+        f"Run `model-sync verify --repair --dir {directory}`"
+    )
+
+
+def remove_partials(directory: Path) -> int:
+    """Delete what a killed `hf download` left behind: *.incomplete files and stale locks."""
+    removed = 0
+    download_dir = directory / HF_CACHE / "download"
+    if download_dir.is_dir():
+        for path in list(download_dir.rglob("*.incomplete")) + list(download_dir.rglob("*.lock")):
+            path.unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
+def forget_file(directory: Path, rel: str) -> None:
+    """Remove a bad file and the client's metadata for it, so `hf download` fetches it again."""
+    (directory / rel).unlink(missing_ok=True)
+    (directory / HF_CACHE / "download" / f"{rel}.metadata").unlink(missing_ok=True)
+
+
+# What identifies one version of a file's bytes without reading them: inode, size, mtime and ctime. A file
+# hashed under one identity and found under the same one later still holds the bytes that were hashed.
+Identity = tuple[int, int, int, int]
+
+
+def identity(st: os.stat_result) -> Identity:
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)

@@ -1,0 +1,271 @@
+"""The page-cache half of prewarm: a model's files in the order a load reads them (weights first), what of
+them fits in MemAvailable minus a margin, and a reader that pulls a file through the page cache a chunk
+ahead (`read_through`, which `prewarm copy` also copies with), with a progress line and a summary.
+`cache` reads a model into the page cache as far as free RAM allows. Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from host.console import listed, say
+from host.contract import MANIFEST_DIR
+from host.model_files import HF_CACHE
+
+# Beside the model, not of it: model-sync's manifest and the download client's cache.
+SKIP_DIRS = frozenset({MANIFEST_DIR, HF_CACHE.parts[0]})
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
+TMP_SUFFIX = ".prewarm-tmp"  # a file `prewarm copy` is writing
+CHUNK = 16 * 1024 * 1024
+GIB = 1024**3
+MEMINFO = Path("/proc/meminfo")
+
+Log = Callable[[str], None]
+Clock = Callable[[], float]
+
+
+class Failure(Exception):
+    """What went wrong and what to do about it; prewarm.main() prints it on stderr and exits 1."""
+
+
+def log(message: str) -> None:
+    say("prewarm", message)  # exits when the SSH session that started it is gone: a copy resumes next run
+
+
+def gib(size: float) -> str:
+    return f"{size / GIB:.2f} GiB"
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    rel: str  # relative to the model directory, with forward slashes
+    size: int
+    mtime_ns: int = 0
+
+    @property
+    def weight(self) -> bool:
+        return self.rel.endswith(WEIGHT_SUFFIXES)
+
+
+def priority(f: ModelFile) -> tuple[bool, str]:
+    """Weights first (the bulk of a load), each group in path order (the order vLLM loads shards)."""
+    return (not f.weight, f.rel)
+
+
+def _raise(error: OSError) -> None:
+    raise error
+
+
+def model_files(directory: Path) -> list[ModelFile]:
+    """The model's regular files (symlinks followed) in priority order, without the manifest, the
+    download client's cache and this tool's own temporary files."""
+    found = []
+    for root, dirs, names in os.walk(directory, onerror=_raise):
+        here = Path(root)
+        if here == directory:
+            dirs[:] = [d for d in dirs if d not in SKIP_DIRS]
+        dirs.sort()
+        for name in names:
+            if name.endswith(TMP_SUFFIX):
+                continue
+            st = (here / name).stat()
+            if stat.S_ISREG(st.st_mode):
+                rel = (here / name).relative_to(directory).as_posix()
+                found.append(ModelFile(rel, st.st_size, st.st_mtime_ns))
+    return sorted(found, key=priority)
+
+
+def mem_available(meminfo: Path = MEMINFO) -> int | None:
+    """MemAvailable in bytes: free memory plus the page cache and slabs the kernel can reclaim."""
+    try:
+        text = meminfo.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        if key == "MemAvailable":
+            value, *unit = rest.split()
+            return int(value) * (1024 if unit == ["kB"] else 1)
+    return None
+
+
+@dataclass(frozen=True)
+class FilePlan:
+    files: tuple[ModelFile, ...]  # to read (or copy), in this order
+
+    @property
+    def size(self) -> int:
+        return sum(f.size for f in self.files)
+
+
+@dataclass(frozen=True)
+class CachePlan(FilePlan):
+    left_out: tuple[ModelFile, ...]
+    available: int
+    margin: int
+    budget: int
+
+    @property
+    def left_out_size(self) -> int:
+        return sum(f.size for f in self.left_out)
+
+
+def plan_cache(files: Iterable[ModelFile], available: int, margin: int) -> CachePlan:
+    """Which files to read: in priority order, each one that still fits in MemAvailable minus the margin
+    (a shard that does not fit does not stop a smaller one after it, such as the config or the last
+    shard). The budget is never more than the files' total."""
+    ordered = sorted(files, key=priority)
+    budget = max(0, min(available - margin, sum(f.size for f in ordered)))
+    chosen: list[ModelFile] = []
+    left_out: list[ModelFile] = []
+    used = 0
+    for f in ordered:
+        if used + f.size <= budget:
+            chosen.append(f)
+            used += f.size
+        else:
+            left_out.append(f)
+    return CachePlan(tuple(chosen), tuple(left_out), available, margin, budget)
+
+
+def _eta(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown"
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+@dataclass
+class Progress:
+    """Counts bytes and logs `VERB: done of total, MB/s, ETA` at most every `every` seconds."""
+
+    verb: str
+    total: int
+    every: float
+    log: Log
+    clock: Clock = time.monotonic
+    done: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        self.start = self.clock()
+        self.last = self.start
+
+    def add(self, count: int) -> None:
+        self.done += count
+        now = self.clock()
+        if now - self.last >= self.every:
+            self.last = now
+            self.log(self.line(now))
+
+    def rate(self, now: float) -> float:
+        """Bytes per second since the start."""
+        elapsed = now - self.start
+        return self.done / elapsed if elapsed > 0 else 0.0
+
+    def line(self, now: float) -> str:
+        rate = self.rate(now)
+        left = max(0, self.total - self.done)
+        eta = left / rate if rate > 0 else None
+        share = 100 * self.done / self.total if self.total else 100.0
+        return (
+            f"{self.verb}: {gib(self.done)} of {gib(self.total)} ({share:.0f}%), {rate / 1e6:.1f} MB/s, ETA {_eta(eta)}"
+        )
+
+    def summary(self, what: str) -> str:
+        now = self.clock()
+        return (
+            f"{what} {self.done} bytes ({gib(self.done)}) in {now - self.start:.1f} s, {self.rate(now) / 1e6:.1f} MB/s"
+        )
+
+
+def _advise(fd: int, offset: int, length: int, advice: int) -> None:
+    # Advice only: a filesystem that does not take it is read all the same.
+    with contextlib.suppress(OSError):
+        os.posix_fadvise(fd, offset, length, advice)
+
+
+def read_through(
+    path: Path,
+    buffer: bytearray,
+    progress: Progress,
+    sink: BinaryIO | None = None,
+    advise: Callable[[int, int, int, int], None] = _advise,
+) -> int:
+    """Read all of `path` into the reusable `buffer`, chunk by chunk, asking the kernel to fetch the next
+    chunk while this one is read (POSIX_FADV_WILLNEED); each chunk goes to `sink` when one is given.
+    Without a sink the pages stay in the page cache; with one (a copy), the source's pages are dropped
+    behind the read (POSIX_FADV_DONTNEED) so that they do not push the copy's own pages out. Returns
+    the bytes read."""
+    view = memoryview(buffer)
+    size = len(buffer)
+    offset = 0
+    with path.open("rb", buffering=0) as source:
+        fd = source.fileno()
+        end = os.fstat(fd).st_size
+        advise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+        advise(fd, 0, size, os.POSIX_FADV_WILLNEED)
+        while True:
+            if offset + size < end:
+                advise(fd, offset + size, size, os.POSIX_FADV_WILLNEED)
+            count = source.readinto(view)
+            if not count:
+                break
+            if sink is not None:
+                sink.write(view[:count])
+                advise(fd, offset, count, os.POSIX_FADV_DONTNEED)
+            offset += count
+            progress.add(count)
+    return offset
+
+
+def cache(
+    directory: Path,
+    margin: int,
+    every: float,
+    log: Log = log,
+    available: Callable[[], int | None] = mem_available,
+    clock: Clock = time.monotonic,
+    chunk: int = CHUNK,
+) -> CachePlan:
+    if not directory.is_dir():
+        raise Failure(f"{directory} is not a directory; pass the model's directory as --dir")
+    files = model_files(directory)
+    if not files:
+        raise Failure(f"{directory} holds no model files; pass the model's directory as --dir")
+    free = available()
+    if free is None:
+        raise Failure(f"cannot read MemAvailable from {MEMINFO}; this tool needs Linux 3.14 or later")
+    plan = plan_cache(files, free, margin)
+    total = sum(f.size for f in files)
+    log(
+        f"{directory}: {len(files)} files, {gib(total)}; MemAvailable {gib(free)} minus the margin "
+        f"{gib(margin)} leaves a budget of {gib(plan.budget)}"
+    )
+    if plan.left_out:
+        names = listed([f.rel for f in plan.left_out], 3)
+        log(
+            f"leaving out {len(plan.left_out)} file(s), {gib(plan.left_out_size)} of {gib(total)}, which do "
+            f"not fit in MemAvailable minus the margin (the load reads them from disk): {names}"
+        )
+    if not plan.files:
+        log("nothing to read: no file fits in the budget")
+        return plan
+    progress = Progress("reading", plan.size, every, log, clock)
+    buffer = bytearray(chunk)
+    for f in plan.files:
+        read_through(directory / f.rel, buffer, progress)
+    log(progress.summary(f"read {len(plan.files)} file(s):") + f"; {len(plan.left_out)} file(s) left out")
+    return plan

@@ -1,0 +1,77 @@
+"""The post-deploy report of a deployment: what to ask host/status.py about it (`spec`, plain data that is
+also a stack output, so `make status` needs only the outputs), the step's script that asks it after each
+deploy (`report_script`), and the deployment's outputs read from its answer (`numbers`).
+
+components/deploy_report.py makes the step; controller/status.py compares the same answer with what the
+stack applied (`make status`). Nothing here creates a resource or touches a host.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+from collections.abc import Mapping
+from typing import Any
+
+from host.contract import TOOLS_DIR, deployment_state_dir, owner_key
+from models.config import ResolvedDeployment
+from render.paths import metrics_url, url_host
+from render.units import render_unit
+
+
+def spec(rd: ResolvedDeployment, stack: str) -> dict[str, Any]:
+    """One deployment's entry of host/status.py's argument (plain data: it is a stack output too)."""
+    bench = rd.deployment.smoke_benchmark
+    return {
+        "owner": owner_key(stack, rd.deployment.name),
+        "deployment": rd.deployment.name,
+        "unit": rd.unit_name,
+        "unitSha256": hashlib.sha256(render_unit(rd, stack).text.encode()).hexdigest(),
+        "stateDir": deployment_state_dir(stack, rd.deployment.name),
+        "modelDir": rd.model_path,
+        "python": rd.host.runtime.python,
+        "frontDoor": f"http://{url_host(rd.deployment.readiness_address)}:{rd.deployment.port}",
+        "gpus": list(rd.deployment.gpus),
+        "servedName": rd.served_model_name,
+        "bench": bench.model_dump(by_alias=True) if bench is not None else None,
+        "host": {
+            "name": rd.host.name,
+            "address": rd.host.address,
+            "port": rd.host.port,
+            "user": rd.host.user,
+            "hostKey": rd.host.host_key,
+        },
+    }
+
+
+def report_script(entry: Mapping[str, Any], with_bench: bool) -> str:
+    """The post-deploy step: host/status.py on this deployment, its JSON answer the step's last line."""
+    argument = json.dumps({"deployments": [entry]}, sort_keys=True)
+    flag = " --bench" if with_bench else ""
+    return (
+        "#!/usr/bin/env bash\n# vllm-fleet report: what the deployment serves now, for the stack's outputs.\nset -euo pipefail\n"
+        f"exec python3 {TOOLS_DIR}/status {shlex.quote(argument)}{flag}\n"
+    )
+
+
+def last_json(stdout: str) -> dict[str, Any]:
+    for line in reversed(stdout.strip().splitlines()):
+        if line.startswith("{"):
+            found: dict[str, Any] = json.loads(line)
+            return found
+    return {}
+
+
+def numbers(endpoint: str, facts: Mapping[str, Any]) -> dict[str, Any]:
+    """The post-deploy outputs of one deployment from host/status.py's facts of it."""
+    model = facts.get("model") or {}
+    return {
+        "endpoint": endpoint,
+        "metricsUrl": metrics_url(endpoint),
+        "vllmVersion": facts.get("vllmVersion"),
+        "modelRevision": model.get("revision"),
+        "modelState": model.get("state"),
+        "lastLoadSeconds": facts.get("lastLoadSeconds"),
+        "smokeBenchmark": facts.get("bench"),
+    }

@@ -1,0 +1,45 @@
+"""The stack of one end-to-end test module on the sandbox: a copy of the project with a state backend of
+its own, the stack file written and the stack selected with the mirror's token, and a destroy that removes
+the stack from the backend whatever the destroy did. Each module's state class builds on it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pulumi import automation as auto
+
+from tests.support import engine, sandbox_env
+
+
+class SandboxStack:
+    def __init__(self, tmp: Path, name: str) -> None:
+        self.work = engine.project_copy(tmp / "project")
+        self.backend = tmp / "state"
+        self.name = name
+        # What the engine printed (each module decides which operations it collects).
+        self.output: list[str] = []
+
+    def select(
+        self, stack_file: Mapping[str, Any] | str, secrets: Mapping[str, str] | None = None, name: str | None = None
+    ) -> auto.Stack:
+        """Write `stack_file` (a stack file's document or its text) as Pulumi.<name>.yaml and select that
+        stack, with the mirror's token as its Hugging Face token and `secrets` besides."""
+        name = name or self.name
+        text = stack_file if isinstance(stack_file, str) else yaml.safe_dump(dict(stack_file), sort_keys=False)
+        (self.work / f"Pulumi.{name}.yaml").write_text(text)
+        return engine.stack(
+            self.work,
+            self.backend,
+            name,
+            secrets={"vllm-fleet:hfToken": sandbox_env.MIRROR_TOKEN, **(secrets or {})},
+        )
+
+    def destroy(self, stack: auto.Stack, **options: Any) -> None:
+        """Destroy `stack`, its output collected, then remove it from the backend even when that failed."""
+        try:
+            stack.destroy(on_output=self.output.append, **options)
+        finally:
+            stack.workspace.remove_stack(stack.name)
