@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from host.contract import ActiveRecord, Placement, Result, adopted_drop_in, is_managed
+from host.contract import ActiveRecord, Placement, Result, is_managed
 from host.front_door_switch import FrontDoorSwitch
-from host.swap_files import install_file, remove_drop_in, write_file
 from host.systemd import established_to, now
 
 
@@ -23,13 +22,7 @@ class BlueGreen(FrontDoorSwitch):
             return Result(
                 "refused", f"refused: {unit_path} is a hand-made unit; add it to deployments[].replaces", plan.digest
             )
-        self.env_dir.mkdir(parents=True, exist_ok=True)
-        install_file(staged_unit, unit_path, 0o644)
-        install_file(staged_env, self.env_dir / f"{plan.unit_stem}.env", 0o600)
-        write_file(self.placement_path(plan.unit_name), placement.env_text(), 0o644)
-        # A drop-in left by an adoption of this unit name would start the adopted launch instead of the stack's.
-        remove_drop_in(adopted_drop_in(plan.unit_name, self.unit_dir))
-        self.host.run("systemctl", "daemon-reload")
+        self.install_staged(staged_unit, staged_env, placement)
         self.host.run("systemctl", "reset-failed", plan.unit_name, check=False)
         ready, cursor = self.start_new(f"on {placement.describe()} beside {old.unit}, which keeps serving")
         problem = None

@@ -27,19 +27,15 @@ class TakeOver(TransactionBase):
         adopted = judgement.adoption
         assert adopted is not None
         placement = judgement.decision.placement
-        unit_path = self.unit_dir / plan.unit_name
         backups_dir = self.state_dir / "previous"
         shutil.rmtree(backups_dir, ignore_errors=True)
         backups_dir.mkdir(parents=True, mode=0o700)
         backups = [self.backup(unit, backups_dir) for unit in judgement.leaving]
         pid_before = self.host.show(plan.unit_name, "MainPID").get("MainPID", "0")
-        self.env_dir.mkdir(parents=True, exist_ok=True)
-        install_file(staged_unit, unit_path, 0o644)
-        install_file(staged_env, self.env_dir / f"{plan.unit_stem}.env", 0o600)
-        write_file(self.placement_path(plan.unit_name), placement.env_text(), 0o644)
-        text = adopted_launch_drop_in(adopted.unit, adopted.argv, adopted.ids, staged_unit.read_text(encoding="utf-8"))
-        write_file(adopted_drop_in(plan.unit_name, self.unit_dir), text, 0o644)
-        self.host.run("systemctl", "daemon-reload")
+        launch = adopted_launch_drop_in(
+            adopted.unit, adopted.argv, adopted.ids, staged_unit.read_text(encoding="utf-8")
+        )
+        self.install_staged(staged_unit, staged_env, placement, launch)
         for backup in backups:
             if backup.unit != plan.unit_name and backup.was_enabled:
                 self.host.run("systemctl", "disable", "--quiet", backup.unit, check=False)

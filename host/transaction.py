@@ -45,7 +45,7 @@ from host.facts import unit_environment, unit_launch
 from host.front_door import front_door_site
 from host.judgement import judge
 from host.rollback import Rollback
-from host.swap_files import file_text, install_file, remove_drop_in, same_file, write_file
+from host.swap_files import file_text, same_file
 from host.systemd import now
 from host.take_over import TakeOver
 from host.transaction_base import STATE_ROOT, SwapRefused
@@ -220,13 +220,8 @@ class Transaction(BlueGreen, Rollback, TakeOver):
         if unit_path.is_file() and not is_managed(unit_path.read_text(encoding="utf-8", errors="replace")):
             self.log(f"{plan.unit_name} is a hand-made unit of the same name: it is replaced (backup in {backups_dir})")
 
-        self.env_dir.mkdir(parents=True, exist_ok=True)
-        install_file(staged_unit, unit_path, 0o644)
-        install_file(staged_env, env_path, 0o600)
-        write_file(self.placement_path(plan.unit_name), placement.env_text(), 0o644)
         # An engine adopted in place ran its own launch under this unit; the stack's launch starts now.
-        remove_drop_in(adopted_drop_in(plan.unit_name, self.unit_dir))
-        self.host.run("systemctl", "daemon-reload")
+        self.install_staged(staged_unit, staged_env, placement)
 
         stop_started = now()
         for backup in backups:

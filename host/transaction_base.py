@@ -26,7 +26,7 @@ from host.contract import (
     read_claims,
 )
 from host.judgement import claim_conflicts
-from host.swap_files import remove_drop_in
+from host.swap_files import install_file, remove_drop_in, write_file
 from host.systemd import SystemdHost, now
 
 STATE_ROOT = Path(STATE_DIR)
@@ -170,6 +170,25 @@ class TransactionBase:
         self.log(f"serving {plan.served_name} from {plan.unit_name} behind the front door on port {plan.port}")
         self.log("timing: " + " ".join(f"{k}={v:.2f}s" for k, v in self.timings.items() if k != "blue_green"))
         return Result("succeeded", f"serving {plan.served_name} from {plan.unit_name}", plan.digest, self.timings)
+
+    def install_staged(
+        self, staged_unit: Path, staged_env: Path, placement: Placement, adopted_launch: str | None = None
+    ) -> None:
+        """Put the staged unit, its environment file and the placement in place, then daemon-reload. The
+        unit's adoption drop-in is written with `adopted_launch` (an engine adopted in place keeps its own
+        launch until the next swap), or else removed: a drop-in left by an adoption of this unit name
+        would start the adopted launch instead of the stack's."""
+        plan = self.plan
+        self.env_dir.mkdir(parents=True, exist_ok=True)
+        install_file(staged_unit, self.unit_dir / plan.unit_name, 0o644)
+        install_file(staged_env, self.env_dir / f"{plan.unit_stem}.env", 0o600)
+        write_file(self.placement_path(plan.unit_name), placement.env_text(), 0o644)
+        drop_in = adopted_drop_in(plan.unit_name, self.unit_dir)
+        if adopted_launch is None:
+            remove_drop_in(drop_in)
+        else:
+            write_file(drop_in, adopted_launch, 0o644)
+        self.host.run("systemctl", "daemon-reload")
 
     def remove_unit_files(self, unit: str) -> None:
         (self.unit_dir / unit).unlink(missing_ok=True)
