@@ -18,16 +18,15 @@ Runs with the host's vLLM python, which brings huggingface_hub.
 from __future__ import annotations
 
 import argparse
-import fcntl
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from host.contract import MANIFEST_DIR
 from host.hf_download import Hasher, cancel_hf, prestart_hf, repo_files, run_hf_download
+from host.locks import take_lock
 from host.model_files import (
     RemoteFile,
     changed_files,
@@ -52,21 +51,14 @@ def sync(args: argparse.Namespace) -> int:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / MANIFEST_DIR).mkdir(exist_ok=True)
     lock = (directory / MANIFEST_DIR / "lock").open("w")
-    waited = 0.0
-    while True:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            # A download of an interrupted run may still be finishing: wait for it, then continue from it.
-            if waited >= args.lock_wait:
-                raise SystemExit(
-                    f"model-sync: another download into {directory} still runs after {waited:.0f} s"
-                ) from None
-            if waited % 30 == 0:
-                log(f"waiting for another download into {directory} to finish")
-            time.sleep(1)
-            waited += 1
+
+    def waiting(waited: float) -> None:
+        if waited % 30 == 0:
+            log(f"waiting for another download into {directory} to finish")
+
+    # A download of an interrupted run may still be finishing: wait for it, then continue from it.
+    if not take_lock(lock, args.lock_wait, 1, waiting):
+        raise SystemExit(f"model-sync: another download into {directory} still runs after {args.lock_wait:.0f} s")
     manifest = read_manifest(directory)
     if (
         manifest is not None

@@ -30,11 +30,9 @@ Standard library only.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -44,6 +42,7 @@ from host.contract import ActiveRecord, Placement, Result, adopted_drop_in, is_m
 from host.facts import unit_environment, unit_launch
 from host.front_door import front_door_site
 from host.judgement import judge
+from host.locks import take_lock
 from host.rollback import Rollback
 from host.swap_files import file_text, same_file
 from host.systemd import now
@@ -260,13 +259,6 @@ def host_lock(state_root: Path, timeout: float = 3600) -> Iterator[None]:
     """One swap at a time per host: two deployments must not stop and start units underneath each other."""
     state_root.mkdir(parents=True, exist_ok=True)
     with open(state_root / "host.lock", "w") as handle:
-        deadline = now() + timeout
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if now() > deadline:
-                    raise TimeoutError(f"another swap held {state_root / 'host.lock'} for {timeout:g} s") from None
-                time.sleep(0.2)
+        if not take_lock(handle, timeout, 0.2):
+            raise TimeoutError(f"another swap held {state_root / 'host.lock'} for {timeout:g} s")
         yield
