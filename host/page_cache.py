@@ -82,6 +82,11 @@ def model_files(directory: Path) -> list[ModelFile]:
     return sorted(found, key=priority)
 
 
+def must_be_a_directory(directory: Path) -> None:
+    if not directory.is_dir():
+        raise Failure(f"{directory} is not a directory; pass the model's directory as --dir")
+
+
 def mem_available(meminfo: Path = MEMINFO) -> int | None:
     """MemAvailable in bytes: free memory plus the page cache and slabs the kernel can reclaim."""
     try:
@@ -231,17 +236,24 @@ def read_through(
     return offset
 
 
+@dataclass(frozen=True)
+class Reading:
+    """How `cache` and `prewarm copy` read: in chunks of `chunk` bytes, with a progress line through `log`
+    at most every `every` seconds of `clock`."""
+
+    every: float
+    log: Log = log
+    clock: Clock = time.monotonic
+    chunk: int = CHUNK
+
+    def progress(self, verb: str, size: int) -> Progress:
+        return Progress(verb, size, self.every, self.log, self.clock)
+
+
 def cache(
-    directory: Path,
-    margin: int,
-    every: float,
-    log: Log = log,
-    available: Callable[[], int | None] = mem_available,
-    clock: Clock = time.monotonic,
-    chunk: int = CHUNK,
+    directory: Path, margin: int, reading: Reading, available: Callable[[], int | None] = mem_available
 ) -> CachePlan:
-    if not directory.is_dir():
-        raise Failure(f"{directory} is not a directory; pass the model's directory as --dir")
+    must_be_a_directory(directory)
     files = model_files(directory)
     if not files:
         raise Failure(f"{directory} holds no model files; pass the model's directory as --dir")
@@ -250,22 +262,22 @@ def cache(
         raise Failure(f"cannot read MemAvailable from {MEMINFO}; this tool needs Linux 3.14 or later")
     plan = plan_cache(files, free, margin)
     total = sum(f.size for f in files)
-    log(
+    reading.log(
         f"{directory}: {len(files)} files, {gib(total)}; MemAvailable {gib(free)} minus the margin "
         f"{gib(margin)} leaves a budget of {gib(plan.budget)}"
     )
     if plan.left_out:
         names = listed([f.rel for f in plan.left_out], 3)
-        log(
+        reading.log(
             f"leaving out {len(plan.left_out)} file(s), {gib(plan.left_out_size)} of {gib(total)}, which do "
             f"not fit in MemAvailable minus the margin (the load reads them from disk): {names}"
         )
     if not plan.files:
-        log("nothing to read: no file fits in the budget")
+        reading.log("nothing to read: no file fits in the budget")
         return plan
-    progress = Progress("reading", plan.size, every, log, clock)
-    buffer = bytearray(chunk)
+    progress = reading.progress("reading", plan.size)
+    buffer = bytearray(reading.chunk)
     for f in plan.files:
         read_through(directory / f.rel, buffer, progress)
-    log(progress.summary(f"read {len(plan.files)} file(s):") + f"; {len(plan.left_out)} file(s) left out")
+    reading.log(progress.summary(f"read {len(plan.files)} file(s):") + f"; {len(plan.left_out)} file(s) left out")
     return plan

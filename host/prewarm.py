@@ -28,13 +28,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import json
 import os
 import shutil
 import stat
 import sys
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,21 +40,20 @@ from typing import Any
 
 from host.console import listed
 from host.contract import MANIFEST_DIR, MANIFEST_REL
+from host.locks import take_lock
 from host.model_files import changed_files, changed_since_verified, manifest_path
 from host.page_cache import (
-    CHUNK,
     GIB,
     TMP_SUFFIX,
-    Clock,
     Failure,
     FilePlan,
-    Log,
     ModelFile,
     Progress,
+    Reading,
     cache,
     gib,
-    log,
     model_files,
+    must_be_a_directory,
     read_through,
 )
 
@@ -160,14 +157,10 @@ def copy(
     source: Path,
     target: Path,
     margin: int,
-    every: float,
-    log: Log = log,
+    reading: Reading,
     disk_free: Callable[[Path], int] = lambda path: shutil.disk_usage(path).free,
-    clock: Clock = time.monotonic,
-    chunk: int = CHUNK,
 ) -> CopyPlan:
-    if not source.is_dir():
-        raise Failure(f"{source} is not a directory; pass the model's directory as --dir")
+    must_be_a_directory(source)
     manifest = read_manifest(source)
     changed = changed_files(source, manifest)
     if changed:
@@ -175,7 +168,7 @@ def copy(
     st = (source / MANIFEST_REL).stat()
     files = [*model_files(source), ModelFile(MANIFEST_REL, st.st_size, st.st_mtime_ns)]  # the manifest last
     with _locked(target):
-        return _copy(source, target, files, manifest, margin, every, log, disk_free, clock, chunk)
+        return _copy(source, target, files, manifest, margin, reading, disk_free)
 
 
 @contextlib.contextmanager
@@ -184,12 +177,8 @@ def _locked(target: Path) -> Iterator[None]:
     path = target / MANIFEST_DIR / LOCK
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise Failure(
-                f"another `prewarm copy` into {target} is still running (it holds {path}); let it finish"
-            ) from None
+        if not take_lock(handle):
+            raise Failure(f"another `prewarm copy` into {target} is still running (it holds {path}); let it finish")
         yield
 
 
@@ -199,12 +188,10 @@ def _copy(
     files: list[ModelFile],
     manifest: Mapping[str, Any],
     margin: int,
-    every: float,
-    log: Log,
+    reading: Reading,
     disk_free: Callable[[Path], int],
-    clock: Clock,
-    chunk: int,
 ) -> CopyPlan:
+    log = reading.log
     removed = remove_leftovers(target)
     if removed:
         log(f"removed {removed} temporary file(s) left by an interrupted copy")
@@ -229,8 +216,8 @@ def _copy(
         # each file is renamed into place only with its final size and mtime.
         if any(f.rel == MANIFEST_REL for f in plan.files):
             (target / MANIFEST_REL).unlink(missing_ok=True)
-        progress = Progress("copying", plan.size, every, log, clock)
-        buffer = bytearray(chunk)
+        progress = reading.progress("copying", plan.size)
+        buffer = bytearray(reading.chunk)
         for f in plan.files:  # the manifest is last (model_files does not list it)
             copy_file(source / f.rel, target / f.rel, buffer, progress)
         _sync_dirs({(target / f.rel).parent for f in plan.files})
@@ -300,9 +287,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--to {args.to} overlaps --dir {args.dir}; pick a staging directory outside the model's")
     try:
         if args.command == "cache":
-            cache(args.dir, int(args.margin_gib * GIB), args.report_every)
+            cache(args.dir, int(args.margin_gib * GIB), Reading(args.report_every))
         elif args.command == "copy":
-            copy(args.dir, args.to, int(args.margin_gib * GIB), args.report_every)
+            copy(args.dir, args.to, int(args.margin_gib * GIB), Reading(args.report_every))
         else:
             read = cgroup_read_bytes(args.unit, CGROUP_ROOT)
             if read is None:

@@ -30,6 +30,11 @@ class Clock:
         return self.now
 
 
+def quiet() -> page_cache.Reading:
+    """Reading with no progress lines, on a clock that stands still."""
+    return page_cache.Reading(10, lambda _m: None, Clock())
+
+
 # A small model: two shards, an index, a config, a tokenizer in a subfolder; sizes not multiples of a chunk.
 MODEL = {
     "model-00001-of-00002.safetensors": 3000,
@@ -184,7 +189,9 @@ def test_cache_reads_all_of_every_file_and_reports(tmp_path: Path) -> None:
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(page_cache, "read_through", recording)
-        plan = page_cache.cache(tmp_path, 8 * GIB, 2, lines.append, lambda: 64 * GIB, clock, chunk=1024)
+        plan = page_cache.cache(
+            tmp_path, 8 * GIB, page_cache.Reading(2, lines.append, clock, chunk=1024), lambda: 64 * GIB
+        )
     assert opened == [
         "model-00001-of-00002.safetensors=3000",
         "model-00002-of-00002.safetensors=1700",
@@ -203,7 +210,7 @@ def test_cache_leaves_out_what_does_not_fit_and_says_why(tmp_path: Path) -> None
     make_model(tmp_path)
     lines: list[str] = []
     # 4800 bytes over the margin: the first shard (3000), then the small files; not the second shard.
-    plan = page_cache.cache(tmp_path, 8 * GIB, 10, lines.append, lambda: 8 * GIB + 3600, Clock())
+    plan = page_cache.cache(tmp_path, 8 * GIB, page_cache.Reading(10, lines.append, Clock()), lambda: 8 * GIB + 3600)
     assert [x.rel for x in plan.files] == [
         "model-00001-of-00002.safetensors",
         "config.json",
@@ -219,7 +226,7 @@ def test_cache_leaves_out_what_does_not_fit_and_says_why(tmp_path: Path) -> None
 def test_cache_reads_nothing_when_memory_is_below_the_margin(tmp_path: Path) -> None:
     make_model(tmp_path)
     lines: list[str] = []
-    plan = page_cache.cache(tmp_path, 8 * GIB, 10, lines.append, lambda: 6 * GIB, Clock())
+    plan = page_cache.cache(tmp_path, 8 * GIB, page_cache.Reading(10, lines.append, Clock()), lambda: 6 * GIB)
     assert plan.files == () and len(plan.left_out) == 5
     assert "budget of 0.00 GiB" in lines[0]
     assert lines[-1] == "nothing to read: no file fits in the budget"
@@ -227,17 +234,17 @@ def test_cache_reads_nothing_when_memory_is_below_the_margin(tmp_path: Path) -> 
 
 def test_cache_fails_on_a_wrong_directory(tmp_path: Path) -> None:
     with pytest.raises(page_cache.Failure, match="is not a directory"):
-        page_cache.cache(tmp_path / "absent", 0, 10, lambda _m: None, lambda: GIB)
+        page_cache.cache(tmp_path / "absent", 0, page_cache.Reading(10, lambda _m: None), lambda: GIB)
     (tmp_path / ".vllm-fleet").mkdir()
     with pytest.raises(page_cache.Failure, match="holds no model files"):
-        page_cache.cache(tmp_path, 0, 10, lambda _m: None, lambda: GIB)
+        page_cache.cache(tmp_path, 0, page_cache.Reading(10, lambda _m: None), lambda: GIB)
 
 
 def test_copy_writes_a_copy_that_model_sync_check_accepts(tmp_path: Path) -> None:
     source = make_model(tmp_path / "shared" / "m")
     target = tmp_path / "local" / "m"
     lines: list[str] = []
-    plan = prewarm.copy(source, target, 8 * GIB, 10, lines.append, lambda _p: 100 * GIB, Clock())
+    plan = prewarm.copy(source, target, 8 * GIB, page_cache.Reading(10, lines.append, Clock()), lambda _p: 100 * GIB)
     assert [x.rel for x in plan.files][-1] == ".vllm-fleet/manifest.json"
     assert len(plan.files) == 6 and plan.unchanged == ()
     for rel in MODEL:
@@ -253,10 +260,10 @@ def test_copy_writes_a_copy_that_model_sync_check_accepts(tmp_path: Path) -> Non
 def test_copy_again_skips_what_is_there_and_redoes_what_changed(tmp_path: Path) -> None:
     source = make_model(tmp_path / "shared" / "m")
     target = tmp_path / "local" / "m"
-    prewarm.copy(source, target, 0, 10, lambda _m: None, lambda _p: 100 * GIB, Clock())
+    prewarm.copy(source, target, 0, quiet(), lambda _p: 100 * GIB)
     inode = (target / "model-00001-of-00002.safetensors").stat().st_ino
     lines: list[str] = []
-    again = prewarm.copy(source, target, 0, 10, lines.append, lambda _p: 100 * GIB, Clock())
+    again = prewarm.copy(source, target, 0, page_cache.Reading(10, lines.append, Clock()), lambda _p: 100 * GIB)
     assert again.files == () and len(again.unchanged) == 6
     assert lines[0] == f"{target} already holds all 6 files of {source} unchanged (no bytes read)"
     assert (target / "model-00001-of-00002.safetensors").stat().st_ino == inode
@@ -264,7 +271,7 @@ def test_copy_again_skips_what_is_there_and_redoes_what_changed(tmp_path: Path) 
     (target / "config.json").write_text("{}")  # changed at the destination: copied again
     (target / "tokenizer" / "tokenizer.json").unlink()  # gone: copied again
     assert sync_check(target) == 1
-    third = prewarm.copy(source, target, 0, 10, lambda _m: None, lambda _p: 100 * GIB, Clock())
+    third = prewarm.copy(source, target, 0, quiet(), lambda _p: 100 * GIB)
     assert sorted(x.rel for x in third.files) == ["config.json", "tokenizer/tokenizer.json"]
     assert (target / "model-00001-of-00002.safetensors").stat().st_ino == inode
     assert sync_check(target) == 0
@@ -281,12 +288,12 @@ def test_copy_refuses_when_the_disk_is_short_and_writes_nothing(tmp_path: Path) 
         return 8 * GIB + need - 1
 
     with pytest.raises(page_cache.Failure) as refused:
-        prewarm.copy(source, target, 8 * GIB, 10, lambda _m: None, free, Clock())
+        prewarm.copy(source, target, 8 * GIB, quiet(), free)
     assert asked == [target]
     assert f"not enough space in {target}" in str(refused.value)
     assert "short of 0.00 GiB" in str(refused.value) and "nothing was copied" in str(refused.value)
     assert [p.relative_to(target).as_posix() for p in target.rglob("*")] == [".vllm-fleet", ".vllm-fleet/prewarm.lock"]
-    prewarm.copy(source, target, 8 * GIB, 10, lambda _m: None, lambda _p: 8 * GIB + need, Clock())
+    prewarm.copy(source, target, 8 * GIB, quiet(), lambda _p: 8 * GIB + need)
     assert sync_check(target) == 0
 
 
@@ -297,9 +304,9 @@ def test_one_copy_into_a_directory_at_a_time(tmp_path: Path) -> None:
     with (target / ".vllm-fleet" / "prewarm.lock").open("w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         with pytest.raises(page_cache.Failure, match=r"another `prewarm copy` into .* is still running"):
-            prewarm.copy(source, target, 0, 10, lambda _m: None, lambda _p: GIB, Clock())
+            prewarm.copy(source, target, 0, quiet(), lambda _p: GIB)
     assert not (target / "config.json").exists()
-    prewarm.copy(source, target, 0, 10, lambda _m: None, lambda _p: GIB, Clock())
+    prewarm.copy(source, target, 0, quiet(), lambda _p: GIB)
     assert sync_check(target) == 0
 
 
@@ -319,17 +326,17 @@ def test_copy_refuses_a_source_that_changed_since_it_was_verified(tmp_path: Path
     source = make_model(tmp_path / "m")
     (source / "config.json").write_text('{"changed": true}')
     with pytest.raises(page_cache.Failure, match=r"1 file\(s\) in .* changed since they were verified: config.json"):
-        prewarm.copy(source, tmp_path / "s", 0, 10, lambda _m: None, lambda _p: GIB, Clock())
+        prewarm.copy(source, tmp_path / "s", 0, quiet(), lambda _p: GIB)
     assert not (tmp_path / "s").exists()
     bare = make_model(tmp_path / "bare", manifest=False)
     with pytest.raises(page_cache.Failure, match="has no verified manifest"):
-        prewarm.copy(bare, tmp_path / "s", 0, 10, lambda _m: None, lambda _p: GIB, Clock())
+        prewarm.copy(bare, tmp_path / "s", 0, quiet(), lambda _p: GIB)
 
 
 def test_an_interrupted_copy_over_another_revision_fails_model_sync_check(tmp_path: Path) -> None:
     old = make_model(tmp_path / "old", {"model.safetensors": 900, "config.json": 10})
     target = tmp_path / "local"
-    prewarm.copy(old, target, 0, 10, lambda _m: None, lambda _p: GIB, Clock())
+    prewarm.copy(old, target, 0, quiet(), lambda _p: GIB)
     assert sync_check(target) == 0
     new = make_model(tmp_path / "new")
     calls = []
@@ -344,13 +351,13 @@ def test_an_interrupted_copy_over_another_revision_fails_model_sync_check(tmp_pa
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(prewarm, "copy_file", failing)
         with pytest.raises(OSError):
-            prewarm.copy(new, target, 0, 10, lambda _m: None, lambda _p: GIB, Clock())
+            prewarm.copy(new, target, 0, quiet(), lambda _p: GIB)
     # The old revision's files are still there, but not its manifest: nothing passes for a complete model.
     assert (target / "model.safetensors").exists()
     assert not (target / ".vllm-fleet" / "manifest.json").exists()
     assert sync_check(target) == 1
     lines: list[str] = []
-    prewarm.copy(new, target, 0, 10, lines.append, lambda _p: GIB, Clock())
+    prewarm.copy(new, target, 0, page_cache.Reading(10, lines.append, Clock()), lambda _p: GIB)
     assert sync_check(target) == 0
     assert any(x.startswith("left alone 1 file(s)") and "model.safetensors" in x for x in lines)
 
