@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from host.model_files import HF_CACHE, Identity, RemoteFile, hash_handle, identity, log, stat_entry_of
@@ -67,6 +68,7 @@ def repo_files(repo: str, revision: str, endpoint: str | None) -> tuple[str, lis
     return sha, sorted(files, key=lambda f: f.path)
 
 
+@dataclass(eq=False)
 class Hasher:
     """Hashes the files of a download while `hf download` runs, each one once the client is done with it.
 
@@ -78,27 +80,28 @@ class Hasher:
     it was read; `finish`, called after the client exits, hashes every file that has no hash for the
     identity it has then, so a file that changed after it was hashed is read again, never trusted."""
 
-    def __init__(
-        self, directory: Path, sha: str, files: list[RemoteFile], workers: int | None = None, poll: float = 0.1
-    ) -> None:
-        self.directory = directory
-        self.sha = sha
-        self.files = files
-        self.poll = poll
-        self.lock = threading.Lock()
-        self.results: dict[str, tuple[Identity, str]] = {}  # path -> (identity when hashed, digest)
-        self.queued: dict[str, Identity] = {}  # path -> identity it had when queued
-        self.early = 0  # files whose hash was ready when the client exited (set by `finish`)
-        self.jobs: queue.Queue[tuple[RemoteFile, Identity] | None] = queue.Queue()
-        self.stopping = threading.Event()
-        self.stopped = False
+    directory: Path
+    sha: str
+    files: list[RemoteFile]
+    workers: int | None = None  # hashing threads (default: one per CPU, at most 4)
+    poll: float = 0.1  # seconds between looks for files the client is done with
+    lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    # path -> (identity when hashed, digest)
+    results: dict[str, tuple[Identity, str]] = field(default_factory=dict, init=False)
+    queued: dict[str, Identity] = field(default_factory=dict, init=False)  # path -> identity it had when queued
+    early: int = field(default=0, init=False)  # files whose hash was ready when the client exited (set by `finish`)
+    jobs: queue.Queue[tuple[RemoteFile, Identity] | None] = field(default_factory=queue.Queue, init=False)
+    stopping: threading.Event = field(default_factory=threading.Event, init=False)
+    stopped: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
         self.watcher = threading.Thread(target=self.watch, daemon=True)
-        count = workers if workers is not None else min(4, os.cpu_count() or 1)
-        self.workers = [threading.Thread(target=self.work, daemon=True) for _ in range(max(1, count))]
+        count = self.workers if self.workers is not None else min(4, os.cpu_count() or 1)
+        self.hashers = [threading.Thread(target=self.work, daemon=True) for _ in range(max(1, count))]
 
     def start(self) -> None:
-        for worker in self.workers:
-            worker.start()
+        for hasher in self.hashers:
+            hasher.start()
         self.watcher.start()
 
     def client_done(self, remote: RemoteFile, st: os.stat_result) -> bool:
@@ -200,7 +203,7 @@ class Hasher:
             except queue.Empty:
                 break
             self.jobs.task_done()
-        for _ in self.workers:
+        for _ in self.hashers:
             self.jobs.put(None)
 
 
@@ -246,16 +249,16 @@ def prestart_hf() -> subprocess.Popen[str] | None:
     if not first.startswith("#!/") or " " in interpreter or not Path(interpreter).name.startswith("python"):
         return None
     try:
-        return subprocess.Popen(
-            [interpreter, "-c", HF_PRESTART, cli],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            preexec_fn=_die_with_parent,
-        )
+        return _spawn_hf([interpreter, "-c", HF_PRESTART, cli], subprocess.PIPE)
     except OSError:
         return None
+
+
+def _spawn_hf(argv: list[str], stdin: int | None) -> subprocess.Popen[str]:
+    """An `hf` process whose output is dropped (its errors kept) and which ends when model-sync does."""
+    return subprocess.Popen(
+        argv, stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=_die_with_parent
+    )
 
 
 def cancel_hf(process: subprocess.Popen[str] | None) -> None:
@@ -324,17 +327,10 @@ def run_hf_download(
             if started is not None:
                 process, started = started, None
                 _, stderr = process.communicate(json.dumps(command) + "\n")
-                returncode = process.returncode
             else:
-                result = subprocess.run(
-                    command,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                    check=False,
-                    preexec_fn=_die_with_parent,
-                )
-                stderr, returncode = result.stderr, result.returncode
+                process = _spawn_hf(command, None)
+                _, stderr = process.communicate()
+            returncode = process.returncode
         finally:
             progress.done.set()
         if returncode == 0:

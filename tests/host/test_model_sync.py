@@ -282,7 +282,7 @@ def test_verify_repair_refetches_only_the_bad_file(
 
 
 def test_stop_ends_the_threads_without_hashing_what_is_queued(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A failed download: the workers end after the hash in hand, the queued ones are dropped."""
+    """A failed download: the hashing threads end after the hash in hand, the queued ones are dropped."""
     data = os.urandom(1 << 20)
     files = [remote_for(f"f{i}.bin", data) for i in range(8)]
     for f in files:
@@ -302,7 +302,7 @@ def test_stop_ends_the_threads_without_hashing_what_is_queued(tmp_path: Path, mo
     hasher.stop()
     hasher.stop()  # twice is harmless (sync's `finally` after `finish`)
     release.set()
-    for thread in [*hasher.workers, hasher.watcher]:
+    for thread in [*hasher.hashers, hasher.watcher]:
         thread.join(timeout=5)
         assert not thread.is_alive()
     assert len(hasher.results) == 1
