@@ -13,43 +13,46 @@ Standard library only.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import fnmatch
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 PATTERNS = ("psm_*", "sem.mp-*", "*vllm*", "*nccl*")
 LOCK = "/run/vllm-fleet-clean-shm.lock"
 
 
+def mapped_or_open(process: str) -> Iterator[str]:
+    """The paths a process (its directory in /proc) has mapped or open, as far as they can be read."""
+    try:
+        with open(f"{process}/maps", encoding="utf-8", errors="replace") as maps:
+            for line in maps:
+                fields = line.rstrip("\n").split(None, 5)
+                if len(fields) == 6:
+                    yield fields[5].strip()
+    except OSError:
+        pass
+    try:
+        fds = os.listdir(f"{process}/fd")
+    except OSError:
+        return
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            yield os.readlink(f"{process}/fd/{fd}")
+
+
 def held_segments(proc: str = "/proc", shm: str = "/dev/shm") -> set[str]:
     """Paths under `shm` that some live process has mapped or open."""
-    held: set[str] = set()
     prefix = shm.rstrip("/") + "/"
-    for entry in os.listdir(proc):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"{proc}/{entry}/maps", encoding="utf-8", errors="replace") as maps:
-                for line in maps:
-                    fields = line.rstrip("\n").split(None, 5)
-                    path = fields[5].strip() if len(fields) == 6 else ""
-                    if path.startswith(prefix):
-                        held.add(path.removesuffix(" (deleted)"))
-        except OSError:
-            pass
-        try:
-            for fd in os.listdir(f"{proc}/{entry}/fd"):
-                try:
-                    target = os.readlink(f"{proc}/{entry}/fd/{fd}")
-                except OSError:
-                    continue
-                if target.startswith(prefix):
-                    held.add(target.removesuffix(" (deleted)"))
-        except OSError:
-            continue
-    return held
+    return {
+        path.removesuffix(" (deleted)")
+        for entry in os.listdir(proc)
+        if entry.isdigit()
+        for path in mapped_or_open(f"{proc}/{entry}")
+        if path.startswith(prefix)
+    }
 
 
 def stale(names: Iterable[str], held: set[str], shm: str = "/dev/shm") -> list[str]:

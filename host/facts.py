@@ -8,6 +8,7 @@ text; readers take the /proc root, so the tests can hand them recorded files. St
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -252,14 +253,16 @@ def parse_meminfo(text: str) -> dict[str, int]:
     return {"totalMib": values.get("MemTotal", 0), "availableMib": values.get("MemAvailable", 0)}
 
 
+def _words(text: str) -> list[str]:
+    """`text` split as a shell would; at white space where its quoting is broken."""
+    with contextlib.suppress(ValueError):
+        return shlex.split(text)
+    return text.split()
+
+
 def parse_environment(text: str) -> dict[str, str]:
     """`systemctl show -p Environment --value`-style text (KEY=VALUE words, shell-quoted where needed)."""
-    text = text.removeprefix("Environment=")
-    try:
-        words = shlex.split(text)
-    except ValueError:
-        words = text.split()
-    return dict(word.split("=", 1) for word in words if "=" in word)
+    return dict(word.split("=", 1) for word in _words(text.removeprefix("Environment=")) if "=" in word)
 
 
 def exec_start(unit_text: str) -> list[str] | None:
@@ -282,10 +285,7 @@ def exec_start(unit_text: str) -> list[str] | None:
         if not value:
             command = None  # `ExecStart=` resets the list
             continue
-        try:
-            command = shlex.split(value)
-        except ValueError:
-            command = value.split()
+        command = _words(value)
     return command
 
 

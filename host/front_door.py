@@ -23,13 +23,13 @@ def front_door_site(plan: Plan, placement: Placement) -> str:
 
     With access control (plan.access_dir) the address, TLS, key check and /metrics allow list are files
     the site includes, which the access step rewrites without the site (or the engine) changing."""
+    proxy = (
+        f"        proxy_pass http://127.0.0.1:{placement.port};\n"
+        "        proxy_set_header Host $host;\n"
+        '        proxy_set_header Connection "";\n'
+        f"        add_header {BACKEND_HEADER} {plan.unit_name} always;\n"
+    )
     if plan.access_dir:
-        proxy = (
-            f"        proxy_pass http://127.0.0.1:{placement.port};\n"
-            "        proxy_set_header Host $host;\n"
-            '        proxy_set_header Connection "";\n'
-            f"        add_header {BACKEND_HEADER} {plan.unit_name} always;\n"
-        )
         text = (
             f"# Managed by vllm-fleet: front door of deployment {plan.owner}, written by its swap.\n"
             f"# Who may call it (address, TLS, API keys, /metrics): {plan.access_dir}, written by its access step.\n"
@@ -50,10 +50,7 @@ def front_door_site(plan: Plan, placement: Placement) -> str:
         "server {\n"
         f"    listen {nginx_listen(plan.bind_address, plan.port)};\n"
         "    location / {\n"
-        f"        proxy_pass http://127.0.0.1:{placement.port};\n"
-        "        proxy_set_header Host $host;\n"
-        '        proxy_set_header Connection "";\n'
-        f"        add_header {BACKEND_HEADER} {plan.unit_name} always;\n"
+        f"{proxy}"
         "    }\n"
         "}\n"
     )
