@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,8 +23,7 @@ from pulumi import automation as auto
 
 from scripts.downtime_probe import DowntimeProbe
 from tests.support import engine, sandbox_env
-from tests.support.paths import ROOT
-from tests.support.sandbox_env import on_host
+from tests.support.sandbox_env import on_host, serving_root, wait_serving
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
 
@@ -88,28 +86,8 @@ class Brownfield:
 
     def record(self, phase: str, start: float) -> dict[str, float]:
         self.phases[phase] = self.client.report(start, time.monotonic())
-        results = ROOT / ".run" / "brownfield-phases.json"
-        results.parent.mkdir(parents=True, exist_ok=True)
-        results.write_text(json.dumps(self.phases, indent=1, sort_keys=True))
+        sandbox_env.save_results("brownfield-phases", self.phases)
         return self.phases[phase]
-
-
-def serving_root() -> str:
-    """The model directory the endpoint serves (vLLM reports it as the model's root)."""
-    with urllib.request.urlopen(f"{ENDPOINT}/models", timeout=5) as response:
-        return str(json.load(response)["data"][0]["root"])
-
-
-def wait_serving(root: str, timeout: float) -> float:
-    started = time.monotonic()
-    while time.monotonic() - started < timeout:
-        try:
-            if serving_root() == root:
-                return time.monotonic() - started
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise AssertionError(f"{root} not served within {timeout:g} s")
 
 
 def clean_host() -> None:
@@ -125,16 +103,11 @@ def clean_host() -> None:
 def brown(sandbox: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Brownfield]:
     state = Brownfield(tmp_path_factory.mktemp("brownfield"))
     clean_host()
-    on_host(
-        f"HF_ENDPOINT={sandbox_env.MIRROR_URL} HF_HUB_DISABLE_TELEMETRY=1 HF_HUB_DISABLE_PROGRESS_BARS=1 "
-        "/opt/vllm-env/bin/hf download acme/tiny-chat-a --revision main --local-dir /shared/legacy-a > /dev/null",
-        timeout=300,
-    )
-    on_host(f"cat > /etc/systemd/system/{LEGACY} <<'EOF'\n{LEGACY_UNIT}EOF")
-    on_host(f"cat > /etc/systemd/system/{SPARE} <<'EOF'\n{SPARE_UNIT}EOF")
+    sandbox_env.download_by_hand("acme/tiny-chat-a", "/shared/legacy-a")
+    sandbox_env.write_units({LEGACY: LEGACY_UNIT, SPARE: SPARE_UNIT})
     on_host(f"systemctl daemon-reload && systemctl enable --quiet {SPARE} && systemctl enable --now --quiet {LEGACY}")
     state.stray_pid = int(on_host(STRAY).strip())
-    wait_serving("/shared/legacy-a", 240)
+    wait_serving(ENDPOINT, "/shared/legacy-a", 240)
     state.client.start()
     yield state
     state.client.stop()
@@ -191,7 +164,7 @@ def test_up_adopts_the_hand_made_units_and_serves(brown: Brownfield) -> None:
     assert on_host(f"test -e /proc/{brown.stray_pid} || echo gone").strip() == "gone"
     backups = on_host("ls /var/lib/vllm-fleet/deployments/brown.chat/previous").split()
     assert LEGACY in backups and SPARE in backups
-    assert serving_root() == "/shared/brown-a"
+    assert serving_root(ENDPOINT) == "/shared/brown-a"
     assert stats["requests"] > 0
 
 
@@ -214,7 +187,7 @@ def test_swap_the_hosts_vllm_rejects_fails_before_the_stop(brown: Brownfield) ->
     stats = brown.record("rejected", start)
     assert stats["failed"] == 0, stats
     assert on_host("systemctl is-active vllm-brown-a.service").strip() == "active"
-    assert serving_root() == "/shared/brown-a"
+    assert serving_root(ENDPOINT) == "/shared/brown-a"
 
 
 def test_controller_killed_after_the_stop_and_the_host_finishes(brown: Brownfield) -> None:
@@ -229,7 +202,7 @@ def test_controller_killed_after_the_stop_and_the_host_finishes(brown: Brownfiel
             assert process.poll() is None, "pulumi up ended before the swap"
             time.sleep(0.2)
     killed = time.monotonic()
-    recovered = wait_serving("/shared/brown-b", 300)
+    recovered = wait_serving(ENDPOINT, "/shared/brown-b", 300)
     stats = brown.record("killed-controller", start)
     brown.phases["killed-controller"]["kill_to_serving_s"] = round(recovered, 2)
     brown.record("after-kill", killed)  # the client's view from the kill on

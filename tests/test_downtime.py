@@ -21,7 +21,6 @@ from pulumi import automation as auto
 
 from scripts.downtime_probe import DowntimeProbe
 from tests.support import sandbox_env
-from tests.support.paths import ROOT
 from tests.support.sandbox_env import on_host
 from tests.support.sandbox_stack import SandboxStack
 
@@ -39,7 +38,6 @@ NEVER_READY = {"overrides": {"maxModelLen": 1_000_000}}
 # its own: the GPU a blue/green swap would need is taken.
 TAKER = "dt-gpu-taker.service"
 STAGING = "/srv/vllm-staging"
-RESULTS = ROOT / ".run" / "downtime-phases.json"
 
 
 class Downtime(SandboxStack):
@@ -69,8 +67,7 @@ class Downtime(SandboxStack):
         report = self.probe.report(start, time.monotonic())
         report["swap_result"] = swap_result()
         self.phases[phase] = report
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps(self.phases, indent=1, sort_keys=True))
+        sandbox_env.save_results("downtime-phases", self.phases)
         return result, report
 
     def log(self) -> str:

@@ -3,8 +3,6 @@ no-op, swap back, destroy. The tests run in file order and share one stack."""
 
 from __future__ import annotations
 
-import json
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +13,7 @@ from pulumi import automation as auto
 from sandbox import tiny_models
 from scripts import status
 from tests.support import sandbox_env
-from tests.support.sandbox_env import on_host
+from tests.support.sandbox_env import on_host, served_ids
 from tests.support.sandbox_stack import SandboxStack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
@@ -45,11 +43,6 @@ def e2e(sandbox: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E
     state.destroy(state.stack)
 
 
-def served_models() -> list[str]:
-    with urllib.request.urlopen(f"{ENDPOINT}/models", timeout=10) as response:
-        return [m["id"] for m in json.load(response)["data"]]
-
-
 def chat(model: str, repo: str) -> None:
     """A chat completion through the real OpenAI client: the tiny model answers with the sentence of the
     repo it was generated as (sandbox/tiny_models.py), so the answer says which model serves."""
@@ -71,7 +64,7 @@ def test_deploy_from_scratch(e2e: E2E) -> None:
     outputs = result.outputs["deployments"].value["chat"]
     assert outputs["endpoint"] == ENDPOINT and outputs["servedModelName"] == "e2e-tiny-a"
     assert outputs["unitName"] == "vllm-e2e-tiny-a.service" and outputs["modelPath"] == "/shared/e2e-tiny-a"
-    assert served_models() == ["e2e-tiny-a"]
+    assert served_ids(ENDPOINT) == ["e2e-tiny-a"]
     chat("e2e-tiny-a", "acme/tiny-chat-a")
     # The secret environment file exists and only root can read it.
     assert on_host("stat -c %a /etc/vllm-fleet/vllm-e2e-tiny-a.env").strip() == "600"
@@ -118,7 +111,7 @@ def test_swap_to_the_second_model(e2e: E2E) -> None:
     with e2e.phases.measure("swap"):
         result = e2e.up()
     assert result.summary.result == "succeeded"
-    assert served_models() == ["e2e-tiny-b"]
+    assert served_ids(ENDPOINT) == ["e2e-tiny-b"]
     chat("e2e-tiny-b", "acme/tiny-chat-b")
     assert on_host("systemctl is-active vllm-e2e-tiny-b.service").strip() == "active"
     # The old unit is gone from the host, and so is every process it ran.
@@ -150,7 +143,7 @@ def test_swap_back_downloads_nothing(e2e: E2E) -> None:
     assert preview.change_summary.get(auto.OpType.DELETE) == 2, preview.change_summary
     with e2e.phases.measure("swap_back"):
         e2e.up()
-    assert served_models() == ["e2e-tiny-a"]
+    assert served_ids(ENDPOINT) == ["e2e-tiny-a"]
     chat("e2e-tiny-a", "acme/tiny-chat-a")
     assert sandbox_env.resolve_requests(sandbox_env.mirror("/_mirror/stats")) == []
     assert on_host("test -e /shared/e2e-tiny-b || echo gone").strip() == "gone"

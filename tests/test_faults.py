@@ -4,12 +4,10 @@ is left with. The tests run in file order on one stack ("faults"), after test_e2
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 import subprocess
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,7 +16,7 @@ import yaml
 from pulumi import automation as auto
 
 from tests.support import engine, sandbox_env
-from tests.support.sandbox_env import on_host
+from tests.support.sandbox_env import on_host, served_ids
 from tests.support.sandbox_stack import SandboxStack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
@@ -66,11 +64,6 @@ def faults(sandbox: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             state.destroy(state.configure("e2e-tiny-a", stack=name))
 
 
-def served_models() -> list[str]:
-    with urllib.request.urlopen(f"{ENDPOINT}/models", timeout=10) as response:
-        return [m["id"] for m in json.load(response)["data"]]
-
-
 def gets_by_file(stats: dict[str, Any]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for entry in sandbox_env.resolve_requests(stats):
@@ -104,7 +97,7 @@ def test_download_survives_a_reset_connection(faults: Faults) -> None:
     assert all(n == 1 for name, n in counts.items() if name != SHARD), counts
     assert on_host("find /shared/e2e-tiny-a -name '*.incomplete' | wc -l").strip() == "0"
     assert "verified" in on_host(f"{MODEL_SYNC} verify --dir /shared/e2e-tiny-a")
-    assert served_models() == ["e2e-tiny-a"]
+    assert served_ids(ENDPOINT) == ["e2e-tiny-a"]
 
 
 def test_corrupted_file_is_caught_and_only_it_is_fetched_again(faults: Faults) -> None:
@@ -124,7 +117,7 @@ def test_corrupted_file_is_caught_and_only_it_is_fetched_again(faults: Faults) -
     on_host(f"HF_ENDPOINT={sandbox_env.MIRROR_URL} {MODEL_SYNC} verify --repair --dir /shared/e2e-tiny-a")
     assert gets_by_file(sandbox_env.mirror("/_mirror/stats")) == {"model-00001-of-00003.safetensors": 1}
     on_host("systemctl reset-failed vllm-e2e-tiny-a.service; systemctl start vllm-e2e-tiny-a.service", timeout=300)
-    assert served_models() == ["e2e-tiny-a"]
+    assert served_ids(ENDPOINT) == ["e2e-tiny-a"]
 
 
 def test_launch_the_hosts_vllm_rejects_fails_before_the_stop(faults: Faults) -> None:
@@ -140,7 +133,7 @@ def test_launch_the_hosts_vllm_rejects_fails_before_the_stop(faults: Faults) -> 
     assert "on this host rejects the launch of vllm-e2e-tiny-b.service" in message, message[-3000:]
     assert "--no-such-flag (from vllm-fleet:deployments[chat].overrides.extraArgs)" in message
     assert "unrecognized arguments: --no-such-flag" in message
-    assert served_models() == ["e2e-tiny-a"]
+    assert served_ids(ENDPOINT) == ["e2e-tiny-a"]
     assert on_host("systemctl show -p ActiveEnterTimestampMonotonic --value vllm-e2e-tiny-a.service").strip() == since
     # The swap's steps are still pending: the unit, the activation and the deploy report after it.
     preview = stack.preview()
@@ -159,7 +152,7 @@ def test_swap_that_cannot_start_rolls_back(faults: Faults) -> None:
     assert elapsed < 300, elapsed  # startTimeoutSeconds of the dev stack, plus the rollback
     assert "rolled back: vllm-e2e-tiny-a.service serves again" in message, message[-4000:]
     assert "max_model_len" in message, message[-4000:]  # the new unit's journal tail
-    assert served_models() == ["e2e-tiny-a"]
+    assert served_ids(ENDPOINT) == ["e2e-tiny-a"]
     assert on_host("systemctl is-enabled vllm-e2e-tiny-b.service 2>&1 || true").strip() != "enabled"
     # The failed change is still pending: the serving step and the report after it (the staged unit and
     # the download succeeded).
@@ -191,22 +184,12 @@ def test_guard_stops_an_engine_that_outlived_its_server(faults: Faults) -> None:
     ) or "stopping stray GPU holders" in on_host("journalctl -u vllm-e2e-tiny-b.service --no-pager -o cat")
     for pid in survivors:
         assert on_host(f"test -e /proc/{pid} || echo gone").strip() == "gone", pid
-    assert served_models() == ["e2e-tiny-b"]
+    assert served_ids(ENDPOINT) == ["e2e-tiny-b"]
 
 
 def test_reboot_comes_back_ready_without_pulumi(faults: Faults) -> None:
-    on_host("systemctl reboot", check=False)
-    time.sleep(2)
-    subprocess.run([str(sandbox_env.HOST_SH), "wait"], check=True, timeout=300)
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
-        try:
-            if served_models() == ["e2e-tiny-b"]:
-                break
-        except OSError:
-            pass
-        time.sleep(2)
-    assert served_models() == ["e2e-tiny-b"]
+    sandbox_env.reboot_until(lambda: served_ids(ENDPOINT) == ["e2e-tiny-b"], 240, every=2)
+    assert served_ids(ENDPOINT) == ["e2e-tiny-b"]
     faults.configure("e2e-tiny-b").preview(expect_no_changes=True)
 
 
@@ -224,7 +207,7 @@ def test_disk_space_is_checked_before_any_byte(faults: Faults) -> None:
         message,
     ), message
     assert gets_by_file(sandbox_env.mirror("/_mirror/stats")) == {}
-    assert served_models() == ["e2e-tiny-b"]
+    assert served_ids(ENDPOINT) == ["e2e-tiny-b"]
     assert on_host("systemctl is-active vllm-e2e-tiny-b.service").strip() == "active"
 
 
@@ -261,7 +244,7 @@ def test_controller_killed_mid_download(faults: Faults) -> None:
         == "0"
     )
     assert "verified" in on_host(f"{MODEL_SYNC} verify --dir /shared/e2e-tiny-c")
-    assert served_models() == ["e2e-tiny-c"]
+    assert served_ids(ENDPOINT) == ["e2e-tiny-c"]
 
 
 def test_concurrent_up_is_refused_by_the_lock(faults: Faults) -> None:
@@ -283,7 +266,7 @@ def test_concurrent_up_is_refused_by_the_lock(faults: Faults) -> None:
     assert "locked" in str(caught.value)
     thread.join(timeout=600)
     assert not errors, errors
-    assert served_models() == ["e2e-tiny-a"]
+    assert served_ids(ENDPOINT) == ["e2e-tiny-a"]
 
 
 def test_second_stack_on_the_same_gpus_is_refused_on_the_host(faults: Faults) -> None:
@@ -295,7 +278,7 @@ def test_second_stack_on_the_same_gpus_is_refused_on_the_host(faults: Faults) ->
     message = str(caught.value)
     assert "GPU 3 is held by PID" in message and "a unit of deployment faults.chat" in message, message[-2000:]
     assert "nothing was changed" in message
-    assert served_models() == ["e2e-tiny-a"]
+    assert served_ids(ENDPOINT) == ["e2e-tiny-a"]
     assert on_host("systemctl is-active vllm-e2e-tiny-a.service").strip() == "active"
     intruder.destroy()
     intruder.workspace.remove_stack("intruder")

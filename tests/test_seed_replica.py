@@ -16,10 +16,7 @@ phase's requests, failures and longest gap go to .run/seed-replica-phases.json.
 from __future__ import annotations
 
 import contextlib
-import json
-import subprocess
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,7 +31,7 @@ from render.launch import engine_environment, vllm_arguments
 from scripts.downtime_probe import DowntimeProbe
 from tests.support import sandbox_env
 from tests.support.paths import ROOT
-from tests.support.sandbox_env import on_host
+from tests.support.sandbox_env import on_host, served_ids, wait_serving
 from tests.support.sandbox_stack import SandboxStack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
@@ -133,31 +130,8 @@ class Seed(SandboxStack):
 
     def record(self, phase: str, start: float, **extra: Any) -> dict[str, Any]:
         self.phases[phase] = {**self.client.report(start, time.monotonic()), **extra}
-        results = ROOT / ".run" / "seed-replica-phases.json"
-        results.parent.mkdir(parents=True, exist_ok=True)
-        results.write_text(json.dumps(self.phases, indent=1, sort_keys=True))
+        sandbox_env.save_results("seed-replica-phases", self.phases)
         return self.phases[phase]
-
-
-def served_ids() -> list[str]:
-    with urllib.request.urlopen(f"{ENDPOINT}/models", timeout=5) as response:
-        return [m["id"] for m in json.load(response)["data"]]
-
-
-def serving_root() -> str:
-    with urllib.request.urlopen(f"{ENDPOINT}/models", timeout=5) as response:
-        return str(json.load(response)["data"][0]["root"])
-
-
-def wait_serving(root: str, timeout: float) -> float:
-    """Until the port answers with the model files at `root`; the seconds it took."""
-    started = time.monotonic()
-    while time.monotonic() - started < timeout:
-        with contextlib.suppress(OSError, KeyError, IndexError, ValueError):
-            if serving_root() == root:
-                return time.monotonic() - started
-        time.sleep(0.5)
-    raise AssertionError(f"{root} not served on port {PORT} within {timeout:g} s")
 
 
 def unit_props(unit: str, *props: str) -> dict[str, str]:
@@ -195,34 +169,21 @@ def clean_host() -> None:
 
 def reboot_and_wait() -> float:
     """Reboot the host, wait for its sshd and for the deployment to answer the old id; seconds to answer."""
-    started = time.monotonic()
-    on_host("systemctl reboot", check=False)
-    time.sleep(2)
-    subprocess.run([str(sandbox_env.HOST_SH), "wait"], check=True, timeout=300)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError, KeyError, ValueError):
-            if OLD_ID in served_ids():
-                return time.monotonic() - started
-        time.sleep(1)
-    raise AssertionError(f"{OLD_ID} not served within 300 s of the reboot")
+    answered = sandbox_env.reboot_until(lambda: OLD_ID in served_ids(ENDPOINT), 300)
+    assert answered is not None, f"{OLD_ID} not served within 300 s of the reboot"
+    return answered
 
 
 @pytest.fixture(scope="module")
 def seed(sandbox: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seed]:
     state = Seed(tmp_path_factory.mktemp("seed"))
     clean_host()
-    on_host(
-        f"HF_ENDPOINT={sandbox_env.MIRROR_URL} HF_HUB_DISABLE_TELEMETRY=1 HF_HUB_DISABLE_PROGRESS_BARS=1 "
-        f"/opt/vllm-env/bin/hf download acme/tiny-chat-a --revision main --local-dir {MODEL_DIR} > /dev/null",
-        timeout=300,
-    )
-    for unit, text in state.units.items():
-        on_host(f"cat > /etc/systemd/system/{unit} <<'EOF'\n{text}EOF")
+    sandbox_env.download_by_hand("acme/tiny-chat-a", MODEL_DIR)
+    sandbox_env.write_units(state.units)
     on_host(
         f"systemctl daemon-reload && systemctl enable --quiet {WAITING} && systemctl enable --now --quiet {SERVING}"
     )
-    wait_serving(MODEL_DIR, 300)
+    wait_serving(ENDPOINT, MODEL_DIR, 300)
     state.client.start()
     yield state
     state.client.stop()
@@ -278,7 +239,7 @@ def test_first_up_adopts_the_serving_engine_in_place_and_no_client_notices(seed:
     assert on_host(f"ls /etc/systemd/system/{WAITING} /etc/systemd/system/{SPARE} 2>/dev/null || true").strip() == ""
     adopted = sorted(on_host(f"ls /var/lib/vllm-fleet/deployments/{STACK}.chat/adopted").split())
     assert adopted == sorted([*HAND_MADE, *(u + ".was" for u in HAND_MADE), "in-place.json"])
-    assert served_ids() == [OLD_ID]
+    assert served_ids(ENDPOINT) == [OLD_ID]
     seed.stack().preview(expect_no_changes=True)
 
 
@@ -287,7 +248,7 @@ def test_a_swap_to_the_model_whose_unit_a_replaced_unit_named_and_back_keeps_the
     output = seed.up("seed-b")
     stats = seed.record("swap-to-b", start)
     assert "is a hand-made unit" not in output
-    assert set(served_ids()) == {"seed-b", OLD_ID}
+    assert set(served_ids(ENDPOINT)) == {"seed-b", OLD_ID}
     assert on_host(f"test -e /etc/systemd/system/{SERVING}.d/50-vllm-fleet-adopted.conf || echo gone").strip() == "gone"
     assert stats["requests"] > 0
     start = time.monotonic()
@@ -295,7 +256,7 @@ def test_a_swap_to_the_model_whose_unit_a_replaced_unit_named_and_back_keeps_the
     stats = seed.record("swap-back-to-a", start)
     assert "swap mode: blue-green" in output, output[-3000:]
     assert stats["failed"] == 0, stats
-    assert set(served_ids()) == {"seed-a", OLD_ID}
+    assert set(served_ids(ENDPOINT)) == {"seed-a", OLD_ID}
     seed.stack().preview(expect_no_changes=True)
 
 
@@ -309,7 +270,7 @@ def check_only_managed_units_run(phase: str, seed: Seed, answered_after: float) 
         assert facts == {"restarts": "0", "managed": "True", "starts": "1"}, (phase, name, facts)
     for unit in (WAITING, SPARE):
         assert on_host(f"systemctl is-active {unit} || true").strip() == "inactive"
-    assert set(served_ids()) == {"seed-a", OLD_ID}
+    assert set(served_ids(ENDPOINT)) == {"seed-a", OLD_ID}
 
 
 def test_reboots_bring_back_exactly_the_managed_deployment(seed: Seed) -> None:
@@ -326,7 +287,7 @@ def test_reboots_bring_back_exactly_the_managed_deployment(seed: Seed) -> None:
 def test_destroy_puts_the_hand_made_units_back_as_they_were(seed: Seed) -> None:
     start = time.monotonic()
     seed.stack().destroy(on_output=seed.output.append)
-    wait_serving(MODEL_DIR, 300)
+    wait_serving(ENDPOINT, MODEL_DIR, 300)
     seed.record("destroy", start)
     for unit, text in seed.units.items():
         assert on_host(f"cat /etc/systemd/system/{unit}") == text, unit
@@ -341,4 +302,4 @@ def test_destroy_puts_the_hand_made_units_back_as_they_were(seed: Seed) -> None:
         "inactive",
     ]
     assert on_host(f"test -e /etc/systemd/system/{SERVING}.d || echo gone").strip() == "gone"
-    assert served_ids() == [OLD_ID]
+    assert served_ids(ENDPOINT) == [OLD_ID]

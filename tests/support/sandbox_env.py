@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import time
 import urllib.request
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,65 @@ def api_url(port: int) -> str:
     return f"http://127.0.0.1:{port + 10000 + 100 * _INDEX}/v1"
 
 
+def listed_models(endpoint: str, timeout: float = 10) -> list[dict[str, Any]]:
+    """What `endpoint` (an api_url) answers to GET /models: vLLM's entries, with each model's id and root."""
+    with urllib.request.urlopen(f"{endpoint}/models", timeout=timeout) as response:
+        return list(json.load(response)["data"])
+
+
+def served_ids(endpoint: str, timeout: float = 10) -> list[str]:
+    return [m["id"] for m in listed_models(endpoint, timeout)]
+
+
+def serving_root(endpoint: str) -> str:
+    """The model directory `endpoint` serves (vLLM reports it as the model's root)."""
+    return str(listed_models(endpoint, timeout=5)[0]["root"])
+
+
+# What a port raises while it does not answer yet, or not yet with a model list.
+NOT_YET = (OSError, KeyError, IndexError, ValueError)
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, every: float) -> float | None:
+    """Until `condition()` holds (a NOT_YET error counts as not yet): the seconds it took; None when out of time."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        with contextlib.suppress(*NOT_YET):
+            if condition():
+                return time.monotonic() - started
+        time.sleep(every)
+    return None
+
+
+def wait_serving(endpoint: str, root: str, timeout: float) -> float:
+    """Until `endpoint` answers with the model files at `root`; the seconds it took."""
+    took = wait_until(lambda: serving_root(endpoint) == root, timeout, every=0.5)
+    if took is None:
+        raise AssertionError(f"{root} not served at {endpoint} within {timeout:g} s")
+    return took
+
+
+def reboot_until(
+    condition: Callable[[], bool], timeout: float, every: float = 1, host: str = TEST_HOST
+) -> float | None:
+    """Reboot a sandbox host, wait for its sshd, then up to `timeout` s until `condition()` holds: the
+    seconds from the reboot; None when out of time."""
+    started = time.monotonic()
+    on_host("systemctl reboot", check=False, host=host)
+    time.sleep(2)
+    subprocess.run([str(HOST_SH), "wait"], check=True, timeout=300, env={**os.environ, "VLLM_FLEET_SANDBOX_NAME": host})
+    if wait_until(condition, timeout, every) is None:
+        return None
+    return time.monotonic() - started
+
+
+def save_results(name: str, results: dict[str, Any]) -> None:
+    """A test's numbers, kept in .run/NAME.json for the notes and the benchmarks."""
+    path = ROOT / ".run" / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=1, sort_keys=True))
+
+
 PHASES_FILE = ROOT / ".run" / "e2e-phases.json"
 FLEET_PHASES_FILE = ROOT / ".run" / "fleet-phases.json"
 
@@ -66,6 +127,22 @@ def on_host(command: str, check: bool = True, timeout: float = 120, host: str = 
     if check and result.returncode != 0:
         raise AssertionError(f"on {host}: {command!r} exited {result.returncode}: {result.stderr}")
     return result.stdout
+
+
+def download_by_hand(repo: str, directory: str) -> None:
+    """A model's files in a plain directory of the test host, fetched from the mirror as a team did before
+    vllm-fleet (`hf download --local-dir`)."""
+    on_host(
+        f"HF_ENDPOINT={MIRROR_URL} HF_HUB_DISABLE_TELEMETRY=1 HF_HUB_DISABLE_PROGRESS_BARS=1 "
+        f"/opt/vllm-env/bin/hf download {repo} --revision main --local-dir {directory} > /dev/null",
+        timeout=300,
+    )
+
+
+def write_units(units: Mapping[str, str]) -> None:
+    """Unit files written by hand into the test host's /etc/systemd/system (no daemon-reload)."""
+    for unit, text in units.items():
+        on_host(f"cat > /etc/systemd/system/{unit} <<'EOF'\n{text}EOF")
 
 
 def exec_on(host: str, command: str) -> str:
@@ -222,8 +299,7 @@ class Phases:
         return _Timer(self, name)
 
     def save(self) -> None:
-        PHASES_FILE.parent.mkdir(parents=True, exist_ok=True)
-        PHASES_FILE.write_text(json.dumps(self.durations, indent=1, sort_keys=True))
+        save_results(PHASES_FILE.stem, self.durations)
 
 
 class _Timer:
@@ -241,5 +317,4 @@ class _Timer:
 def record_phase(phase: str, numbers: dict[str, Any]) -> None:
     """What a client saw in a fleet or multi-node test, kept in .run/fleet-phases.json for the notes."""
     done = json.loads(FLEET_PHASES_FILE.read_text()) if FLEET_PHASES_FILE.exists() else {}
-    FLEET_PHASES_FILE.parent.mkdir(parents=True, exist_ok=True)
-    FLEET_PHASES_FILE.write_text(json.dumps({**done, phase: numbers}, indent=1, sort_keys=True))
+    save_results(FLEET_PHASES_FILE.stem, {**done, phase: numbers})
