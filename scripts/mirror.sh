@@ -3,11 +3,8 @@
 # to the sandbox (which reaches it through host.sh's forwarder) with tiny-chat-b gated behind a token.
 #   scripts/mirror.sh up | down | status
 set -euo pipefail
-# shellcheck source=scripts/env.sh
-source "$(dirname "$0")/env.sh"
-# shellcheck source=scripts/progress.sh
-source "$(dirname "$0")/progress.sh"
-cd "$VLLM_FLEET_ROOT"
+# shellcheck source=scripts/prelude.sh
+source "$(dirname "$0")/prelude.sh"
 
 port=${VLLM_FLEET_MIRROR_PORT:-18080}
 # The sandbox mirror's token: not a secret of anyone's, but it travels as one (Pulumi.dev.yaml hfToken).

@@ -3,11 +3,8 @@
 # (built from Go modules when no matching `pulumi` is installed), the local state backend and the dev
 # stack. A second run with nothing changed only checks stamps.
 set -euo pipefail
-# shellcheck source=scripts/env.sh
-source "$(dirname "$0")/env.sh"
-# shellcheck source=scripts/progress.sh
-source "$(dirname "$0")/progress.sh"
-cd "$VLLM_FLEET_ROOT"
+# shellcheck source=scripts/prelude.sh
+source "$(dirname "$0")/prelude.sh"
 # The dev stack lives on the local backend, whatever backend the shell chose for shared stacks.
 export PULUMI_BACKEND_URL="$VLLM_FLEET_DEV_BACKEND_URL"
 

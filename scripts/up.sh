@@ -1,11 +1,8 @@
 #!/usr/bin/env bash
 # `make up`: bring up the sandbox host and the mirror, deploy the dev stack, and chat with the model.
 set -euo pipefail
-# shellcheck source=scripts/env.sh
-source "$(dirname "$0")/env.sh"
-# shellcheck source=scripts/progress.sh
-source "$(dirname "$0")/progress.sh"
-cd "$VLLM_FLEET_ROOT"
+# shellcheck source=scripts/prelude.sh
+source "$(dirname "$0")/prelude.sh"
 # The dev stack lives on the local backend, whatever backend the shell chose for shared stacks.
 export PULUMI_BACKEND_URL="$VLLM_FLEET_DEV_BACKEND_URL"
 # Each step prints one line; its whole output goes to this log (pulumi's, with --diff), which a failure names.
