@@ -87,7 +87,7 @@ to_cache() {
   [[ -d "$dir" ]] && return 0
   mkdir -p "$ENGINE_CACHE"
   tmp="$(mktemp -d "$ENGINE_CACHE/.tmp.XXXXXX")"
-  cp "$@" "$tmp/" && mv -T "$tmp" "$dir" 2>/dev/null || rm -rf "$tmp"
+  if ! { cp "$@" "$tmp/" && mv -T "$tmp" "$dir" 2>/dev/null; }; then rm -rf "$tmp"; fi  # another build won the race
 }
 
 module_dir() { # module_dir MODULE@VERSION: its folder in GOMODCACHE, downloaded if needed
