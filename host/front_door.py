@@ -18,17 +18,27 @@ def nginx_listen(address: str, port: int) -> str:
 PROXIED_LOCATIONS = (("/v1/", "api.conf"), ("= /health", None), ("= /metrics", "metrics.conf"))
 
 
-def front_door_site(plan: Plan, placement: Placement) -> str:
+# How long a client told "503, the model is being swapped" should wait before it asks again.
+RETRY_AFTER_SECONDS = 10
+
+
+def front_door_site(plan: Plan, placement: Placement | None) -> str:
     """The deployment's server block: its public address and port, passed to the engine that serves now.
+    With no placement (a stop-then-start swap between its stop and its start) it answers 503 with
+    Retry-After, so no request reaches an engine that is stopping (vLLM holds a request caught by its
+    shutdown until its graceful timeout, ~10 s) and clients are told, not hung.
 
     With access control (plan.access_dir) the address, TLS, key check and /metrics allow list are files
     the site includes, which the access step rewrites without the site (or the engine) changing."""
-    proxy = (
-        f"        proxy_pass http://127.0.0.1:{placement.port};\n"
-        "        proxy_set_header Host $host;\n"
-        '        proxy_set_header Connection "";\n'
-        f"        add_header {BACKEND_HEADER} {plan.unit_name} always;\n"
-    )
+    if placement is None:
+        proxy = f"        add_header Retry-After {RETRY_AFTER_SECONDS} always;\n        return 503;\n"
+    else:
+        proxy = (
+            f"        proxy_pass http://127.0.0.1:{placement.port};\n"
+            "        proxy_set_header Host $host;\n"
+            '        proxy_set_header Connection "";\n'
+            f"        add_header {BACKEND_HEADER} {plan.unit_name} always;\n"
+        )
     if plan.access_dir:
         text = (
             f"# Managed by vllm-fleet: front door of deployment {plan.owner}, written by its swap.\n"

@@ -14,6 +14,12 @@ from host.transaction_base import TransactionBase
 
 
 class FrontDoorSwitch(TransactionBase):
+    def close_front_door(self) -> str | None:
+        """Answer 503 (Retry-After) on the deployment's port instead of passing requests on, with a graceful
+        reload: requests already passed on finish, new ones reach no engine. None when done."""
+        write_file(self.site_path, front_door_site(self.plan, None), 0o644)
+        return self.reload_front_door()
+
     def switch_front_door(self, placement: Placement | None) -> str | None:
         """Point the deployment's site at `placement` (None: remove it) with a graceful reload and check
         through the public port that the new engine answers. None when done; else what failed, the site

@@ -222,6 +222,14 @@ class Transaction(BlueGreen, Rollback, TakeOver):
         # An engine adopted in place ran its own launch under this unit; the stack's launch starts now.
         self.install_staged(staged_unit, staged_env, placement)
 
+        if old is not None and old.placement is not None and site_before is not None and self.host.running(old.unit):
+            # Clients are told 503 instead of reaching an engine as it stops (one caught by its shutdown
+            # hangs ~10 s); what it already carries finishes first. A rollback puts the site back.
+            problem = self.close_front_door()
+            if problem is None:
+                self.drain(old)
+            else:
+                self.log(f"the front door could not answer 503 while {old.unit} stops: {problem}")
         stop_started = now()
         for backup in backups:
             if backup.was_running:

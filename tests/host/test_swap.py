@@ -458,6 +458,28 @@ def test_gpus_held_by_others_make_the_swap_stop_first(tmp_path: Path) -> None:
     assert "CUDA_VISIBLE_DEVICES=0\n" in placement and "VLLM_FLEET_BACKEND_PORT=18000\n" in placement
 
 
+def test_stop_start_answers_503_and_drains_before_the_old_engine_stops(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    deployed(world)
+    site = world.front_door_dir / "sites" / "dev.chat.conf"
+    seen_at_stop: list[str] = []
+    record = world.systemd.run
+
+    def run(*args: str, check: bool = True) -> str:
+        if args[:2] == ("systemctl", "stop"):
+            seen_at_stop.append(site.read_text())
+        return record(*args, check=check)
+
+    world.systemd.run = run  # type: ignore[method-assign]
+    result = world.run(world.plan(unit="vllm-b.service", gpus=(0, 1), swap_mode="stop-start"))
+    assert result.status == "succeeded", result.message
+    # When the old engine stops, the front door passes nothing to it: clients get 503 with Retry-After.
+    assert seen_at_stop and "return 503;" in seen_at_stop[0] and "proxy_pass" not in seen_at_stop[0]
+    assert "add_header Retry-After 10 always;" in seen_at_stop[0]
+    assert any(c[:2] == ("ss", "-Htn") for c in world.systemd.calls), "it drained before the stop"
+    assert "proxy_pass http://127.0.0.1:18000;" in site.read_text()
+
+
 def test_stop_start_failure_puts_the_old_engine_and_its_site_back(tmp_path: Path) -> None:
     world = World(tmp_path)
     deployed(world)
