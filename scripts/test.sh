@@ -2,6 +2,12 @@
 # The test command of the README and CI: lint, types, then every test (unit, real engine, end to end).
 # End-to-end tests bring the sandbox host and the mirror up themselves and take them down again if
 # they started them.
+#
+# Two pytest runs at once, because the end-to-end tests spend most of their time waiting on engines
+# that load and hosts that boot: the tests marked e2e (the sandbox hosts, one module after another) in
+# the foreground, and the rest (unit, golden, real-engine previews, fresh clones; none touches a sandbox
+# host or the shared mirror) beside them, their output shown once they are done. Arguments go to both
+# runs; VLLM_FLEET_TEST_SERIAL=1 runs everything as one pytest instead.
 set -euo pipefail
 # shellcheck source=scripts/env.sh
 source "$(dirname "$0")/env.sh"
@@ -12,5 +18,32 @@ echo "==> ruff"
 "$VENV/ruff" format --check .
 echo "==> mypy"
 "$VENV/mypy" .
-echo "==> pytest"
-exec "$VENV/pytest" "$@"
+if [ "${VLLM_FLEET_TEST_SERIAL:-}" = 1 ]; then
+  echo "==> pytest"
+  exec "$VENV/pytest" "$@"
+fi
+
+mkdir -p "$VLLM_FLEET_LOGS"
+beside="$VLLM_FLEET_LOGS/pytest-not-e2e.log"
+echo "==> pytest -m 'not e2e' (beside the end-to-end tests; its output: $beside)"
+"$VENV/pytest" -m "not e2e" "$@" >"$beside" 2>&1 &
+beside_pid=$!
+trap 'kill "$beside_pid" 2>/dev/null || true' EXIT
+echo "==> pytest -m e2e"
+set +e
+"$VENV/pytest" -m e2e "$@"
+e2e_status=$?
+wait "$beside_pid"
+beside_status=$?
+set -e
+trap - EXIT
+echo "==> pytest -m 'not e2e' (ran beside; exit $beside_status)"
+cat "$beside"
+# pytest exits 5 when a run selects no test (arguments that name only unit tests, say): that run is not a
+# failure as long as the other one ran tests.
+if { [ "$e2e_status" -eq 0 ] || [ "$e2e_status" -eq 5 ]; } && { [ "$beside_status" -eq 0 ] || [ "$beside_status" -eq 5 ]; } &&
+  [ $((e2e_status + beside_status)) -lt 10 ]; then
+  exit 0
+fi
+echo "==> pytest failed: e2e exit $e2e_status, not e2e exit $beside_status"
+exit 1
