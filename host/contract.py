@@ -270,7 +270,6 @@ class ActiveRecord:
             return None
         return cls(
             unit=entry["unit"],
-            port=int(entry.get("port") or 0),
             gpus=tuple(entry.get("gpus", ())),
             backend_port=entry.get("backendPort"),
             adopted=entry.get("adoptedInPlace"),

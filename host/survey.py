@@ -57,14 +57,14 @@ def run(*args: str) -> str:
     return result.stdout if result.returncode == 0 else ""
 
 
-def gpu_count() -> int:
-    """How many GPUs nvidia-smi lists (what a launch that sets no CUDA_VISIBLE_DEVICES runs on)."""
-    return len(parse_gpu_uuids(run("nvidia-smi", *GPU_UUID_QUERY)))
+def gpu_uuids() -> dict[str, int]:
+    """nvidia-smi's GPUs, UUID -> index (their count is what a launch without CUDA_VISIBLE_DEVICES uses)."""
+    return parse_gpu_uuids(run("nvidia-smi", *GPU_UUID_QUERY))
 
 
-def gpu_holders() -> list[dict[str, Any]]:
+def gpu_holders(uuids: dict[str, int] | None = None) -> list[dict[str, Any]]:
     """What nvidia-smi lists per GPU (by UUID, mapped to indices), each with its unit and command line."""
-    uuids = parse_gpu_uuids(run("nvidia-smi", *GPU_UUID_QUERY))
+    uuids = gpu_uuids() if uuids is None else uuids
     return [
         {
             "pid": app.pid,
@@ -192,6 +192,7 @@ def claims(state_root: str = STATE_DIR) -> dict[str, Any]:
 
 
 def survey() -> dict[str, Any]:
+    uuids = gpu_uuids()  # one nvidia-smi query for the holders and the count
     listeners = parse_ss(run("ss", "-ltnpH"))
     for entry in listeners:
         entry["unit"] = unit_of(entry["pid"]) if entry["pid"] else None
@@ -199,8 +200,8 @@ def survey() -> dict[str, Any]:
     return {
         "units": units(),
         "listeners": listeners,
-        "gpuHolders": gpu_holders(),
-        "gpuCount": gpu_count(),
+        "gpuHolders": gpu_holders(uuids),
+        "gpuCount": len(uuids),
         "active": active_records(),
         "claims": claims(),
         "memory": memory(),
