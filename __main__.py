@@ -21,7 +21,8 @@ fleet = build_fleet(
         private_key=stack.private_key,
         hf_token=stack.hf_token,
         access=stack.access,
-        repairs=repairs,
+        repairs=repairs.activations,
+        adapter_repairs=repairs.adapters,
         cordoned=cordoned,
     )
 )

@@ -4,11 +4,12 @@ storage, model downloads, services (a rollout group's members after the ones the
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 
 from components.access import AccessInputs, build_access
+from components.adapters import DeploymentAdapters, DeploymentAdaptersArgs
 from components.deploy_report import DeployReport, DeployReportArgs
 from components.front_door import FrontDoor, FrontDoorArgs
 from components.host import GpuHost, GpuHostArgs
@@ -31,6 +32,8 @@ class FleetArgs:
     repairs: Mapping[str, int]
     # Where the steps of cordoned hosts are declared (controller/cordon.py's CordonedSteps).
     cordoned: StepLedger
+    # Per deployment, the drift-repair count of its adapters step (the survey saw other adapters loaded).
+    adapter_repairs: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,7 @@ class Fleet:
     storages: dict[str, SharedStorage]
     services: dict[str, VllmService]
     reports: dict[str, DeployReport]
+    adapters: dict[str, DeploymentAdapters] = field(default_factory=dict)
 
 
 def build_fleet(args: FleetArgs) -> Fleet:
@@ -62,14 +66,15 @@ def build_fleet(args: FleetArgs) -> Fleet:
         )
         for s in stack.storage
     }
+    # Models and adapters alike (an adapter's key is adapter-<name>).
     downloads: dict[tuple[str, str], ModelDownload] = {}
     for store in stack.storage:
-        for model_name in stack.wanted_models_on(store.name):
+        for model_name, spec in stack.downloads_on(store.name).items():
             downloads[(store.name, model_name)] = ModelDownload(
                 f"{store.name}-{model_name}",
                 ModelDownloadArgs(
                     model_name=model_name,
-                    model=stack.models[model_name],
+                    model=spec,
                     storage=storages[store.name],
                     hf_endpoint=stack.hf_endpoint,
                     hf_token=args.hf_token,
@@ -97,6 +102,22 @@ def build_fleet(args: FleetArgs) -> Fleet:
                 repairs=args.repairs.get(rd.deployment.name, 0),
             ),
         )
+    # Adapters load into the engine the swap left serving.
+    adapters = {
+        rd.deployment.name: DeploymentAdapters(
+            f"{rd.deployment.name}-adapters",
+            DeploymentAdaptersArgs(
+                deployment=rd,
+                stack=args.stack,
+                host=hosts[rd.host.name],
+                service=services[rd.deployment.name],
+                downloads=[downloads[(rd.storage.name, f"adapter-{a.name}")] for a in rd.adapters],
+                repairs=args.adapter_repairs.get(rd.deployment.name, 0),
+            ),
+        )
+        for rd in resolved
+        if rd.serving.lora is not None
+    }
     # What each deployment serves after the deploy.
     reports = {
         rd.deployment.name: DeployReport(
@@ -107,4 +128,4 @@ def build_fleet(args: FleetArgs) -> Fleet:
         )
         for rd in resolved
     }
-    return Fleet(hosts, storages, services, reports)
+    return Fleet(hosts, storages, services, reports, adapters)

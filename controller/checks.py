@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -71,19 +72,29 @@ def with_host_versions(stack: Stack, surveys: Mapping[str, Mapping[str, Any]]) -
     return dataclasses.replace(stack, config=config, deployments=config.resolved_deployments()), errors
 
 
-def check_hosts(stack: Stack) -> tuple[Stack, dict[str, int]]:
+@dataclass(frozen=True)
+class Repairs:
+    """Per deployment, the drift-repair counts its steps render: its activation's (controller/survey.repairs)
+    and its adapters step's (controller/survey.adapter_repairs)."""
+
+    activations: dict[str, int] = field(default_factory=dict)
+    adapters: dict[str, int] = field(default_factory=dict)
+
+
+def check_hosts(stack: Stack) -> tuple[Stack, Repairs]:
     """Probe and survey the hosts, log what each swap will do, and refuse conflicts (pulumi.RunError).
-    Returns the stack as the hosts' vLLM releases make it (`with_host_versions`) and, per deployment, the
-    drift-repair count its activation renders (controller/survey.repairs)."""
+    Returns the stack as the hosts' vLLM releases make it (`with_host_versions`) and the drift-repair
+    counts its steps render."""
     reachable = [h for h in stack.config.hosts if not h.cordon]
-    repairs: dict[str, int] = {}
+    found_repairs = Repairs()
+    repairs = found_repairs.activations
     for host_config in stack.config.hosts:
         if host_config.cordon:
             pulumi.log.info(f"host {host_config.name!r} is cordoned: not contacted, no step runs there")
     recorded = os.environ.get("VLLM_FLEET_SURVEY_FILE")
     if stack.offline and not recorded:
         load_notes(stack)
-        return stack, repairs
+        return stack, found_repairs
     if stack.offline:
         # An offline preview judged against surveys recorded beforehand ({host name: survey}), e.g. what
         # the reference server runs (make preview-prod): the same assessment, no host contacted.
@@ -116,6 +127,9 @@ def check_hosts(stack: Stack) -> tuple[Stack, dict[str, int]]:
                     f"deployment {rd.deployment.name!r}: {rd.unit_name} on host {host_config.name!r} is missing, stopped or "
                     "was edited by hand; this update activates the stack's unit again"
                 )
+            found_repairs.adapters[rd.deployment.name] = host_survey.adapter_repairs(stack.name, rd, found)
+            for line in host_survey.adapter_lines(stack.name, rd, found):
+                pulumi.log.info(line)
         for rd in on_host:
             info, warnings = host_survey.client_id_lines(stack.name, rd, found, asks_key=stack.access.key_count > 0)
             notes += warnings
@@ -130,7 +144,7 @@ def check_hosts(stack: Stack) -> tuple[Stack, dict[str, int]]:
         raise pulumi.RunError(
             "what runs on the hosts conflicts with the stack; nothing was changed:\n" + "\n".join(conflicts)
         )
-    return stack, repairs
+    return stack, found_repairs
 
 
 def load_notes(stack: Stack) -> None:

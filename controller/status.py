@@ -33,6 +33,7 @@ def drift(entry: Mapping[str, Any], facts: Mapping[str, Any], gpu_holders: list[
         found.append(f"{unit} is {facts['enabled']}, not enabled (a reboot would not start it)")
     if facts.get("envMatchesStaged") is False:
         found.append(f"{unit}'s environment file differs from the staged one")
+    found += (facts.get("adapters") or {}).get("drift", [])
     state = (facts.get("model") or {}).get("state", "")
     if state != "verified":
         found.append(f"model files in {entry['modelDir']}: {state}")

@@ -176,6 +176,45 @@ def repairs(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> int:
     return done + 1 if unit is None or unit["sha256"] != expected or stopped else done
 
 
+def _adapters_on_host(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> dict[str, Any]:
+    record = (found.get("active") or {}).get(owner_key(stack, rd.deployment.name)) or {}
+    return record.get("adapters") or {}
+
+
+def adapter_repairs(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> int:
+    """The drift-repair count the deployment's adapters step renders: the host's count, plus one when its
+    engine's adapters differ from the wanted ones (one loaded or unloaded by hand), which re-runs the step."""
+    on_host = _adapters_on_host(stack, rd, found)
+    done = int(on_host.get("repairs") or 0)
+    return done + 1 if on_host.get("drift") else done
+
+
+def adapter_lines(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> list[str]:
+    """What this update does to the deployment's LoRA adapters: added, updated, removed, and that no
+    engine restarts for it (the adapters step loads them at runtime)."""
+    if rd.serving.lora is None:
+        return []
+    on_host = _adapters_on_host(stack, rd, found)
+    before: dict[str, str] = on_host.get("wanted") or {}
+    after = {a.name: a for a in rd.adapters}
+    changes = [f"adds {n} ({a.spec.repo}@{a.spec.revision[:12]})" for n, a in after.items() if n not in before]
+    changes += [
+        f"updates {n} ({before[n][:12]} -> {a.spec.revision[:12]})"
+        for n, a in after.items()
+        if n in before and before[n] != a.spec.revision
+    ]
+    changes += [f"removes {n}" for n in before if n not in after]
+    lines = []
+    if changes:
+        lines.append(
+            f"deployment {rd.deployment.name!r}: LoRA adapters: {', '.join(changes)}; loaded into the serving "
+            "engine at runtime, no restart"
+        )
+    for problem in on_host.get("drift") or []:
+        lines.append(f"deployment {rd.deployment.name!r}: {problem}; this update loads the wanted adapters again")
+    return lines
+
+
 def judgement(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> Judgement:
     """What the host's swap will decide and refuse for this deployment, from the survey: the same call,
     with the same inputs, that host/transaction.py makes there."""

@@ -16,6 +16,11 @@ def nginx_listen(address: str, port: int) -> str:
 # What the front door passes to the engine: the OpenAI API, its health and (to listed addresses) its
 # metrics. Nothing else: vLLM's development endpoints (sleep, wake_up, collective_rpc, ...) stay on the host.
 PROXIED_LOCATIONS = (("/v1/", "api.conf"), ("= /health", None), ("= /metrics", "metrics.conf"))
+# vLLM's runtime LoRA endpoints live under /v1/ but load code paths from the host's disk: only the
+# adapters step calls them, on the engine's loopback port. Exact matches win over the /v1/ prefix, and
+# they answer before any key check, so a caller learns nothing either way.
+ENGINE_ONLY = ("/v1/load_lora_adapter", "/v1/unload_lora_adapter")
+_ENGINE_ONLY_BLOCKS = "".join(f"    location = {path} {{\n        return 404;\n    }}\n" for path in ENGINE_ONLY)
 
 
 # How long a client told "503, the model is being swapped" should wait before it asks again.
@@ -44,7 +49,7 @@ def front_door_site(plan: Plan, placement: Placement | None) -> str:
             f"# Managed by vllm-fleet: front door of deployment {plan.owner}, written by its swap.\n"
             f"# Who may call it (address, TLS, API keys, /metrics): {plan.access_dir}, written by its access step.\n"
             "server {\n"
-            f"    include {plan.access_dir}/server.conf;\n"
+            f"    include {plan.access_dir}/server.conf;\n" + _ENGINE_ONLY_BLOCKS
         )
         for location, include in PROXIED_LOCATIONS:
             text += f"    location {location} {{\n"
@@ -58,8 +63,7 @@ def front_door_site(plan: Plan, placement: Placement | None) -> str:
     return (
         f"# Managed by vllm-fleet: front door of deployment {plan.owner}, written by its swap.\n"
         "server {\n"
-        f"    listen {nginx_listen(plan.bind_address, plan.port)};\n"
-        "    location / {\n"
+        f"    listen {nginx_listen(plan.bind_address, plan.port)};\n" + _ENGINE_ONLY_BLOCKS + "    location / {\n"
         f"{proxy}"
         "    }\n"
         "}\n"

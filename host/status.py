@@ -31,9 +31,11 @@ import subprocess
 import sys
 import tempfile
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 from host import survey
+from host.adapters import survey_entry as adapters_survey
 from host.contract import ETC_DIR, MANIFEST_REL, UNIT_DIR
 from host.systemd import parse_show
 
@@ -207,6 +209,8 @@ def report(spec: dict[str, Any], with_bench: bool) -> dict[str, Any]:
             "model": model_facts(d["modelDir"]),
             "metrics": metrics(engine),
             "vllmVersion": vllm_version(d["python"]),
+            # LoRA adapters: wanted, loaded by the serving engine, drift (None: the deployment has none).
+            "adapters": adapters_survey(Path(d["stateDir"])),
             "lastLoadSeconds": last_load_seconds(
                 run("journalctl", "-u", unit, "-o", "json", "--no-pager", "-n", "2000")
             ),

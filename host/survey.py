@@ -32,6 +32,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from host.adapters import survey_entry as adapters_survey
 from host.contract import ADOPTED_DROP_IN, MANAGED_MARK, STATE_DIR, ActiveRecord, read_claims
 from host.facts import (
     APPS_QUERY,
@@ -157,6 +158,10 @@ def active_records(state_root: str = STATE_DIR) -> dict[str, Any]:
         out[owner]["adopted"] = sorted(
             name.removesuffix(".was") for name in _listdir(f"{base}/{owner}/adopted") if name.endswith(".was")
         )
+        # Its LoRA adapters (host/adapters.py): wanted, loaded by its engine, and their drift.
+        adapters = adapters_survey(Path(base) / owner)
+        if adapters is not None:
+            out[owner]["adapters"] = adapters
         try:
             with open(f"{base}/{owner}/repairs", encoding="utf-8") as handle:
                 out[owner]["repairs"] = int(handle.read().strip() or 0)

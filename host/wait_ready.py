@@ -14,29 +14,13 @@ import json
 import os
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
+from pathlib import Path
+
+from host.adapters import Engine, Fetch, engine_request, load_for_engine
 
 
-def _request(url: str, body: dict[str, object] | None, timeout: float) -> tuple[int, str]:
-    data = None if body is None else json.dumps(body).encode()
-    headers = {"Content-Type": "application/json"}
-    api_key = os.environ.get("VLLM_API_KEY")
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    request = urllib.request.Request(url, data=data, headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, response.read().decode(errors="replace")
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode(errors="replace")
-
-
-Fetch = Callable[[str, "dict[str, object] | None", float], "tuple[int, str]"]
-
-
-def probe(base: str, served_name: str, fetch: Fetch = _request) -> tuple[bool, str]:
+def probe(base: str, served_name: str, fetch: Fetch = engine_request) -> tuple[bool, str]:
     """One readiness check; returns (ready, what is missing)."""
     try:
         status, _ = fetch(f"{base}/health", None, 5)
@@ -67,7 +51,7 @@ def wait(
     timeout: float,
     report: float,
     log: Callable[[str], None],
-    fetch: Fetch = _request,
+    fetch: Fetch = engine_request,
     alive: Callable[[], bool] = engine_alive,
     poll: float = 0.5,  # one GET of /health on loopback: the swap learns of readiness within half a second
 ) -> bool:
@@ -99,14 +83,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", type=float, default=15)
     parser.add_argument("--unit", default="")
     parser.add_argument("--host", default="127.0.0.1")
+    # With LoRA: the deployment's adapters file and the model this engine serves; the adapters that fit
+    # it are loaded, and each must answer, before the unit counts as started.
+    parser.add_argument("--adapters", type=Path)
+    parser.add_argument("--model-path", default="")
     args = parser.parse_args(argv)
-    ok = wait(
-        f"http://{f'[{args.host}]' if ':' in args.host else args.host}:{args.port}",
-        args.served_name,
-        args.timeout,
-        args.report,
-        lambda m: print(f"wait-ready{' ' + args.unit if args.unit else ''}: {m}", flush=True),
-    )
+    base = f"http://{f'[{args.host}]' if ':' in args.host else args.host}:{args.port}"
+
+    def log(message: str) -> None:
+        print(f"wait-ready{' ' + args.unit if args.unit else ''}: {message}", flush=True)
+
+    ok = wait(base, args.served_name, args.timeout, args.report, log)
+    if ok and args.adapters is not None:
+        ok = load_for_engine(Engine(base), args.adapters, args.model_path, log)
     return 0 if ok else 1
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from enum import StrEnum
 from functools import cached_property
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
@@ -83,6 +83,31 @@ class DistributedBackend(StrEnum):
     RAY = "ray"
 
 
+# The LoRA ranks vLLM's --max-lora-rank accepts.
+LoraRank = Literal[1, 8, 16, 32, 64, 128, 256, 320, 512]
+
+
+class LoraLimits(LocalBaseModel):
+    """LoRA adapters served by the engine (vLLM's --enable-lora and its limits). Setting this changes the
+    engine's launch (one restart); adapters come and go afterwards with no restart (vllm-fleet:adapters)."""
+
+    # Adapters in one batch (--max-loras) and held in CPU memory (--max-cpu-loras, at least max-loras).
+    max_loras: Annotated[int, Field(ge=1, le=256)] = 4
+    max_lora_rank: LoraRank = 16
+    max_cpu_loras: Annotated[int, Field(ge=1, le=4096)] | None = None
+
+    @model_validator(mode="after")
+    def _cpu_holds_the_batch(self) -> Self:
+        if self.max_cpu_loras is not None and self.max_cpu_loras < self.max_loras:
+            raise ValueError(f"maxCpuLoras {self.max_cpu_loras} is below maxLoras {self.max_loras}: vLLM refuses it")
+        return self
+
+    @property
+    def adapters_held(self) -> int:
+        """How many adapters the engine keeps loaded at once (the CPU cache, --max-loras unless set)."""
+        return self.max_cpu_loras or self.max_loras
+
+
 class ServingDefaults(LocalBaseModel):
     """How a model is served unless a deployment overrides it (the catalog's presets set these)."""
 
@@ -101,6 +126,7 @@ class ServingDefaults(LocalBaseModel):
     model_loader_extra_config: LoaderConfig | None = None
     extra_args: ExtraArgs = ()
     extra_env: Environment = Field(default_factory=dict)
+    lora: LoraLimits | None = None
 
 
 class ServingOverrides(LocalBaseModel):
@@ -121,6 +147,7 @@ class ServingOverrides(LocalBaseModel):
     model_loader_extra_config: LoaderConfig | None = None
     extra_args: ExtraArgs | None = None
     extra_env: Environment | None = None
+    lora: LoraLimits | None = None
 
     def apply(self, defaults: ServingDefaults) -> ServingDefaults:
         changes = self.model_dump(exclude_none=True)
@@ -145,6 +172,27 @@ class ModelSpec(LocalBaseModel):
     @property
     def size_gib(self) -> float:
         return self.size_gb * GIB_PER_GB
+
+
+class AdapterSpec(LocalBaseModel):
+    """A LoRA adapter (vllm-fleet:adapters.<name>): clients send <name> as `model` to a deployment that lists it.
+    Its files sit on the deployment's storage beside the models (adapters/<name>), downloaded, verified,
+    kept and removed like a model's; the engine loads it at runtime, so adding, updating or removing one
+    restarts nothing."""
+
+    repo: HfRepo
+    revision: Revision = "main"
+    # The models it was trained on or fits (same architecture and shapes): a deployment serving another
+    # model cannot list it. Its adapter_config.json must name the first one's repo as its base.
+    bases: Annotated[tuple[Name, ...], Field(min_length=1)]
+    size_gb: Annotated[float, Field(gt=0)] = 0.1
+    keep: bool = False
+
+    def files(self, name: str) -> ModelSpec:
+        """Its download, as the model-sync path that brings models sees it."""
+        return ModelSpec(
+            repo=self.repo, revision=self.revision, dir=f"adapter-{name}", size_gb=self.size_gb, keep=self.keep
+        )
 
 
 class Rollout(LocalBaseModel):
@@ -220,6 +268,8 @@ class Deployment(LocalBaseModel):
     master_port: Annotated[int, Field(ge=1024, le=65535 - MASTER_PORT_SPREAD)] = 29500
     # After each deploy: a smoke benchmark (null: none); see SmokeBenchmark.
     smoke_benchmark: SmokeBenchmark | None = None
+    # LoRA adapters (names of vllm-fleet:adapters) the engine serves beside the model; needs serving.lora.
+    adapters: tuple[Name, ...] = ()
 
     @property
     def node_names(self) -> tuple[str, ...]:
@@ -263,6 +313,17 @@ class Deployment(LocalBaseModel):
         return tuple(sorted(gpus))
 
 
+class ResolvedAdapter(LocalBaseModel):
+    """An adapter a deployment serves, with where its files are and what its bases are on disk."""
+
+    name: Name
+    spec: AdapterSpec
+    path: str
+    # The directories and repos of the models it fits (an engine loads it when it serves one of them).
+    base_dirs: tuple[str, ...]
+    base_repos: tuple[str, ...]
+
+
 class ResolvedDeployment(LocalBaseModel):
     """A deployment with its host, storage, model and effective serving settings looked up."""
 
@@ -276,6 +337,8 @@ class ResolvedDeployment(LocalBaseModel):
     node_hosts: tuple[Host, ...] = ()
     # Who may call it (the stack's vllm-fleet:access): TLS, API keys, /metrics.
     access: Access = Access()
+    # The LoRA adapters it serves (deployment.adapters looked up in vllm-fleet:adapters).
+    adapters: tuple[ResolvedAdapter, ...] = ()
 
     @property
     def multi_node(self) -> bool:
@@ -367,6 +430,8 @@ class StackConfig(LocalBaseModel):
     access: Access = Access()
     # Thresholds of the generated Prometheus rules (render/monitoring.py).
     monitoring: Monitoring = Monitoring()
+    # LoRA adapters deployments may serve (Deployment.adapters names them).
+    adapters: dict[Name, AdapterSpec] = Field(default_factory=dict)
 
     def rollout_waits_for(self) -> dict[str, str]:
         """For each deployment of a rollout group, the one whose swap it waits for (the deployment
@@ -415,9 +480,33 @@ class StackConfig(LocalBaseModel):
         kept = {name for name, m in self.models.items() if m.keep}
         return sorted((served | kept) & set(self.models))
 
+    def wanted_adapters_on(self, storage: str) -> list[str]:
+        """Adapters whose files must be on this storage: listed by a deployment with a node there, or kept."""
+        store = self._storage_by_name[storage]
+        listed = {a for dep in self.deployments if store.host in dep.node_names for a in dep.adapters}
+        kept = {name for name, a in self.adapters.items() if a.keep}
+        return sorted((listed | kept) & set(self.adapters))
+
+    def downloads_on(self, storage: str) -> dict[str, ModelSpec]:
+        """Every download this storage holds, by resource name: the wanted models, then the adapters."""
+        downloads = {m: self.models[m] for m in self.wanted_models_on(storage)}
+        downloads.update({f"adapter-{a}": self.adapters[a].files(a) for a in self.wanted_adapters_on(storage)})
+        return downloads
+
     def kept_dirs_on(self, storage: str) -> tuple[str, ...]:
-        """Directories of the models kept on this storage (keep: true), which model removals leave."""
-        return tuple(sorted(self.models[m].dir for m in self.wanted_models_on(storage) if self.models[m].keep))
+        """Directories of the models and adapters kept on this storage (keep: true), which removals leave."""
+        return tuple(sorted(spec.dir for spec in self.downloads_on(storage).values() if spec.keep))
+
+    def _resolve_adapter(self, name: str, host: str) -> ResolvedAdapter:
+        spec = self.adapters[name]
+        bases = [self.models[b] for b in spec.bases if b in self.models]
+        return ResolvedAdapter(
+            name=name,
+            spec=spec,
+            path=f"{self.storage_for_host(host).path}/{spec.files(name).dir}",
+            base_dirs=tuple(sorted({m.dir for m in bases})),
+            base_repos=tuple(sorted({m.repo for m in bases})),
+        )
 
     def resolved_deployments(self) -> list[ResolvedDeployment]:
         hosts = {h.name: h for h in self.hosts}
@@ -434,6 +523,7 @@ class StackConfig(LocalBaseModel):
                     serving=dep.overrides.apply(model.serving),
                     node_hosts=tuple(hosts[n] for n in dep.node_names),
                     access=self.access,
+                    adapters=tuple(self._resolve_adapter(a, dep.host) for a in dep.adapters if a in self.adapters),
                 )
             )
         return out

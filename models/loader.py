@@ -20,8 +20,19 @@ from models.rules import stack_errors
 NAMESPACE = "vllm-fleet"
 CATALOG_PATH = Path(__file__).with_name("catalog.yaml")
 # The stack keys this program reads; any other `vllm-fleet:` key is a typo worth stopping for.
-KNOWN_KEYS = ("tier", "hfEndpoint", "defaults", "hosts", "storage", "models", "deployments", "access", "monitoring")
-STRUCTURED_KEYS = ("defaults", "hosts", "storage", "models", "deployments", "access", "monitoring")
+KNOWN_KEYS = (
+    "tier",
+    "hfEndpoint",
+    "defaults",
+    "hosts",
+    "storage",
+    "models",
+    "adapters",
+    "deployments",
+    "access",
+    "monitoring",
+)
+STRUCTURED_KEYS = ("defaults", "hosts", "storage", "models", "adapters", "deployments", "access", "monitoring")
 SECRET_KEYS = ("sshPrivateKey", "hfToken", "apiKeys", "tlsPrivateKey")
 # Keys read by the controller only: paths to the SSH and TLS key files (the sandbox generates both per machine).
 CONTROLLER_KEYS = ("sshPrivateKeyFile", "tlsPrivateKeyFile")

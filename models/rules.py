@@ -67,10 +67,17 @@ def stack_errors(stack: StackConfig) -> list[str]:
                     "stack needs the 40-hex commit sha so every host serves the same bytes "
                     "(find it with `hf api` or on the model page's commit history)"
                 )
+        for name, adapter in stack.adapters.items():
+            if not PINNED_REVISION.match(adapter.revision):
+                errors.append(
+                    f"vllm-fleet:adapters.{name}.revision: {adapter.revision!r} is a branch; a production stack "
+                    "needs the adapter's 40-hex commit sha, as for models"
+                )
     errors.extend(_deployment_errors(stack, hosts, storage_by_host))
     errors.extend(_rollout_errors(stack))
     errors.extend(_multi_node_errors(stack, hosts, storage_by_host))
     errors.extend(_disk_errors(stack, hosts, storage_by_host))
+    errors.extend(adapter_errors(stack))
     return errors
 
 
@@ -254,11 +261,12 @@ def _disk_errors(stack: StackConfig, hosts: dict[str, Host], storage_by_host: di
                     f"vllm-fleet:models.{name}.dir: {directory} overlaps the Hugging Face home {hf_home} "
                     f"(storage[{i}].hfHome); give the model another dir"
                 )
-        wanted = stack.wanted_models_on(store.name)
-        total = sum(stack.models[m].size_gb for m in wanted)
+        # Adapters count too: they sit on the storage beside the models.
+        wanted = stack.downloads_on(store.name)
+        total = sum(spec.size_gb for spec in wanted.values())
         usable = store.capacity_gb - store.free_margin_gb
         if total > usable:
-            listing = ", ".join(f"{m} {stack.models[m].size_gb:g} GB" for m in wanted)
+            listing = ", ".join(f"{m} {spec.size_gb:g} GB" for m, spec in wanted.items())
             errors.append(
                 f"vllm-fleet:storage[{i}].capacityGb: models kept on {store.name!r} need "
                 f"{total:g} GB ({listing}) but capacity {store.capacity_gb:g} GB minus margin "
@@ -279,3 +287,54 @@ def _unique(errors: list[str], key: str, names: list[str]) -> None:
         if name in seen:
             errors.append(f"vllm-fleet:{key}[{i}].name: {name!r} is used twice; names must be unique")
         seen.add(name)
+
+
+def adapter_errors(stack: StackConfig) -> list[str]:
+    """LoRA adapters: each listed one exists, fits the model the deployment serves, has a name no client
+    could mean as the model, and the engine is launched to serve as many as are listed."""
+    errors: list[str] = []
+    for name, adapter in stack.adapters.items():
+        for base in adapter.bases:
+            if base not in stack.models:
+                errors.append(
+                    f"vllm-fleet:adapters.{name}.bases: {base!r} is no key of vllm-fleet:models; name the models "
+                    "the adapter was trained on"
+                )
+    for i, dep in enumerate(stack.deployments):
+        key = f"vllm-fleet:deployments[{i}].adapters"
+        model = stack.models.get(dep.model)
+        if not dep.adapters or model is None:
+            continue
+        if len(set(dep.adapters)) != len(dep.adapters):
+            errors.append(f"{key}: {list(dep.adapters)} lists an adapter twice; list each once")
+        served = {dep.served_model_name or dep.model, *(dep.also_served_as or ())}
+        for name in dep.adapters:
+            listed = stack.adapters.get(name)
+            if listed is None:
+                errors.append(f"{key}: {name!r} is no key of vllm-fleet:adapters; declare it there (repo, revision)")
+            elif dep.model not in listed.bases:
+                errors.append(
+                    f"{key}: adapter {name!r} is a LoRA adapter of {', '.join(listed.bases)} "
+                    f"(vllm-fleet:adapters.{name}.bases), not of {dep.model}, which this deployment serves; "
+                    f"remove it from the list or add {dep.model} to its bases if it was trained for it"
+                )
+            if name in served:
+                errors.append(
+                    f"{key}: adapter {name!r} is also a name the deployment serves its model as (servedModelName "
+                    "/ alsoServedAs); clients could not tell them apart: rename one"
+                )
+        lora = dep.overrides.apply(model.serving).lora
+        if lora is None:
+            errors.append(
+                f"{key}: the engine is not launched for LoRA; set vllm-fleet:models.{dep.model}.serving.lora "
+                f"(or vllm-fleet:deployments[{i}].overrides.lora), e.g. {{maxLoras: 4, maxLoraRank: 16}} "
+                "(one restart; adapters come and go without one after it)"
+            )
+        elif len(set(dep.adapters)) > lora.adapters_held:
+            errors.append(
+                f"{key}: {len(set(dep.adapters))} adapters but the engine holds {lora.adapters_held} at once "
+                "(serving.lora.maxCpuLoras, else maxLoras); raise it or list fewer"
+            )
+        if dep.nodes:
+            errors.append(f"{key}: a deployment across hosts (nodes) cannot serve adapters yet; serve them on one host")
+    return errors

@@ -29,6 +29,11 @@ MANAGED_FLAGS: dict[str, str] = {
     "--safetensors-load-strategy": "serving.safetensorsLoadStrategy",
     "--load-format": "serving.loadFormat",
     "--model-loader-extra-config": "serving.modelLoaderExtraConfig",
+    "--enable-lora": "serving.lora",
+    "--max-loras": "serving.lora.maxLoras",
+    "--max-lora-rank": "serving.lora.maxLoraRank",
+    "--max-cpu-loras": "serving.lora.maxCpuLoras",
+    "--lora-modules": "vllm-fleet:adapters and deployments[].adapters (loaded at runtime, no restart)",
 }
 # Variables the project owns: GPU selection follows deployments[].gpus, the token comes from a secret.
 MANAGED_ENV: dict[str, str] = {
@@ -37,6 +42,7 @@ MANAGED_ENV: dict[str, str] = {
     "HF_TOKEN": "set it with `pulumi config set --secret vllm-fleet:hfToken`",
     "HUGGING_FACE_HUB_TOKEN": "set it with `pulumi config set --secret vllm-fleet:hfToken`",
     "HF_HOME": "set storage[].hfHome instead",
+    "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "set serving.lora: the adapters step loads adapters at runtime with it",
 }
 
 

@@ -16,6 +16,7 @@ import base64
 import functools
 import hashlib
 import io
+import lzma
 import zipfile
 from pathlib import Path
 
@@ -34,6 +35,7 @@ TOOLS: dict[str, str] = {
     "node-watch": "host.node_watch",
     "status": "host.status",
     "clean-shm": "host.clean_shm",
+    "adapters": "host.adapters",
 }
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 
@@ -44,11 +46,22 @@ def archive() -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as bundle:
         for path in sorted(HOST_PACKAGE.glob("*.py")):
+            # Stored, not deflated: the archive travels xz-compressed as a whole (`transported`), which
+            # shares what the modules have in common (per-file deflate outgrew one SSH argument).
             info = zipfile.ZipInfo(f"host/{path.name}", date_time=_FIXED_TIME)
-            info.compress_type = zipfile.ZIP_DEFLATED
             info.external_attr = 0o644 << 16
-            bundle.writestr(info, path.read_bytes(), compresslevel=9)
+            bundle.writestr(info, path.read_bytes())
     return buffer.getvalue()
+
+
+@functools.cache
+def transported() -> str:
+    """The archive as it travels to a host: xz-compressed, base64 (about 80 KB for 240 KB of sources)."""
+    return base64.b64encode(lzma.compress(archive(), preset=9 | lzma.PRESET_EXTREME)).decode()
+
+
+# The host's python3 unpacks it (nothing else is assumed installed there).
+UNPACK = "import lzma, sys; sys.stdout.buffer.write(lzma.decompress(sys.stdin.buffer.read()))"
 
 
 def version() -> str:
@@ -75,11 +88,10 @@ def bundle_path() -> str:
 def bootstrap_source(module: str) -> str:
     """Python source that, piped into `python3 -`, runs `module` of the host package from a private copy
     of the archive it carries (the host needs nothing installed). Arguments follow the `-`."""
-    encoded = base64.b64encode(archive()).decode()
     return (
-        "import base64, os, runpy, sys, tempfile\n"
+        "import base64, lzma, os, runpy, sys, tempfile\n"
         f"# vllm-fleet host package {version()}: runs {module} without installing anything\n"
-        f'data = base64.b64decode("{encoded}")\n'
+        f'data = lzma.decompress(base64.b64decode("{transported()}"))\n'
         'handle, path = tempfile.mkstemp(prefix="vllm-fleet-host-", suffix=".pyz")\n'
         "os.write(handle, data)\n"
         "os.close(handle)\n"

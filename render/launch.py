@@ -61,6 +61,11 @@ def vllm_arguments(rd: ResolvedDeployment, port: int | None = None) -> list[str]
         args += ["--load-format", s.load_format]
     if s.model_loader_extra_config is not None:
         args += ["--model-loader-extra-config", json.dumps(s.model_loader_extra_config, sort_keys=True)]
+    if s.lora is not None:
+        # Adapters themselves are loaded at runtime (vllm-fleet:adapters): the launch only makes room.
+        args += ["--enable-lora", "--max-loras", str(s.lora.max_loras), "--max-lora-rank", str(s.lora.max_lora_rank)]
+        if s.lora.max_cpu_loras is not None:
+            args += ["--max-cpu-loras", str(s.lora.max_cpu_loras)]
     args += node_arguments(rd, 0)
     args += ["--host", ENGINE_ADDRESS, "--port", ENGINE_PORT_VARIABLE if port is None else str(port)]
     args += list(s.extra_args)
@@ -201,6 +206,10 @@ def engine_environment(rd: ResolvedDeployment, rank: int = 0) -> dict[str, str]:
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     if rd.serving.attention_backend and attention_backend_as_env(rd):
         env["VLLM_ATTENTION_BACKEND"] = rd.serving.attention_backend
+    if rd.serving.lora is not None:
+        # The adapters step and the unit's readiness check load adapters through the engine's loopback
+        # endpoints, which vLLM serves only with this (the front door never proxies them).
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
     cluster = rd.node_hosts[rank].cluster if rd.multi_node else None
     if cluster is not None:
         # The address this node's engine announces and the interface torch.distributed and NCCL use.

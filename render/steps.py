@@ -4,7 +4,6 @@ other node's). A deployment's access step is render/access.py's."""
 
 from __future__ import annotations
 
-import base64
 import functools
 import hashlib
 import json
@@ -40,15 +39,16 @@ def tools_script() -> str:
 def tools_package_script() -> str:
     """Install the host package: one archive of host/ (its version is the archive's digest) and a launcher
     per tool (render/host_bundle.py). A changed host tool changes this one step. The archive travels as
-    base64 (about 60 KB), inside the 128 KiB one argument of the remote shell may have."""
-    archive = base64.b64encode(host_bundle.archive()).decode()
+    xz-compressed base64 (about 80 KB), inside the 128 KiB one argument of the remote shell may have."""
+    archive = host_bundle.transported()
     lines = "\n".join(archive[i : i + 100] for i in range(0, len(archive), 100))
     tools = sorted(host_bundle.TOOLS)
     script = (
         "#!/usr/bin/env bash\n"
         f"# vllm-fleet host package {host_bundle.version()}: {', '.join(tools)}, installed in {TOOLS_DIR}\n"
         "set -euo pipefail\n"
-        f"base64 -d >{TOOLS_DIR}/.{BUNDLE_NAME}.tmp <<'{HEREDOC_DELIMITER}'\n{lines}\n{HEREDOC_DELIMITER}\n"
+        f"base64 -d <<'{HEREDOC_DELIMITER}' | python3 -c '{host_bundle.UNPACK}' >{TOOLS_DIR}/.{BUNDLE_NAME}.tmp\n"
+        f"{lines}\n{HEREDOC_DELIMITER}\n"
         f"chmod 0644 {TOOLS_DIR}/.{BUNDLE_NAME}.tmp\n"
         f"mv -f {TOOLS_DIR}/.{BUNDLE_NAME}.tmp {TOOLS_DIR}/{BUNDLE_NAME}\n"
     )
@@ -256,5 +256,45 @@ def deactivate_script(rd: ResolvedDeployment, stack: str) -> str:
             "FRONT_DOOR_DIR": FRONT_DOOR_DIR,
             "FRONT_DOOR_UNIT": FRONT_DOOR_UNIT,
             "STAGING_PATH": rd.host.staging_path or "",
+        },
+    )
+
+
+def adapters_script(rd: ResolvedDeployment, stack: str, repairs: int = 0) -> str:
+    """The deployment's adapters step (host/adapters.py apply): each adapter with its files' path and the
+    model directories it fits (and their repos, which its adapter_config.json must name)."""
+    entries = [
+        {
+            "name": a.name,
+            "path": a.path,
+            "repo": a.spec.repo,
+            "revision": a.spec.revision,
+            "bases": list(a.base_dirs),
+            "base_repos": list(a.base_repos),
+            "config_key": f"vllm-fleet:adapters.{a.name}",
+        }
+        for a in rd.adapters
+    ]
+    lora = rd.serving.lora
+    return render_script(
+        "adapters.sh",
+        {
+            "STATE_DIR": deployment_state_dir(stack, rd.deployment.name),
+            "PYTHON": rd.host.runtime.python,
+            "TOOLS_DIR": TOOLS_DIR,
+            "MAX_RANK": str(lora.max_lora_rank if lora is not None else 0),
+            "REPAIRS": str(repairs),
+            "ADAPTERS": json.dumps({"adapters": entries}, sort_keys=True, indent=1),
+        },
+    )
+
+
+def adapters_delete_script(rd: ResolvedDeployment, stack: str) -> str:
+    return render_script(
+        "adapters-delete.sh",
+        {
+            "STATE_DIR": deployment_state_dir(stack, rd.deployment.name),
+            "PYTHON": rd.host.runtime.python,
+            "TOOLS_DIR": TOOLS_DIR,
         },
     )

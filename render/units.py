@@ -69,6 +69,9 @@ def render_unit(rd: ResolvedDeployment, stack: str) -> RenderedUnit:
             a if a == ENGINE_PORT_VARIABLE else systemd_quote(a) for a in [python, *vllm_arguments(rd)]
         ),
         model_path=rd.load_path,
+        adapters=(
+            f" --adapters {adapters_file(state_dir)} --model-path {rd.load_path}" if rd.serving.lora is not None else ""
+        ),
         start_timeout=start_timeout,
         start_timeout_total=start_timeout_total,
     )
@@ -110,6 +113,11 @@ def render_node_unit(rd: ResolvedDeployment, stack: str, rank: int) -> RenderedU
         start_timeout_total=start_timeout_total,
     )
     return RenderedUnit(name=unit, text=text, state_dir=node_state_dir(stack, rd, rank))
+
+
+def adapters_file(state_dir: str) -> str:
+    """The deployment's adapters (written by its adapters step) that each of its engines loads as it starts."""
+    return f"{state_dir}/adapters.json"
 
 
 def placement_file(rd: ResolvedDeployment) -> str:

@@ -16,8 +16,10 @@ the Hub protocol that client uses (measured against huggingface_hub 2.4.0):
   ``X-Xet-Hash`` is never sent, which keeps the client on plain HTTP downloads.
 - ``GET /api/agent-harnesses``: the ``hf`` CLI fetches this registry on every run; an empty one is served.
 
-Repos are read from ``ROOT/ORG/NAME/<files>`` (what ``sandbox.tiny_models`` writes). Each repo has exactly one
-revision: a commit sha derived from its files' contents, reachable as ``main``, ``refs/heads/main`` or the sha.
+Repos are read from ``ROOT/ORG/NAME/<files>`` (what ``sandbox.tiny_models`` writes). A repo's main revision is
+a commit sha derived from its files' contents, reachable as ``main``, ``refs/heads/main`` or the sha; each folder
+of ``ROOT/ORG/NAME/.revisions/`` is another revision, reachable by its sha alone (``sandbox.tiny_adapters``
+writes one, so an adapter can be updated from one pinned revision to another).
 Changing a file changes the sha, so a test can publish a "new revision" by editing the folder.
 
 Test hooks live under ``/_mirror/``: request/byte statistics, and fault injection (drop or reset a connection
@@ -86,7 +88,9 @@ MAX_LOG_ENTRIES = 10_000
 COMMIT_SALT = b"vllm-fleet hf-mirror commit v1\n"
 # Folders and files that are never part of a repo: VCS data, a client's own cache inside a --local-dir, and
 # temporary files of a writer that is not done yet.
-IGNORED_DIRS = frozenset({".git", ".cache", "__pycache__"})
+# REVISIONS_DIR holds a repo's revisions other than main, one folder each (served by their sha only).
+REVISIONS_DIR = ".revisions"
+IGNORED_DIRS = frozenset({".git", ".cache", "__pycache__", REVISIONS_DIR})
 IGNORED_FILE_GLOBS: tuple[str, ...] = ("*.incomplete", ".*.tmp", "*.lock")
 LOG = logging.getLogger("hf_mirror")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -239,17 +243,33 @@ class RepoStore:
 
     def snapshot(self, repo_id: str) -> RepoSnapshot | None:
         repo = self.repo_dir(repo_id)
-        if repo is None:
-            return None
-        stats = sorted(self._walk(repo))
+        return None if repo is None else self._snapshot_of(repo_id, repo_id, repo)
+
+    def snapshot_at(self, repo_id: str, revision: str) -> RepoSnapshot | None:
+        """The repo at `revision`: main (by name or sha), or a folder of REVISIONS_DIR whose sha it is.
+        None when the repo does not exist; the main snapshot when no revision matches (callers check)."""
+        main = self.snapshot(repo_id)
+        if main is None or revision in _MAIN_REFS or revision == main.sha:
+            return main
+        repo = self.repo_dir(repo_id)
+        others = repo / REVISIONS_DIR if repo is not None else None
+        if others is not None and others.is_dir():
+            for folder in sorted(p for p in others.iterdir() if p.is_dir()):
+                snap = self._snapshot_of(repo_id, f"{repo_id}@{folder.name}", folder)
+                if snap.sha == revision:
+                    return snap
+        return main
+
+    def _snapshot_of(self, repo_id: str, cache_key: str, folder: Path) -> RepoSnapshot:
+        stats = sorted(self._walk(folder))
         signature = tuple((rel, st.st_size, st.st_mtime_ns, st.st_ino) for rel, _, st in stats)
         with self._guard:
-            cached = self._snapshots.get(repo_id)
+            cached = self._snapshots.get(cache_key)
         if cached is not None and cached[0] == signature:
             return cached[1]
         snap = self._build(repo_id, stats)
         with self._guard:
-            self._snapshots[repo_id] = (signature, snap)
+            self._snapshots[cache_key] = (signature, snap)
         return snap
 
     def _build(self, repo_id: str, stats: list[tuple[str, str, os.stat_result]]) -> RepoSnapshot:
@@ -688,8 +708,8 @@ class MirrorHandler(BaseHTTPRequestHandler):
 
     # -- repo lookups and auth ---------------------------------------------------------------------------
 
-    def _snapshot(self, repo_id: str) -> RepoSnapshot:
-        snap = self.state.store.snapshot(repo_id)
+    def _snapshot(self, repo_id: str, revision: str = "main") -> RepoSnapshot:
+        snap = self.state.store.snapshot_at(repo_id, revision)
         if snap is None:
             # The Hub answers 401 (not 404) for a missing repo, so that private repos cannot be probed.
             raise HttpError(401, "Repository not found", "RepoNotFound")
@@ -747,7 +767,7 @@ class MirrorHandler(BaseHTTPRequestHandler):
         return tags
 
     def _model_info(self, repo_id: str, revision: str, query: dict[str, list[str]], method: str) -> None:
-        snap = self._snapshot(repo_id)
+        snap = self._snapshot(repo_id, revision)
         self._check_revision(snap, revision)
         blobs = _parse_bool(_first(query, "blobs"))
         siblings: list[dict[str, Any]] = []
@@ -798,7 +818,7 @@ class MirrorHandler(BaseHTTPRequestHandler):
         return {"id": snap.sha, "title": "Mirror snapshot", "date": snap.last_modified}
 
     def _tree(self, repo_id: str, revision: str, path: str, query: dict[str, list[str]], method: str) -> None:
-        snap = self._snapshot(repo_id)
+        snap = self._snapshot(repo_id, revision)
         self._check_revision(snap, revision)
         path = path.strip("/")
         if path and path not in snap.dirs:
@@ -833,7 +853,7 @@ class MirrorHandler(BaseHTTPRequestHandler):
         self._send_json(200, body, method, headers)
 
     def _paths_info(self, repo_id: str, revision: str, method: str) -> None:
-        snap = self._snapshot(repo_id)
+        snap = self._snapshot(repo_id, revision)
         self._check_revision(snap, revision)
         # HfApi.get_paths_info posts a form (paths=a&paths=b&expand=False); accept JSON too for other callers.
         content_type = (self.headers.get("Content-Type") or "").lower()
@@ -867,7 +887,7 @@ class MirrorHandler(BaseHTTPRequestHandler):
     # -- file downloads ----------------------------------------------------------------------------------
 
     def _resolve(self, repo_id: str, revision: str, path: str, method: str, fault: Fault | None) -> None:
-        snap = self._snapshot(repo_id)
+        snap = self._snapshot(repo_id, revision)
         self._check_access(repo_id)
         self._check_revision(snap, revision)
         entry = snap.files.get(path)

@@ -18,11 +18,13 @@ running() { [ -f "$pid_file" ] && kill -0 "$(cat "$pid_file")" 2>/dev/null; }
 case "${1:-}" in
   up)
     if running; then echo "[mirror] already serving on 127.0.0.1:$port (pid $(cat "$pid_file"))"; exit 0; fi
-    stamp=$(sha256sum sandbox/tiny_models.py | cut -c1-16)
+    stamp=$(cat sandbox/tiny_models.py sandbox/tiny_adapters.py | sha256sum | cut -c1-16)
     if [ "$(cat "$repos/.stamp" 2>/dev/null)" != "$stamp" ]; then
       rm -rf "$repos"
-      progress mirror "generating the tiny chat models" "" "$VLLM_FLEET_LOGS/mirror.log" \
+      progress mirror "generating the tiny chat models" "their LoRA adapters" "$VLLM_FLEET_LOGS/mirror.log" \
         "$VENV/python" -m sandbox.tiny_models --out "$repos"
+      progress mirror "generating their LoRA adapters" "" "$VLLM_FLEET_LOGS/mirror.log" \
+        "$VENV/python" -m sandbox.tiny_adapters --out "$repos"
       echo "$stamp" > "$repos/.stamp"
     fi
     mkdir -p "$run"
@@ -34,7 +36,7 @@ case "${1:-}" in
       running || { tail -n 25 "$run/mirror.log" >&2; echo "[mirror] ERROR: the mirror exited at once; its log is $run/mirror.log" >&2; exit 1; }
       sleep 0.1
     done
-    echo "[mirror] serving acme/tiny-chat-a and acme/tiny-chat-b (gated) on http://127.0.0.1:$port (pid $(cat "$pid_file"))"
+    echo "[mirror] serving acme/tiny-chat-a, acme/tiny-chat-b (gated) and their adapters on http://127.0.0.1:$port (pid $(cat "$pid_file"))"
     ;;
   down)
     if running; then

@@ -85,6 +85,14 @@ def show(name: str, r: dict[str, Any]) -> str:
         ),
         f"  vllm      {f.get('vllmVersion')}, last load {f.get('lastLoadSeconds')} s",
     ]
+    adapters = f.get("adapters")
+    if adapters is not None:
+        loaded = adapters.get("loaded")
+        listing = ", ".join(f"{n}@{rev[:12]}" for n, rev in sorted(adapters["wanted"].items())) or "none"
+        lines.append(
+            f"  adapters  wanted {listing}; loaded "
+            + (", ".join(loaded) or "none" if loaded is not None else "unknown (the engine does not answer)")
+        )
     lines += [f"  DRIFT     {d}" for d in r["drift"]] or ["  drift     none"]
     if r["drift"]:
         lines.append("            `pulumi up` activates the stack's unit again (the host's next survey sees this)")

@@ -1,0 +1,51 @@
+"""A deployment's LoRA adapters: loaded into its running engine at runtime, after its swap, no restart."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pulumi
+
+from components.host import GpuHost
+from components.model_download import ModelDownload
+from components.remote import remote_step
+from components.vllm_service import VllmService
+from models.config import ResolvedDeployment
+from render.steps import adapters_delete_script, adapters_script
+
+
+@dataclass(frozen=True)
+class DeploymentAdaptersArgs:
+    deployment: ResolvedDeployment
+    stack: str
+    host: GpuHost
+    service: VllmService
+    # The adapters' downloads on the deployment's storage, which must be complete before they load.
+    downloads: Sequence[ModelDownload]
+    # Drift repairs (controller/survey): a count one above the host's re-applies the adapters.
+    repairs: int = 0
+
+
+class DeploymentAdapters(pulumi.ComponentResource):
+    """Its step's script lists the adapters, so adding, updating or removing one changes this step alone:
+    the unit and the serving step (a swap) stay as they are."""
+
+    names: pulumi.Output[list[str]]
+
+    TYPE = "vllm-fleet:index:DeploymentAdapters"
+
+    def __init__(self, name: str, args: DeploymentAdaptersArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(self.TYPE, name, None, opts)
+        rd = args.deployment
+        self.loaded = remote_step(
+            f"{name}-loaded",
+            args.host.target,
+            create=adapters_script(rd, args.stack, args.repairs),
+            delete=adapters_delete_script(rd, args.stack),
+            parent=self,
+            depends_on=[args.service.serving, *(d.files for d in args.downloads)],
+            timeout_seconds=600,
+        )
+        self.names = pulumi.Output.from_input([a.name for a in rd.adapters])
+        self.register_outputs({"names": self.names})

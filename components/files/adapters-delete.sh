@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# vllm-fleet adapters delete: the deployment serves no adapter any more (it dropped them, or is being
+# removed): the running engine unloads them, with no restart, and its next starts load none.
+set -euo pipefail
+
+if [ ! -d "$STATE_DIR" ]; then
+  echo "adapters: the deployment's state is gone already; nothing to unload"
+  exit 0
+fi
+rm -f "$STATE_DIR/adapter-repairs"
+printf '{"adapters": []}\n' | "$PYTHON" "$TOOLS_DIR/adapters" apply --state-dir "$STATE_DIR" --max-rank 512
