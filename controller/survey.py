@@ -56,6 +56,8 @@ def cache_key(host: Host, deployments: Sequence[ResolvedDeployment]) -> str:
         {
             "host": host.model_dump(mode="json"),
             "deployments": [rd.deployment.model_dump(mode="json") for rd in deployments],
+            # An adapter's new revision changes no deployment entry; what the host has recorded differs.
+            "adapters": [[a.model_dump(mode="json") for a in rd.adapters] for rd in deployments],
             "survey": host_bundle.version(),
         },
         sort_keys=True,

@@ -260,6 +260,18 @@ class RepoStore:
                     return snap
         return main
 
+    def revisions(self, repo_id: str) -> dict[str, str]:
+        """The repo's revisions by label (main and each folder of REVISIONS_DIR) -> commit sha."""
+        repo = self.repo_dir(repo_id)
+        if repo is None:
+            return {}
+        shas = {"main": self._snapshot_of(repo_id, repo_id, repo).sha}
+        others = repo / REVISIONS_DIR
+        for folder in sorted(others.iterdir()) if others.is_dir() else []:
+            if folder.is_dir():
+                shas[folder.name] = self._snapshot_of(repo_id, f"{repo_id}@{folder.name}", folder).sha
+        return shas
+
     def _snapshot_of(self, repo_id: str, cache_key: str, folder: Path) -> RepoSnapshot:
         stats = sorted(self._walk(folder))
         signature = tuple((rel, st.st_size, st.st_mtime_ns, st.st_ino) for rel, _, st in stats)
@@ -740,8 +752,8 @@ class MirrorHandler(BaseHTTPRequestHandler):
 
     # -- API endpoints -----------------------------------------------------------------------------------
 
-    def _model_summary(self, repo_id: str) -> dict[str, Any]:
-        snap = self._snapshot(repo_id)
+    def _model_summary(self, repo_id: str, revision: str = "main") -> dict[str, Any]:
+        snap = self._snapshot(repo_id, revision)
         return {
             "_id": snap.sha[:24],
             "id": repo_id,
@@ -779,7 +791,7 @@ class MirrorHandler(BaseHTTPRequestHandler):
                 if entry.is_lfs:
                     sibling["lfs"] = {"sha256": entry.sha256, "size": entry.size, "pointerSize": entry.pointer_size}
             siblings.append(sibling)
-        info = self._model_summary(repo_id)
+        info = self._model_summary(repo_id, revision)
         info.update(
             {
                 "author": repo_id.split("/", 1)[0],

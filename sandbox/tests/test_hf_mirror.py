@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import threading
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,8 @@ from huggingface_hub.errors import (
 )
 
 from sandbox import hf_mirror
-from sandbox.hf_mirror import HFMirror, check_loopback, parse_range
+from sandbox.hf_mirror import REVISIONS_DIR, HFMirror, check_loopback, parse_range
+from sandbox.tiny_adapters import TERSE_REPO, generate_default_adapters
 from sandbox.tiny_models import generate
 from tests.support import sandbox_env
 
@@ -69,6 +71,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     big.mkdir(parents=True)
     (big / "weights.bin").write_bytes(random.Random(0).randbytes(BIG_SIZE))
     (big / "config.json").write_text('{"model_type": "none"}\n')
+    generate_default_adapters(root)
     nested = root / "acme" / "nested"
     (nested / "sub" / "deeper").mkdir(parents=True)
     (nested / "top.txt").write_text("top\n")
@@ -597,3 +600,23 @@ def test_non_loopback_hosts_are_refused(root: Path, host: str) -> None:
     )
     assert result.returncode == 2
     assert "loopback" in result.stderr
+
+
+def test_another_revision_downloads_by_its_sha_and_main_stays_main(
+    mirror: HFMirror, root: Path, tmp_path: Path
+) -> None:
+    shas = mirror.state.store.revisions(TERSE_REPO)
+    assert set(shas) == {"main", "shorter"} and shas["main"] == mirror.sha(TERSE_REPO) != shas["shorter"]
+    out = tmp_path / "shorter"
+    result = run_hf(
+        mirror, tmp_path / "hf-home", "download", TERSE_REPO, "--revision", shas["shorter"], "--local-dir", str(out)
+    )
+    assert result.returncode == 0, result.stderr
+    revision_dir = root / TERSE_REPO / REVISIONS_DIR / "shorter"
+    assert downloaded_files(out) == {p.name: p.read_bytes() for p in revision_dir.iterdir()}
+    # The revision's info names its own commit; main's does not list the revisions folder.
+    info = json.loads(urllib.request.urlopen(f"{mirror.url}/api/models/{TERSE_REPO}/revision/{shas['shorter']}").read())
+    assert info["sha"] == shas["shorter"]
+    main = json.loads(urllib.request.urlopen(f"{mirror.url}/api/models/{TERSE_REPO}").read())
+    assert main["sha"] == shas["main"] and all(REVISIONS_DIR not in s["rfilename"] for s in main["siblings"])
+    assert run_hf(mirror, tmp_path / "hf-home", "download", TERSE_REPO, "--revision", "0" * 40).returncode != 0
