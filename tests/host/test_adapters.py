@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,8 +55,8 @@ def adapter_dir(root: Path, name: str, base: str = "acme/tiny-chat-a", rank: int
     return path
 
 
-def wanted(root: Path, name: str, revision: str = "r1", **files: object) -> Adapter:
-    path = adapter_dir(root, name, **files)  # type: ignore[arg-type]
+def wanted(root: Path, name: str, revision: str = "r1", **files: Any) -> Adapter:
+    path = adapter_dir(root, name, **files)
     return Adapter(
         name=name,
         path=str(path),
@@ -82,7 +83,7 @@ def engine(monkeypatch: pytest.MonkeyPatch) -> FakeVllm:
 
 
 def test_apply_adds_updates_and_removes_through_the_runtime_endpoints(tmp_path: Path, engine: FakeVllm) -> None:
-    directory, lines = state(tmp_path), []
+    directory, lines = state(tmp_path), list[str]()
     one, two = wanted(tmp_path, "one"), wanted(tmp_path, "two")
     assert adapters.apply(directory, [one, two], 8, lines.append) == 0
     assert sorted(engine.loaded) == ["one", "two"]
@@ -109,9 +110,9 @@ def test_apply_adds_updates_and_removes_through_the_runtime_endpoints(tmp_path: 
     ],
 )
 def test_bad_files_are_refused_before_anything_changes(
-    tmp_path: Path, engine: FakeVllm, files: dict[str, object], message: str
+    tmp_path: Path, engine: FakeVllm, files: dict[str, Any], message: str
 ) -> None:
-    directory, lines = state(tmp_path), []
+    directory, lines = state(tmp_path), list[str]()
     good = wanted(tmp_path, "good")
     assert adapters.apply(directory, [good], 8, lines.append) == 0
     engine.calls.clear()
