@@ -9,23 +9,17 @@ from typing import Any
 
 import pytest
 
-from models.loader import ConfigError, parse_stack_config, read_stack_file
+from models.loader import parse_stack_config, read_stack_file
 from scripts.fleet_stack import fleet_stack, fleet_values
 from tests.support.paths import ROOT
 from tests.support.pulumi_mocks import run_program
-from tests.support.stacks import factor_defaults
+from tests.support.stacks import error_of, factor_defaults
 
 STACKS = ("dev", "prod", "fleet")
 
 
 def raw(name: str) -> dict[str, Any]:
     return copy.deepcopy(read_stack_file(ROOT / f"Pulumi.{name}.yaml"))
-
-
-def error_of(values: dict[str, Any]) -> str:
-    with pytest.raises(ConfigError) as caught:
-        parse_stack_config(values)
-    return str(caught.value)
 
 
 @pytest.mark.parametrize("name", STACKS)

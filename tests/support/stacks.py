@@ -1,11 +1,22 @@
-"""Stack values rewritten the way a fleet writes them: what every entry repeats moved to vllm-fleet:defaults."""
+"""Stack values in tests: the error a config is refused with, and the values rewritten the way a fleet
+writes them (what every entry repeats moved to vllm-fleet:defaults)."""
 
 from __future__ import annotations
 
 import copy
 from typing import Any
 
+import pytest
+
 from models.defaults import SECTIONS
+from models.loader import ConfigError, parse_stack_config
+
+
+def error_of(raw: dict[str, Any]) -> str:
+    """The message parse_stack_config refuses `raw` with (the test fails when it accepts it)."""
+    with pytest.raises(ConfigError) as caught:
+        parse_stack_config(raw)
+    return str(caught.value)
 
 
 def factor_defaults(raw: dict[str, Any]) -> dict[str, Any]:
