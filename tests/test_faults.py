@@ -78,9 +78,7 @@ def test_download_survives_a_reset_connection(faults: Faults) -> None:
     file verifies, no partial file is left, and complete files are not fetched again."""
     on_host("rm -rf /shared/e2e-tiny-a")
     sandbox_env.mirror("/_mirror/reset-stats", "POST", {})
-    sandbox_env.mirror(
-        "/_mirror/faults",
-        "POST",
+    sandbox_env.add_fault(
         {
             "path_glob": f"*/tiny-chat-a/resolve/*/{SHARD}",
             "method": "GET",

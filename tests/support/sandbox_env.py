@@ -178,6 +178,13 @@ def mirror(path: str, method: str = "GET", body: Any = None, url: str = MIRROR_U
     return json.loads(text) if text else None
 
 
+def add_fault(fault: dict[str, Any], url: str = MIRROR_URL) -> Any:
+    """Make the mirror misbehave on the requests `fault["path_glob"]` matches (the fields of
+    sandbox/hf_mirror.py's Fault: a delay, a corrupt byte, a dropped connection, a status); returns the
+    fault as the mirror took it, in a list."""
+    return mirror("/_mirror/faults", "POST", fault, url=url)
+
+
 def resolve_requests(stats: dict[str, Any]) -> list[dict[str, Any]]:
     """Requests for file contents (HEAD or GET of /resolve/) in the mirror's request log."""
     return [r for r in stats.get("log", []) if "/resolve/" in r.get("path", "")]
