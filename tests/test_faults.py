@@ -22,7 +22,7 @@ from tests.support.sandbox_stack import SandboxStack
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
 
 STACK = "faults"
-ENDPOINT = sandbox_env.api_url(8001)
+ENDPOINT = sandbox_env.api_url(sandbox_env.E2E_PORT)
 PYTHON = "/opt/vllm-env/bin/python3"
 MODEL_SYNC = f"{PYTHON} /usr/local/lib/vllm-fleet/model-sync"
 SHARD = "model-00002-of-00003.safetensors"
@@ -36,7 +36,7 @@ class Faults(SandboxStack):
         extra_models: dict[str, Any] | None = None,
         stack: str = STACK,
         gpus: list[int] | None = None,
-        port: int = 8001,
+        port: int = sandbox_env.E2E_PORT,
         storage: dict[str, Any] | None = None,
         overrides: dict[str, Any] | None = None,
     ) -> auto.Stack:

@@ -19,13 +19,12 @@ from pulumi import automation as auto
 
 from scripts.downtime_probe import Answer, DowntimeProbe
 from tests.support import sandbox_env
-from tests.support.sandbox_env import on_host
+from tests.support.sandbox_env import E2E_PORT, on_host
 from tests.support.sandbox_stack import SandboxStack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
 
 STACK = "fleet-e2e"
-PORT = 8001
 SERVED = "fl-chat"
 HOSTS = ("fleet-1", "fleet-2")
 ENDPOINTS = {"fleet-1": "http://127.0.0.1:18101/v1", "fleet-2": "http://127.0.0.1:18201/v1"}
@@ -57,7 +56,7 @@ class Fleet(SandboxStack):
             deployment.update(
                 model=models[host],
                 gpus=[3],
-                port=PORT,
+                port=E2E_PORT,
                 servedModelName=SERVED,
                 publicUrl=ENDPOINTS[host],
                 **(per_host or {}).get(host, {}),
@@ -78,7 +77,7 @@ class Fleet(SandboxStack):
 
 def serving_model(host: str) -> str:
     """The model directory the deployment's engine serves, as its /v1/models names its root."""
-    text = on_host(f"curl -s --max-time 5 http://127.0.0.1:{PORT}/v1/models", host=host, check=False)
+    text = on_host(f"curl -s --max-time 5 http://127.0.0.1:{E2E_PORT}/v1/models", host=host, check=False)
     for model in MODELS:
         if f"/{model}" in text:
             return model
