@@ -71,6 +71,12 @@ class Fleet(SandboxStack):
         except auto.CommandError:
             return None
 
+    def up_succeeds(self) -> auto.UpResult:
+        """An up that must succeed (the end of its output says why when it does not)."""
+        result = self.up()
+        assert result is not None and result.summary.result == "succeeded", self.log()[-3000:]
+        return result
+
     def log(self) -> str:
         return "\n".join(self.output)
 
@@ -115,8 +121,7 @@ def fleet_stack(fleet: int, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
 def test_deploy_to_two_hosts(fleet_stack: Fleet) -> None:
     fleet_stack.configure({h: "fl-tiny-a" for h in HOSTS})
-    result = fleet_stack.up()
-    assert result is not None and result.summary.result == "succeeded", fleet_stack.log()[-3000:]
+    result = fleet_stack.up_succeeds()
     outputs = result.outputs["deployments"].value
     assert {outputs[d]["endpoint"] for d in ("chat-1", "chat-2")} == set(ENDPOINTS.values())
     for host in HOSTS:
@@ -135,10 +140,9 @@ def test_deploy_to_two_hosts(fleet_stack: Fleet) -> None:
 def test_rolling_swap_keeps_one_host_answering(fleet_stack: Fleet) -> None:
     fleet_stack.configure({h: "fl-tiny-b" for h in HOSTS})
     start = time.monotonic()
-    result = fleet_stack.up()
+    fleet_stack.up_succeeds()
     time.sleep(1)
     end = time.monotonic()
-    assert result is not None and result.summary.result == "succeeded", fleet_stack.log()[-3000:]
     for host in HOSTS:
         assert serving_model(host) == "fl-tiny-b"
     windows = {
@@ -187,8 +191,7 @@ def test_failed_swap_stops_the_rollout(fleet_stack: Fleet) -> None:
 def test_cordoned_host_is_left_alone_while_the_other_converges(fleet_stack: Fleet) -> None:
     # Back to a state that serves on both, then take fleet-2 out of service and make it unreachable.
     fleet_stack.configure({h: "fl-tiny-b" for h in HOSTS})
-    result = fleet_stack.up()
-    assert result is not None and result.summary.result == "succeeded", fleet_stack.log()[-3000:]
+    fleet_stack.up_succeeds()
     pid_2 = main_pid("fleet-2", unit_of("fl-tiny-b"))
     sandbox_env.exec_on("fleet-2", "systemctl stop ssh.socket ssh.service")
     try:
@@ -198,8 +201,7 @@ def test_cordoned_host_is_left_alone_while_the_other_converges(fleet_stack: Flee
             fleet_stack.stack.preview()
         # The rest of the fleet converges; the cordoned host is not contacted.
         fleet_stack.configure({"fleet-1": "fl-tiny-a", "fleet-2": "fl-tiny-b"}, cordon=("fleet-2",))
-        result = fleet_stack.up()
-        assert result is not None and result.summary.result == "succeeded", fleet_stack.log()[-3000:]
+        fleet_stack.up_succeeds()
         assert "is cordoned: not contacted" in fleet_stack.log()
         assert serving_model("fleet-1") == "fl-tiny-a"
     finally:
