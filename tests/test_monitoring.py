@@ -151,6 +151,15 @@ def alert(name: str, summary: str, **labels: str) -> dict[str, Any]:
     }
 
 
+def quiet_then_fires(name: str, quiet_at: str, fires_at: str, summary: str, **labels: str) -> list[dict[str, Any]]:
+    """promtool's checks that alert `name` is not firing at `quiet_at` and fires at `fires_at`, saying
+    `summary` with `labels`."""
+    return [
+        {"eval_time": quiet_at, "alertname": name, "exp_alerts": []},
+        {"eval_time": fires_at, "alertname": name, "exp_alerts": [alert(name, summary, **labels)]},
+    ]
+
+
 def rule_tests() -> list[dict[str, Any]]:
     """Dev stack thresholds (the defaults): 5m down, 10m stuck, 16 waiting for 10m, 95% KV for 15m, 2m drift."""
     down_labels = {
@@ -169,20 +178,13 @@ def rule_tests() -> list[dict[str, Any]]:
                 {"series": f"up{{{SERVING}}}", "values": "1 1 0x10"},
                 {"series": f'up{{{TARGET}, model="x", cordoned="true"}}', "values": "0x12"},
             ],
-            "alert_rule_test": [
-                {"eval_time": "6m", "alertname": "VllmFleetDeploymentDown", "exp_alerts": []},
-                {
-                    "eval_time": "7m",
-                    "alertname": "VllmFleetDeploymentDown",
-                    "exp_alerts": [
-                        alert(
-                            "VllmFleetDeploymentDown",
-                            "chat (tiny-chat-a) on sandbox does not answer its /metrics for 5m",
-                            **down_labels,
-                        )
-                    ],
-                },
-            ],
+            "alert_rule_test": quiet_then_fires(
+                "VllmFleetDeploymentDown",
+                "6m",
+                "7m",
+                "chat (tiny-chat-a) on sandbox does not answer its /metrics for 5m",
+                **down_labels,
+            ),
         },
         {
             "name": "requests arrive, none succeeds: stuck for 10m; a success clears it",
@@ -201,18 +203,13 @@ def rule_tests() -> list[dict[str, Any]]:
             ],
             "alert_rule_test": [
                 # Arrivals and no success from the first minute on: pending at 1m, firing 10m later.
-                {"eval_time": "10m", "alertname": "VllmFleetNoSuccessfulRequests", "exp_alerts": []},
-                {
-                    "eval_time": "12m",
-                    "alertname": "VllmFleetNoSuccessfulRequests",
-                    "exp_alerts": [
-                        alert(
-                            "VllmFleetNoSuccessfulRequests",
-                            "chat on sandbox receives requests but none succeeded in 5m",
-                            severity="critical",
-                        )
-                    ],
-                },
+                *quiet_then_fires(
+                    "VllmFleetNoSuccessfulRequests",
+                    "10m",
+                    "12m",
+                    "chat on sandbox receives requests but none succeeded in 5m",
+                    severity="critical",
+                ),
                 {"eval_time": "27m", "alertname": "VllmFleetNoSuccessfulRequests", "exp_alerts": []},
             ],
         },
@@ -227,30 +224,20 @@ def rule_tests() -> list[dict[str, Any]]:
                 },
             ],
             "alert_rule_test": [
-                {"eval_time": "9m", "alertname": "VllmFleetRequestsWaiting", "exp_alerts": []},
-                {
-                    "eval_time": "10m",
-                    "alertname": "VllmFleetRequestsWaiting",
-                    "exp_alerts": [
-                        alert(
-                            "VllmFleetRequestsWaiting",
-                            "chat on sandbox has 20 requests waiting (more than 16)",
-                            severity="warning",
-                        )
-                    ],
-                },
-                {"eval_time": "14m", "alertname": "VllmFleetKvCacheNearlyFull", "exp_alerts": []},
-                {
-                    "eval_time": "15m",
-                    "alertname": "VllmFleetKvCacheNearlyFull",
-                    "exp_alerts": [
-                        alert(
-                            "VllmFleetKvCacheNearlyFull",
-                            "chat on sandbox uses 97% of its KV cache",
-                            severity="warning",
-                        )
-                    ],
-                },
+                *quiet_then_fires(
+                    "VllmFleetRequestsWaiting",
+                    "9m",
+                    "10m",
+                    "chat on sandbox has 20 requests waiting (more than 16)",
+                    severity="warning",
+                ),
+                *quiet_then_fires(
+                    "VllmFleetKvCacheNearlyFull",
+                    "14m",
+                    "15m",
+                    "chat on sandbox uses 97% of its KV cache",
+                    severity="warning",
+                ),
             ],
         },
         {
