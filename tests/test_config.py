@@ -374,13 +374,6 @@ def test_a_staging_path_moves_the_load_and_stays_off_the_storage(prod_raw: dict[
 # ---- fleets: rollout groups, cordons, multi-node deployments ---------------------------------------
 
 
-@pytest.fixture
-def fleet_raw() -> dict[str, Any]:
-    from models.loader import read_stack_file
-
-    return read_stack_file(ROOT / "Pulumi.fleet.yaml")
-
-
 def test_rollout_group_has_one_max_unavailable(fleet_raw: dict[str, Any]) -> None:
     assert parse_stack_config(fleet_raw).rollout_waits_for() == {"chat-2": "chat-1"}
     fleet_raw["deployments"][1]["rollout"]["maxUnavailable"] = 2

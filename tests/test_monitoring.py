@@ -15,15 +15,15 @@ import pytest
 import yaml
 
 from controller import status, survey
-from models.loader import ConfigError, parse_stack_config, read_stack_file
+from models.loader import ConfigError, parse_stack_config
 from models.monitoring import Monitoring
 from render import monitoring as render
 from render import report
 from render.units import render_unit
 from scripts.monitoring import promtool_check, write_files
-from tests.support.paths import ROOT
 from tests.support.processes import run_captured
 from tests.support.pulumi_mocks import run_program
+from tests.support.stacks import stack_values
 
 PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool: scripts/setup.sh installs prometheus")
@@ -78,14 +78,13 @@ def test_targets_with_tls_and_without_public_url(dev_raw: dict[str, Any]) -> Non
     assert group["targets"] == ["gpu-01.example:8443"] and group["labels"]["__metrics_path__"] == "/api/metrics"
 
 
-def test_targets_of_a_fleet_cordons_and_a_model_across_hosts() -> None:
-    raw = copy.deepcopy(read_stack_file(ROOT / "Pulumi.fleet.yaml"))
-    labels = labels_by_deployment(output_of("fleet", raw))
+def test_targets_of_a_fleet_cordons_and_a_model_across_hosts(fleet_raw: dict[str, Any]) -> None:
+    labels = labels_by_deployment(output_of("fleet", fleet_raw))
     assert set(labels) == {"chat-1", "chat-2", "across"}
     # One target for a model across hosts: its head, labelled with every node.
     assert labels["across"]["host"] == "fleet-1" and labels["across"]["nodes"] == "fleet-1,fleet-2"
-    raw["hosts"][1]["cordon"] = True
-    labels = labels_by_deployment(output_of("fleet", raw))
+    fleet_raw["hosts"][1]["cordon"] = True
+    labels = labels_by_deployment(output_of("fleet", fleet_raw))
     assert labels["chat-2"]["cordoned"] == "true" and labels["chat-1"]["cordoned"] == "false"
 
 
@@ -112,7 +111,7 @@ def test_durations() -> None:
 @needs_promtool
 @pytest.mark.parametrize("stack_file", ["dev", "prod", "fleet"])
 def test_every_file_passes_promtool_check(stack_file: str, tmp_path: Path) -> None:
-    raw = copy.deepcopy(read_stack_file(ROOT / f"Pulumi.{stack_file}.yaml"))
+    raw = stack_values(stack_file)
     paths = write_files(stack_file, output_of(stack_file, raw), tmp_path, ca_file=str(tmp_path / "ca.pem"))
     (tmp_path / "ca.pem").write_text("")
     assert promtool_check(paths) == []
