@@ -9,9 +9,9 @@ import pulumi
 from pulumi.runtime import config as runtime_config
 
 from components.access import AccessInputs
+from controller.key_files import key_file_text
 from models.access import access_problems, parse_api_keys
 from models.config import StackConfig
-from models.loader import ConfigError, read_key_file
 from render.access import check_certificate
 
 
@@ -23,14 +23,10 @@ def read_access(config: pulumi.Config, stack: StackConfig) -> AccessInputs:
         keys = parse_api_keys(raw_keys)
     except ValueError as error:
         raise pulumi.RunError(str(error)) from None
-    key_file = config.get("tlsPrivateKeyFile")
     tls_key: pulumi.Input[str] | None = config.get_secret("tlsPrivateKey")
-    if key_file is not None:
-        try:
-            text = read_key_file("tlsPrivateKeyFile", key_file, "it generates the sandbox's CA and certificate")
-        except ConfigError as error:
-            raise pulumi.RunError(str(error)) from None
-        tls_key = pulumi.Output.secret(text)
+    key_text = key_file_text(config, "tlsPrivateKeyFile", "it generates the sandbox's CA and certificate")
+    if key_text is not None:
+        tls_key = pulumi.Output.secret(key_text)
     certificate = None
     if stack.access.tls is not None:
         cert_path = Path(stack.access.tls.certificate_file).expanduser()

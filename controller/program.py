@@ -13,6 +13,7 @@ from pulumi.runtime import config as runtime_config
 
 from components.access import AccessInputs
 from controller.access import read_access
+from controller.key_files import key_file_text
 from controller.profiling import start_if_asked
 from controller.sdk import linear_output_wait, quiet_debug_log
 from models.backend import refusal
@@ -24,7 +25,6 @@ from models.loader import (
     STRUCTURED_KEYS,
     ConfigError,
     parse_stack_config,
-    read_key_file,
 )
 
 # A production stack's secrets must not be encrypted with the dev sandbox's passphrase, which
@@ -83,14 +83,10 @@ def passphrase_refusal(tier: StackTier, stack_file: Path, env: Mapping[str, str]
 def ssh_key(config: pulumi.Config, offline: bool) -> tuple[str, pulumi.Input[str]]:
     """The SSH private key's text (for the survey) and the steps' secret input: from the key file that
     vllm-fleet:sshPrivateKeyFile names, else the secret vllm-fleet:sshPrivateKey."""
-    key_file = config.get("sshPrivateKeyFile")
     secret_key = config.get_secret("sshPrivateKey")
-    if key_file is not None:
-        try:
-            # The key's text also serves the host survey, which runs before any resource exists.
-            key_text = read_key_file("sshPrivateKeyFile", key_file, "it generates the key")
-        except ConfigError as error:
-            raise pulumi.RunError(str(error)) from None
+    # The key's text also serves the host survey, which runs before any resource exists.
+    key_text = key_file_text(config, "sshPrivateKeyFile", "it generates the key")
+    if key_text is not None:
         return key_text, pulumi.Output.secret(key_text)
     if secret_key is not None:
         return runtime_config.get_config("vllm-fleet:sshPrivateKey") or "", secret_key

@@ -76,7 +76,7 @@ def stack_errors(stack: StackConfig) -> list[str]:
     errors.extend(_deployment_errors(stack, hosts, storage_by_host))
     errors.extend(_rollout_errors(stack))
     errors.extend(_multi_node_errors(stack, hosts, storage_by_host))
-    errors.extend(_disk_errors(stack, hosts, storage_by_host))
+    errors.extend(_disk_errors(stack))
     errors.extend(adapter_errors(stack))
     return errors
 
@@ -243,7 +243,7 @@ def _multi_node_errors(stack: StackConfig, hosts: dict[str, Host], storage_by_ho
     return errors
 
 
-def _disk_errors(stack: StackConfig, hosts: dict[str, Host], storage_by_host: dict[str, Storage]) -> list[str]:
+def _disk_errors(stack: StackConfig) -> list[str]:
     errors: list[str] = []
     for i, store in enumerate(stack.storage):
         dirs: dict[str, str] = {}

@@ -600,17 +600,11 @@ class MirrorHandler(BaseHTTPRequestHandler):
         # would only add noise to test output.
         return
 
-    def do_GET(self) -> None:
-        self._dispatch("GET")
+    def _handle(self) -> None:
+        self._dispatch(self.command)  # the request's method, as parsed by BaseHTTPRequestHandler
 
-    def do_HEAD(self) -> None:
-        self._dispatch("HEAD")
-
-    def do_POST(self) -> None:
-        self._dispatch("POST")
-
-    def do_DELETE(self) -> None:
-        self._dispatch("DELETE")
+    # The methods the mirror answers: one dispatch for them all.
+    do_GET = do_HEAD = do_POST = do_DELETE = _handle
 
     def _dispatch(self, method: str) -> None:
         url = urlsplit(self.path)

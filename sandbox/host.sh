@@ -145,6 +145,14 @@ die() {
   printf '[sandbox] ERROR: %s\n' "$*" >&2
   exit 1
 }
+# up and down start the same way: as root, with the caches there, holding this host's lifecycle lock
+# (fd 9, held until the script ends), so that the two never overlap.
+lifecycle_start() {
+  need_root
+  mkdir -p "$CACHE" "$LOCAL_CACHE"
+  exec 9>"$LOCAL_CACHE/.lifecycle.lock"
+  flock 9
+}
 elapsed() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1fs", b - a }'; }
 
 # The build's stages in the order build runs them, so each progress line can say what comes next.
@@ -698,10 +706,7 @@ mount_root() {
 }
 
 up() {
-  need_root
-  mkdir -p "$CACHE" "$LOCAL_CACHE"
-  exec 9>"$LOCAL_CACHE/.lifecycle.lock"
-  flock 9
+  lifecycle_start
   mkdir -p "$VLLM_FLEET_LOGS"
   if is_up; then
     report_up "already up" || true
@@ -957,22 +962,21 @@ verify_gone() { # verify_gone [PIDNS]: nothing of the sandbox left (PIDNS: the c
   elif ((${#zombies[@]})); then
     say "verified: ps shows no running sandbox process (${#zombies[@]} exited, not yet reaped by PID 1: ${zombies[*]})"
   else say "verified: ps shows no sandbox process"; fi
-  if [[ -n "$ns" ]]; then
-    warn "netns left: $ns"
-    bad=1
-  else say "verified: ip netns shows no $NETNS"; fi
-  if [[ -n "$mnts" ]]; then
-    warn "mounts left: $mnts"
-    bad=1
-  else say "verified: mount shows nothing under $STATE"; fi
+  none_left netns "$ns" "ip netns shows no $NETNS" || bad=1
+  none_left mounts "$mnts" "mount shows nothing under $STATE" || bad=1
   return "$bad"
 }
 
+none_left() { # none_left WHAT FOUND VERIFIED: warn that WHAT is left (status 1) when FOUND is not empty, else say VERIFIED
+  if [[ -n "$2" ]]; then
+    warn "$1 left: $2"
+    return 1
+  fi
+  say "verified: $3"
+}
+
 down() {
-  need_root
-  mkdir -p "$CACHE" "$LOCAL_CACHE"
-  exec 9>"$LOCAL_CACHE/.lifecycle.lock"
-  flock 9
+  lifecycle_start
   local t0="$EPOCHREALTIME" pidns="" cp
   if [[ -f "$PIDS/container" ]]; then read -r cp pidns <"$PIDS/container" || true; fi
   if ! is_up && ! has_leftovers; then

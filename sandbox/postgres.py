@@ -16,9 +16,10 @@ import contextlib
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 from pathlib import Path
+
+from tests.support.processes import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 STATE_SQL = ROOT / "scripts" / "state-db.sql"
@@ -39,12 +40,6 @@ def bin_dir() -> Path:
     if not found or not shutil.which("psql"):
         raise PostgresMissing("PostgreSQL's server binaries are not installed: run `make setup`")
     return found[-1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Cluster:

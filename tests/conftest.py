@@ -3,7 +3,6 @@ tests/support/."""
 
 from __future__ import annotations
 
-import copy
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,20 +10,24 @@ from typing import Any
 
 import pytest
 
-from models.loader import read_stack_file
 from tests.support import engine, sandbox_env
-from tests.support.paths import ROOT
+from tests.support.stacks import stack_values
 
 
 @pytest.fixture
 def prod_raw() -> dict[str, Any]:
     """The real Pulumi.prod.yaml values, namespace stripped, as a mutable copy."""
-    return copy.deepcopy(read_stack_file(ROOT / "Pulumi.prod.yaml"))
+    return stack_values("prod")
 
 
 @pytest.fixture
 def dev_raw() -> dict[str, Any]:
-    return copy.deepcopy(read_stack_file(ROOT / "Pulumi.dev.yaml"))
+    return stack_values("dev")
+
+
+@pytest.fixture
+def fleet_raw() -> dict[str, Any]:
+    return stack_values("fleet")
 
 
 @pytest.fixture(scope="session")

@@ -22,14 +22,13 @@ from scripts.api_client import client, tls_context
 from scripts.downtime_probe import DowntimeProbe
 from tests.support import engine, sandbox_env
 from tests.support.processes import run_captured
-from tests.support.sandbox_env import on_host
+from tests.support.sandbox_env import E2E_PORT, on_host
 from tests.support.sandbox_stack import SandboxStack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
 
 STACK = "access"
-PORT = 8001
-ENDPOINT = sandbox_env.api_url(PORT).replace("http://", "https://")
+ENDPOINT = sandbox_env.api_url(E2E_PORT).replace("http://", "https://")
 UNIT = "vllm-e2e-tiny-a.service"
 CA = sandbox_env.TLS_DIR / "ca.pem"
 # Throwaway keys of this test (the secret scan looks for them everywhere).
@@ -40,7 +39,7 @@ OWNER_FILES = "/etc/vllm-fleet/frontdoor"
 
 class Access(SandboxStack):
     def configure(self, keys: dict[str, str]) -> auto.Stack:
-        doc = yaml.safe_load(sandbox_env.e2e_stack_file("e2e-tiny-a", gpus=[3], port=PORT))
+        doc = yaml.safe_load(sandbox_env.e2e_stack_file("e2e-tiny-a", gpus=[3], port=E2E_PORT))
         config = doc["config"]
         config["vllm-fleet:deployments"][0].update(bindAddress="0.0.0.0", publicUrl=ENDPOINT)
         # The host itself, by its fabric address: the one place /metrics may be read from.
@@ -60,7 +59,7 @@ def access(sandbox: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 
 
 def status_of(path: str, key: str | None = None, method: str = "GET", scheme: str = "https") -> int:
-    url = sandbox_env.api_url(PORT).replace("http://", f"{scheme}://").removesuffix("/v1") + path
+    url = sandbox_env.api_url(E2E_PORT).replace("http://", f"{scheme}://").removesuffix("/v1") + path
     request = urllib.request.Request(url, method=method, data=b"{}" if method == "POST" else None)
     if key is not None:
         request.add_header("Authorization", f"Bearer {key}")
@@ -108,11 +107,11 @@ def test_metrics_only_from_listed_addresses(access: Access) -> None:
     # This machine reaches the host through its port forwarder, from 127.0.0.1: not listed.
     assert status_of("/metrics", KEY_A) == 403
     on_host(f"printf '%s' '{CA.read_text()}' > /tmp/access-ca.pem")
-    url = f"https://{sandbox_env.FABRIC_ADDRESS}:{PORT}/metrics"
+    url = f"https://{sandbox_env.FABRIC_ADDRESS}:{E2E_PORT}/metrics"
     listed = on_host(f"curl -s -o /dev/null -w '%{{http_code}}' --cacert /tmp/access-ca.pem {url}")
     assert listed == "200", listed
     loopback = on_host(
-        f"curl -s -o /dev/null -w '%{{http_code}}' --cacert /tmp/access-ca.pem https://127.0.0.1:{PORT}/metrics"
+        f"curl -s -o /dev/null -w '%{{http_code}}' --cacert /tmp/access-ca.pem https://127.0.0.1:{E2E_PORT}/metrics"
     )
     assert loopback == "403", loopback
 

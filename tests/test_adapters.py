@@ -35,7 +35,7 @@ from tests.support.sandbox_stack import SandboxStack
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
 
 STACK = "lora"
-PORT = 8001
+PORT = sandbox_env.E2E_PORT
 ENDPOINT = sandbox_env.api_url(PORT)
 SERVED = "lt-chat"
 MODELS = sandbox_env.tiny_models("lt", keep=True)

@@ -23,13 +23,12 @@ from pulumi import automation as auto
 
 from scripts.downtime_probe import DowntimeProbe
 from tests.support import engine, sandbox_env
-from tests.support.sandbox_env import on_host, serving_root, wait_serving
+from tests.support.sandbox_env import E2E_PORT, on_host, serving_root, wait_serving
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
 
 STACK = "brown"
-PORT = 8001
-ENDPOINT = f"http://127.0.0.1:{PORT + 10000}/v1"
+ENDPOINT = f"http://127.0.0.1:{E2E_PORT + 10000}/v1"
 SERVED = "brown"
 PYTHON = "/opt/vllm-env/bin/python3"
 LEGACY = "vllm-legacy.service"
@@ -40,7 +39,7 @@ Description=Kimi by hand (written before vllm-fleet)
 # Without nobind vLLM's CPU build pins its busy engine to core 0, where it starves everything pinned there.
 Environment=CUDA_VISIBLE_DEVICES=3 VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind VLLM_NO_USAGE_STATS=1 HF_HUB_OFFLINE=1 TMPDIR=/tmp/legacy
 ExecStartPre=/bin/mkdir -p /tmp/legacy
-ExecStart={PYTHON} -m vllm.entrypoints.openai.api_server --model /shared/legacy-a --served-model-name {SERVED} --host 127.0.0.1 --port {PORT} --enforce-eager --dtype float32 --max-model-len 256
+ExecStart={PYTHON} -m vllm.entrypoints.openai.api_server --model /shared/legacy-a --served-model-name {SERVED} --host 127.0.0.1 --port {E2E_PORT} --enforce-eager --dtype float32 --max-model-len 256
 [Install]
 WantedBy=multi-user.target
 """
@@ -73,7 +72,7 @@ class Brownfield:
             "brown-a": {"preset": "tiny-chat-a", "dir": "brown-a", "revision": "main", "keep": True},
             "brown-b": {"preset": "tiny-chat-b", "dir": "brown-b", "revision": "main", "keep": True},
         }
-        doc = yaml.safe_load(sandbox_env.e2e_stack_file(model, gpus=[3], port=PORT, extra_models=extra))
+        doc = yaml.safe_load(sandbox_env.e2e_stack_file(model, gpus=[3], port=E2E_PORT, extra_models=extra))
         doc["config"]["vllm-fleet:deployments"][0].update(servedModelName=SERVED, **deployment)
         # As on a server taken over by hand: its vLLM version is not pinned, so only the host's own vLLM
         # can judge the launch (a pinned version lets the config refuse removed flags already).
@@ -133,7 +132,7 @@ def test_preview_refuses_what_it_would_have_to_stop_unasked(brown: Brownfield) -
     with pytest.raises(auto.CommandError) as refused:
         brown.configure().preview()
     message = str(refused.value)
-    assert f"port {PORT}, its front door's port, is held by PID" in message
+    assert f"port {E2E_PORT}, its front door's port, is held by PID" in message
     assert f"of {LEGACY}, which this stack does not manage" in message
     assert f"add {LEGACY} to vllm-fleet:deployments[chat].replaces" in message
     assert f"GPU 3 is held by PID {brown.stray_pid} (VLLM::stray" in message

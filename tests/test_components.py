@@ -3,7 +3,6 @@ and the options every remote step carries."""
 
 from __future__ import annotations
 
-import copy
 import re
 from typing import Any
 
@@ -139,17 +138,17 @@ def changed(before: dict[str, Registered], after: dict[str, Registered]) -> dict
     return result
 
 
-def test_prod_swap_changes_only_the_deployment(prod: dict[str, Registered]) -> None:
-    raw = copy.deepcopy(read_stack_file(ROOT / "Pulumi.prod.yaml"))
-    raw["deployments"][0].update({"model": "minimax-m2.5", "gpus": [0, 1, 2, 3]})
-    swapped = run_program("prod", raw)
+def swap_updates(deployment: str) -> dict[str, str]:
+    """The steps a swap of `deployment` to another model updates: its unit, its serving step, and its report
+    (which holds the unit's digest, so it runs again after the swap)."""
+    return {f"{deployment}-report-run": "update", f"{deployment}-serving": "update", f"{deployment}-unit": "update"}
+
+
+def test_prod_swap_changes_only_the_deployment(prod: dict[str, Registered], prod_raw: dict[str, Any]) -> None:
+    prod_raw["deployments"][0].update({"model": "minimax-m2.5", "gpus": [0, 1, 2, 3]})
+    swapped = run_program("prod", prod_raw)
     # MiniMax is already on disk (keep: true) and Kimi stays kept: nothing to download or delete.
-    # The report step holds the unit's digest: it runs again after the swap.
-    assert changed(prod, swapped) == {
-        "primary-report-run": "update",
-        "primary-serving": "update",
-        "primary-unit": "update",
-    }
+    assert changed(prod, swapped) == swap_updates("primary")
     unit = swapped["primary-unit"].inputs["create"]
     assert (
         "ExecStart=/root/ml-env/bin/python3 -m vllm.entrypoints.openai.api_server --model /shared/minimax-m2.5" in unit
@@ -159,17 +158,14 @@ def test_prod_swap_changes_only_the_deployment(prod: dict[str, Registered]) -> N
     assert '"gpus": [\n  0,\n  1,\n  2,\n  3\n ]' in swapped["primary-serving"].inputs["create"]
 
 
-def test_swap_to_a_model_not_on_disk_adds_its_download() -> None:
-    raw: dict[str, Any] = copy.deepcopy(read_stack_file(ROOT / "Pulumi.dev.yaml"))
-    assert raw["models"]["tiny-chat-b"]["keep"] is False
-    before = run_program("dev", raw)
-    raw["deployments"][0]["model"] = "tiny-chat-b"
-    raw["models"]["tiny-chat-a"]["keep"] = False
-    after = run_program("dev", raw)
+def test_swap_to_a_model_not_on_disk_adds_its_download(dev_raw: dict[str, Any]) -> None:
+    assert dev_raw["models"]["tiny-chat-b"]["keep"] is False
+    before = run_program("dev", dev_raw)
+    dev_raw["deployments"][0]["model"] = "tiny-chat-b"
+    dev_raw["models"]["tiny-chat-a"]["keep"] = False
+    after = run_program("dev", dev_raw)
     assert changed(before, after) == {
-        "chat-report-run": "update",
-        "chat-serving": "update",
-        "chat-unit": "update",
+        **swap_updates("chat"),
         "shared-layout": "update",  # the kept list loses tiny-chat-a, so its removal deletes the files
         "shared-tiny-chat-a": "delete",  # no longer served nor kept: removed after the swap succeeds
         "shared-tiny-chat-a-files": "delete",
@@ -202,11 +198,6 @@ def test_dependency_order(prod: dict[str, Registered]) -> None:
 
 
 # ---- a fleet: rolling swaps, cordoned hosts ------------------------------------------------------------
-
-
-@pytest.fixture
-def fleet_raw() -> dict[str, Any]:
-    return copy.deepcopy(read_stack_file(ROOT / "Pulumi.fleet.yaml"))
 
 
 def test_rollout_group_swaps_one_host_after_the_other(fleet_raw: dict[str, Any]) -> None:

@@ -12,6 +12,7 @@ from models.loader import ConfigError, load_catalog, load_stack_file, parse_stac
 from render.launch import load_strategy_note, vllm_arguments
 from render.plan import swap_plan
 from tests.support.paths import ROOT
+from tests.support.stacks import error_of
 
 
 def test_real_stack_files_load() -> None:
@@ -45,12 +46,6 @@ def test_catalog_presets_all_validate(prod_raw: dict[str, Any]) -> None:
     assert config.models["minimax-m2.5-tp8-ep"].serving.expert_parallel is True
 
 
-def error_of(raw: dict[str, Any]) -> str:
-    with pytest.raises(ConfigError) as caught:
-        parse_stack_config(raw)
-    return str(caught.value)
-
-
 def test_tp_times_pp_must_equal_gpus(prod_raw: dict[str, Any]) -> None:
     prod_raw["deployments"][0]["gpus"] = [0, 1, 2, 3]
     message = error_of(prod_raw)
@@ -72,17 +67,20 @@ def test_gpu_index_must_exist_on_host(prod_raw: dict[str, Any]) -> None:
     assert "GPU 8 does not exist on host 'gpu-01', which has 8" in message
 
 
+def add_second_minimax(raw: dict[str, Any], port: int, unit_name: str | None = "vllm-minimax-m25-b") -> dict[str, Any]:
+    """The prod stack with two MiniMax deployments on gpu-01: the first moved to GPUs 0-3, a second one
+    added on GPUs 4-7 with `port` (and `unit_name`, when given); returns the second's entry."""
+    raw["deployments"][0].update({"model": "minimax-m2.5", "gpus": [0, 1, 2, 3]})
+    second: dict[str, Any] = {"name": "second", "host": "gpu-01", "model": "minimax-m2.5", "gpus": [4, 5, 6, 7]}
+    second["port"] = port
+    if unit_name is not None:
+        second["unitName"] = unit_name
+    raw["deployments"].append(second)
+    return second
+
+
 def test_deployments_share_no_gpu_and_no_port(prod_raw: dict[str, Any]) -> None:
-    prod_raw["deployments"][0].update({"model": "minimax-m2.5", "gpus": [0, 1, 2, 3]})
-    second = {
-        "name": "second",
-        "host": "gpu-01",
-        "model": "minimax-m2.5",
-        "gpus": [4, 5, 6, 7],
-        "port": 8001,
-        "unitName": "vllm-minimax-m25-b",
-    }
-    prod_raw["deployments"].append(second)
+    second = add_second_minimax(prod_raw, port=8001)
     parse_stack_config(prod_raw)  # disjoint GPUs and ports are fine
     second["gpus"] = [3, 4, 5, 6]
     assert "GPU 3 of host 'gpu-01' is already given to deployment 'primary'" in error_of(prod_raw)
@@ -92,10 +90,7 @@ def test_deployments_share_no_gpu_and_no_port(prod_raw: dict[str, Any]) -> None:
 
 
 def test_two_deployments_of_one_model_need_distinct_units(prod_raw: dict[str, Any]) -> None:
-    prod_raw["deployments"][0].update({"model": "minimax-m2.5", "gpus": [0, 1, 2, 3]})
-    prod_raw["deployments"].append(
-        {"name": "second", "host": "gpu-01", "model": "minimax-m2.5", "gpus": [4, 5, 6, 7], "port": 8001}
-    )
+    add_second_minimax(prod_raw, port=8001, unit_name=None)
     assert "vllm-fleet:deployments[1].unitName" in error_of(prod_raw)
 
 
@@ -313,17 +308,7 @@ def test_a_gpu_list_twice_the_engine_allows_blue_green(prod_raw: dict[str, Any])
 
 
 def test_engine_ports_are_claimed_like_the_front_door_port(prod_raw: dict[str, Any]) -> None:
-    prod_raw["deployments"][0].update({"model": "minimax-m2.5", "gpus": [0, 1, 2, 3]})
-    prod_raw["deployments"].append(
-        {
-            "name": "second",
-            "host": "gpu-01",
-            "model": "minimax-m2.5",
-            "gpus": [4, 5, 6, 7],
-            "port": 18000,  # the first deployment's default engine port (8000 + 10000)
-            "unitName": "vllm-minimax-m25-b",
-        }
-    )
+    add_second_minimax(prod_raw, port=18000)  # the first deployment's default engine port (8000 + 10000)
     message = error_of(prod_raw)
     assert "port 18000 of host 'gpu-01' is already used by deployment 'primary' (its port or backendPorts)" in message
     prod_raw["deployments"][1]["port"] = 50000
@@ -387,13 +372,6 @@ def test_a_staging_path_moves_the_load_and_stays_off_the_storage(prod_raw: dict[
 
 
 # ---- fleets: rollout groups, cordons, multi-node deployments ---------------------------------------
-
-
-@pytest.fixture
-def fleet_raw() -> dict[str, Any]:
-    from models.loader import read_stack_file
-
-    return read_stack_file(ROOT / "Pulumi.fleet.yaml")
 
 
 def test_rollout_group_has_one_max_unavailable(fleet_raw: dict[str, Any]) -> None:

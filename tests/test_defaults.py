@@ -3,41 +3,29 @@ and an error names the key the user wrote (the default's, when the value came fr
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
 import pytest
 
-from models.loader import ConfigError, parse_stack_config, read_stack_file
+from models.loader import parse_stack_config
 from scripts.fleet_stack import fleet_stack, fleet_values
-from tests.support.paths import ROOT
 from tests.support.pulumi_mocks import run_program
-from tests.support.stacks import factor_defaults
+from tests.support.stacks import error_of, factor_defaults, stack_values
 
 STACKS = ("dev", "prod", "fleet")
 
 
-def raw(name: str) -> dict[str, Any]:
-    return copy.deepcopy(read_stack_file(ROOT / f"Pulumi.{name}.yaml"))
-
-
-def error_of(values: dict[str, Any]) -> str:
-    with pytest.raises(ConfigError) as caught:
-        parse_stack_config(values)
-    return str(caught.value)
-
-
 @pytest.mark.parametrize("name", STACKS)
 def test_a_stack_written_with_defaults_is_the_same_stack(name: str) -> None:
-    factored = factor_defaults(raw(name))
+    factored = factor_defaults(stack_values(name))
     assert factored["defaults"], "every stack file repeats something to factor out"
-    assert parse_stack_config(factored) == parse_stack_config(raw(name))
+    assert parse_stack_config(factored) == parse_stack_config(stack_values(name))
 
 
 @pytest.mark.parametrize("name", STACKS)
 def test_a_stack_written_with_defaults_builds_the_same_resources(name: str) -> None:
-    explicit, factored = run_program(name, raw(name)), run_program(name, factor_defaults(raw(name)))
+    explicit, factored = run_program(name, stack_values(name)), run_program(name, factor_defaults(stack_values(name)))
     assert sorted(explicit) == sorted(factored)
     for resource, registered in explicit.items():
         assert factored[resource].inputs == registered.inputs, resource
@@ -56,7 +44,7 @@ def plain(value: Any) -> Any:
 
 
 def test_the_entry_wins_and_mappings_merge_key_by_key() -> None:
-    values = factor_defaults(raw("prod"))
+    values = factor_defaults(stack_values("prod"))
     values["hosts"] = [
         {"name": "gpu-01", "address": "10.40.0.11", "gpus": {"count": 16}},
         {"name": "gpu-02", "address": "10.40.0.12", "runtime": {"python": "/opt/vllm/bin/python3"}},

@@ -21,14 +21,13 @@ from pulumi import automation as auto
 
 from scripts.downtime_probe import DowntimeProbe
 from tests.support import sandbox_env
-from tests.support.sandbox_env import on_host
+from tests.support.sandbox_env import E2E_PORT, on_host
 from tests.support.sandbox_stack import SandboxStack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
 
 STACK = "downtime"
-PORT = 8001
-ENDPOINT = sandbox_env.api_url(PORT)
+ENDPOINT = sandbox_env.api_url(E2E_PORT)
 SERVED = "dt-chat"
 MODELS = sandbox_env.tiny_models("dt", keep=True)
 # A context longer than the tiny model allows: the host's vLLM parses the launch, then the engine
@@ -47,7 +46,7 @@ class Downtime(SandboxStack):
         self.phases: dict[str, dict[str, Any]] = {}
 
     def configure(self, model: str, **deployment: Any) -> auto.Stack:
-        doc = yaml.safe_load(sandbox_env.e2e_stack_file(model, gpus=[2, 3], port=PORT, extra_models=MODELS))
+        doc = yaml.safe_load(sandbox_env.e2e_stack_file(model, gpus=[2, 3], port=E2E_PORT, extra_models=MODELS))
         doc["config"]["vllm-fleet:deployments"][0].update(servedModelName=SERVED, **deployment)
         # Engines load from a copy on "host-local" disk that the swap makes before anything stops.
         doc["config"]["vllm-fleet:hosts"][0]["stagingPath"] = STAGING
@@ -114,7 +113,7 @@ def test_blue_green_swap_and_back_fail_no_request(downtime: Downtime) -> None:
     assert unit_on_gpu("vllm-dt-tiny-b.service").strip() == "3"
     assert there["requests"] > 50 and there["failed"] == 0, there
     # It serves from the staging copy, which the swap made; the old model's copy is gone.
-    assert f"{STAGING}/dt-tiny-b" in on_host(f"curl -s http://127.0.0.1:{PORT}/v1/models")
+    assert f"{STAGING}/dt-tiny-b" in on_host(f"curl -s http://127.0.0.1:{E2E_PORT}/v1/models")
     assert on_host(f"ls {STAGING}").split() == ["dt-tiny-b"]
     result, back = downtime.swap("blue_green_back", "dt-tiny-a")
     assert result is not None and result.summary.result == "succeeded", downtime.log()[-3000:]

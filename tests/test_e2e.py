@@ -19,7 +19,7 @@ from tests.support.sandbox_stack import SandboxStack
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
 
 STACK = "e2e"
-ENDPOINT = sandbox_env.api_url(8001)
+ENDPOINT = sandbox_env.api_url(sandbox_env.E2E_PORT)
 
 
 class E2E(SandboxStack):

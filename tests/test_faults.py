@@ -22,7 +22,7 @@ from tests.support.sandbox_stack import SandboxStack
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
 
 STACK = "faults"
-ENDPOINT = sandbox_env.api_url(8001)
+ENDPOINT = sandbox_env.api_url(sandbox_env.E2E_PORT)
 PYTHON = "/opt/vllm-env/bin/python3"
 MODEL_SYNC = f"{PYTHON} /usr/local/lib/vllm-fleet/model-sync"
 SHARD = "model-00002-of-00003.safetensors"
@@ -36,7 +36,7 @@ class Faults(SandboxStack):
         extra_models: dict[str, Any] | None = None,
         stack: str = STACK,
         gpus: list[int] | None = None,
-        port: int = 8001,
+        port: int = sandbox_env.E2E_PORT,
         storage: dict[str, Any] | None = None,
         overrides: dict[str, Any] | None = None,
     ) -> auto.Stack:
@@ -78,9 +78,7 @@ def test_download_survives_a_reset_connection(faults: Faults) -> None:
     file verifies, no partial file is left, and complete files are not fetched again."""
     on_host("rm -rf /shared/e2e-tiny-a")
     sandbox_env.mirror("/_mirror/reset-stats", "POST", {})
-    sandbox_env.mirror(
-        "/_mirror/faults",
-        "POST",
+    sandbox_env.add_fault(
         {
             "path_glob": f"*/tiny-chat-a/resolve/*/{SHARD}",
             "method": "GET",

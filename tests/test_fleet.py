@@ -19,13 +19,12 @@ from pulumi import automation as auto
 
 from scripts.downtime_probe import Answer, DowntimeProbe
 from tests.support import sandbox_env
-from tests.support.sandbox_env import on_host
+from tests.support.sandbox_env import E2E_PORT, on_host
 from tests.support.sandbox_stack import SandboxStack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
 
 STACK = "fleet-e2e"
-PORT = 8001
 SERVED = "fl-chat"
 HOSTS = ("fleet-1", "fleet-2")
 ENDPOINTS = {"fleet-1": "http://127.0.0.1:18101/v1", "fleet-2": "http://127.0.0.1:18201/v1"}
@@ -57,7 +56,7 @@ class Fleet(SandboxStack):
             deployment.update(
                 model=models[host],
                 gpus=[3],
-                port=PORT,
+                port=E2E_PORT,
                 servedModelName=SERVED,
                 publicUrl=ENDPOINTS[host],
                 **(per_host or {}).get(host, {}),
@@ -72,13 +71,19 @@ class Fleet(SandboxStack):
         except auto.CommandError:
             return None
 
+    def up_succeeds(self) -> auto.UpResult:
+        """An up that must succeed (the end of its output says why when it does not)."""
+        result = self.up()
+        assert result is not None and result.summary.result == "succeeded", self.log()[-3000:]
+        return result
+
     def log(self) -> str:
         return "\n".join(self.output)
 
 
 def serving_model(host: str) -> str:
     """The model directory the deployment's engine serves, as its /v1/models names its root."""
-    text = on_host(f"curl -s --max-time 5 http://127.0.0.1:{PORT}/v1/models", host=host, check=False)
+    text = on_host(f"curl -s --max-time 5 http://127.0.0.1:{E2E_PORT}/v1/models", host=host, check=False)
     for model in MODELS:
         if f"/{model}" in text:
             return model
@@ -116,8 +121,7 @@ def fleet_stack(fleet: int, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
 def test_deploy_to_two_hosts(fleet_stack: Fleet) -> None:
     fleet_stack.configure({h: "fl-tiny-a" for h in HOSTS})
-    result = fleet_stack.up()
-    assert result is not None and result.summary.result == "succeeded", fleet_stack.log()[-3000:]
+    result = fleet_stack.up_succeeds()
     outputs = result.outputs["deployments"].value
     assert {outputs[d]["endpoint"] for d in ("chat-1", "chat-2")} == set(ENDPOINTS.values())
     for host in HOSTS:
@@ -136,10 +140,9 @@ def test_deploy_to_two_hosts(fleet_stack: Fleet) -> None:
 def test_rolling_swap_keeps_one_host_answering(fleet_stack: Fleet) -> None:
     fleet_stack.configure({h: "fl-tiny-b" for h in HOSTS})
     start = time.monotonic()
-    result = fleet_stack.up()
+    fleet_stack.up_succeeds()
     time.sleep(1)
     end = time.monotonic()
-    assert result is not None and result.summary.result == "succeeded", fleet_stack.log()[-3000:]
     for host in HOSTS:
         assert serving_model(host) == "fl-tiny-b"
     windows = {
@@ -188,8 +191,7 @@ def test_failed_swap_stops_the_rollout(fleet_stack: Fleet) -> None:
 def test_cordoned_host_is_left_alone_while_the_other_converges(fleet_stack: Fleet) -> None:
     # Back to a state that serves on both, then take fleet-2 out of service and make it unreachable.
     fleet_stack.configure({h: "fl-tiny-b" for h in HOSTS})
-    result = fleet_stack.up()
-    assert result is not None and result.summary.result == "succeeded", fleet_stack.log()[-3000:]
+    fleet_stack.up_succeeds()
     pid_2 = main_pid("fleet-2", unit_of("fl-tiny-b"))
     sandbox_env.exec_on("fleet-2", "systemctl stop ssh.socket ssh.service")
     try:
@@ -199,8 +201,7 @@ def test_cordoned_host_is_left_alone_while_the_other_converges(fleet_stack: Flee
             fleet_stack.stack.preview()
         # The rest of the fleet converges; the cordoned host is not contacted.
         fleet_stack.configure({"fleet-1": "fl-tiny-a", "fleet-2": "fl-tiny-b"}, cordon=("fleet-2",))
-        result = fleet_stack.up()
-        assert result is not None and result.summary.result == "succeeded", fleet_stack.log()[-3000:]
+        fleet_stack.up_succeeds()
         assert "is cordoned: not contacted" in fleet_stack.log()
         assert serving_model("fleet-1") == "fl-tiny-a"
     finally:

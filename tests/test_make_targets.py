@@ -66,19 +66,21 @@ def test_preview_prod_runs_in_a_fresh_clone(clone: Path) -> None:
     assert [line for line in status.stdout.splitlines() if not line.endswith((".venv", ".tools"))] == []
 
 
-def test_status_of_a_stack_that_was_never_deployed_says_so(clone: Path) -> None:
+@pytest.mark.parametrize(
+    ("target", "says", "streams"),
+    [
+        ("status", "no deployments", ("stdout", "stderr")),
+        ("monitoring", "run `pulumi up` first", ("stdout",)),
+    ],
+)
+def test_a_target_on_a_stack_that_was_never_deployed_says_so(
+    clone: Path, target: str, says: str, streams: tuple[str, ...]
+) -> None:
     make(clone, "setup")
-    result = make(clone, "status")
+    result = make(clone, target)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
-    assert "no deployments" in (result.stdout + result.stderr)
-
-
-def test_monitoring_of_a_stack_that_was_never_deployed_says_so(clone: Path) -> None:
-    make(clone, "setup")
-    result = make(clone, "monitoring")
-    assert result.returncode == 2, result.stdout + result.stderr
-    assert "Traceback" not in result.stderr and "run `pulumi up` first" in result.stdout
+    assert says in "".join(getattr(result, stream) for stream in streams)
 
 
 @pytest.mark.parametrize("target", DEPLOYING)

@@ -15,15 +15,15 @@ import pytest
 import yaml
 
 from controller import status, survey
-from models.loader import ConfigError, parse_stack_config, read_stack_file
+from models.loader import ConfigError, parse_stack_config
 from models.monitoring import Monitoring
 from render import monitoring as render
 from render import report
 from render.units import render_unit
 from scripts.monitoring import promtool_check, write_files
-from tests.support.paths import ROOT
 from tests.support.processes import run_captured
 from tests.support.pulumi_mocks import run_program
+from tests.support.stacks import stack_values
 
 PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool: scripts/setup.sh installs prometheus")
@@ -78,14 +78,13 @@ def test_targets_with_tls_and_without_public_url(dev_raw: dict[str, Any]) -> Non
     assert group["targets"] == ["gpu-01.example:8443"] and group["labels"]["__metrics_path__"] == "/api/metrics"
 
 
-def test_targets_of_a_fleet_cordons_and_a_model_across_hosts() -> None:
-    raw = copy.deepcopy(read_stack_file(ROOT / "Pulumi.fleet.yaml"))
-    labels = labels_by_deployment(output_of("fleet", raw))
+def test_targets_of_a_fleet_cordons_and_a_model_across_hosts(fleet_raw: dict[str, Any]) -> None:
+    labels = labels_by_deployment(output_of("fleet", fleet_raw))
     assert set(labels) == {"chat-1", "chat-2", "across"}
     # One target for a model across hosts: its head, labelled with every node.
     assert labels["across"]["host"] == "fleet-1" and labels["across"]["nodes"] == "fleet-1,fleet-2"
-    raw["hosts"][1]["cordon"] = True
-    labels = labels_by_deployment(output_of("fleet", raw))
+    fleet_raw["hosts"][1]["cordon"] = True
+    labels = labels_by_deployment(output_of("fleet", fleet_raw))
     assert labels["chat-2"]["cordoned"] == "true" and labels["chat-1"]["cordoned"] == "false"
 
 
@@ -112,7 +111,7 @@ def test_durations() -> None:
 @needs_promtool
 @pytest.mark.parametrize("stack_file", ["dev", "prod", "fleet"])
 def test_every_file_passes_promtool_check(stack_file: str, tmp_path: Path) -> None:
-    raw = copy.deepcopy(read_stack_file(ROOT / f"Pulumi.{stack_file}.yaml"))
+    raw = stack_values(stack_file)
     paths = write_files(stack_file, output_of(stack_file, raw), tmp_path, ca_file=str(tmp_path / "ca.pem"))
     (tmp_path / "ca.pem").write_text("")
     assert promtool_check(paths) == []
@@ -151,6 +150,15 @@ def alert(name: str, summary: str, **labels: str) -> dict[str, Any]:
     }
 
 
+def quiet_then_fires(name: str, quiet_at: str, fires_at: str, summary: str, **labels: str) -> list[dict[str, Any]]:
+    """promtool's checks that alert `name` is not firing at `quiet_at` and fires at `fires_at`, saying
+    `summary` with `labels`."""
+    return [
+        {"eval_time": quiet_at, "alertname": name, "exp_alerts": []},
+        {"eval_time": fires_at, "alertname": name, "exp_alerts": [alert(name, summary, **labels)]},
+    ]
+
+
 def rule_tests() -> list[dict[str, Any]]:
     """Dev stack thresholds (the defaults): 5m down, 10m stuck, 16 waiting for 10m, 95% KV for 15m, 2m drift."""
     down_labels = {
@@ -169,20 +177,13 @@ def rule_tests() -> list[dict[str, Any]]:
                 {"series": f"up{{{SERVING}}}", "values": "1 1 0x10"},
                 {"series": f'up{{{TARGET}, model="x", cordoned="true"}}', "values": "0x12"},
             ],
-            "alert_rule_test": [
-                {"eval_time": "6m", "alertname": "VllmFleetDeploymentDown", "exp_alerts": []},
-                {
-                    "eval_time": "7m",
-                    "alertname": "VllmFleetDeploymentDown",
-                    "exp_alerts": [
-                        alert(
-                            "VllmFleetDeploymentDown",
-                            "chat (tiny-chat-a) on sandbox does not answer its /metrics for 5m",
-                            **down_labels,
-                        )
-                    ],
-                },
-            ],
+            "alert_rule_test": quiet_then_fires(
+                "VllmFleetDeploymentDown",
+                "6m",
+                "7m",
+                "chat (tiny-chat-a) on sandbox does not answer its /metrics for 5m",
+                **down_labels,
+            ),
         },
         {
             "name": "requests arrive, none succeeds: stuck for 10m; a success clears it",
@@ -201,18 +202,13 @@ def rule_tests() -> list[dict[str, Any]]:
             ],
             "alert_rule_test": [
                 # Arrivals and no success from the first minute on: pending at 1m, firing 10m later.
-                {"eval_time": "10m", "alertname": "VllmFleetNoSuccessfulRequests", "exp_alerts": []},
-                {
-                    "eval_time": "12m",
-                    "alertname": "VllmFleetNoSuccessfulRequests",
-                    "exp_alerts": [
-                        alert(
-                            "VllmFleetNoSuccessfulRequests",
-                            "chat on sandbox receives requests but none succeeded in 5m",
-                            severity="critical",
-                        )
-                    ],
-                },
+                *quiet_then_fires(
+                    "VllmFleetNoSuccessfulRequests",
+                    "10m",
+                    "12m",
+                    "chat on sandbox receives requests but none succeeded in 5m",
+                    severity="critical",
+                ),
                 {"eval_time": "27m", "alertname": "VllmFleetNoSuccessfulRequests", "exp_alerts": []},
             ],
         },
@@ -227,30 +223,20 @@ def rule_tests() -> list[dict[str, Any]]:
                 },
             ],
             "alert_rule_test": [
-                {"eval_time": "9m", "alertname": "VllmFleetRequestsWaiting", "exp_alerts": []},
-                {
-                    "eval_time": "10m",
-                    "alertname": "VllmFleetRequestsWaiting",
-                    "exp_alerts": [
-                        alert(
-                            "VllmFleetRequestsWaiting",
-                            "chat on sandbox has 20 requests waiting (more than 16)",
-                            severity="warning",
-                        )
-                    ],
-                },
-                {"eval_time": "14m", "alertname": "VllmFleetKvCacheNearlyFull", "exp_alerts": []},
-                {
-                    "eval_time": "15m",
-                    "alertname": "VllmFleetKvCacheNearlyFull",
-                    "exp_alerts": [
-                        alert(
-                            "VllmFleetKvCacheNearlyFull",
-                            "chat on sandbox uses 97% of its KV cache",
-                            severity="warning",
-                        )
-                    ],
-                },
+                *quiet_then_fires(
+                    "VllmFleetRequestsWaiting",
+                    "9m",
+                    "10m",
+                    "chat on sandbox has 20 requests waiting (more than 16)",
+                    severity="warning",
+                ),
+                *quiet_then_fires(
+                    "VllmFleetKvCacheNearlyFull",
+                    "14m",
+                    "15m",
+                    "chat on sandbox uses 97% of its KV cache",
+                    severity="warning",
+                ),
             ],
         },
         {

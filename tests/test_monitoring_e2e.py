@@ -29,14 +29,13 @@ from scripts.monitoring import promtool_check, write_files
 from tests.support import sandbox_env
 from tests.support.paths import ROOT
 from tests.support.processes import answers, free_port
-from tests.support.sandbox_env import on_host
+from tests.support.sandbox_env import E2E_PORT, on_host
 from tests.support.sandbox_stack import SandboxStack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
 
 STACK = "monitor"
-PORT = 8001
-ENDPOINT = sandbox_env.api_url(PORT).replace("http://", "https://")
+ENDPOINT = sandbox_env.api_url(E2E_PORT).replace("http://", "https://")
 CA = sandbox_env.TLS_DIR / "ca.pem"
 SCRAPE_SECONDS = 2
 # The stack's own thresholds, short enough to watch an alert fire (vllm-fleet:monitoring).
@@ -121,7 +120,7 @@ class Monitored(SandboxStack):
         self.figures: dict[str, float] = {}
 
     def configure(self, model: str) -> auto.Stack:
-        doc = yaml.safe_load(sandbox_env.e2e_stack_file(model, gpus=[2, 3], port=PORT))
+        doc = yaml.safe_load(sandbox_env.e2e_stack_file(model, gpus=[2, 3], port=E2E_PORT))
         config = doc["config"]
         # One name whichever model serves (as the dev stack does), and TLS at the front door.
         config["vllm-fleet:deployments"][0].update(publicUrl=ENDPOINT, servedModelName="chat")

@@ -15,13 +15,12 @@ from pulumi import automation as auto
 
 from scripts.downtime_probe import DowntimeProbe
 from tests.support import sandbox_env
-from tests.support.sandbox_env import on_host
+from tests.support.sandbox_env import E2E_PORT, on_host
 from tests.support.sandbox_stack import SandboxStack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
 
 STACK = "multinode-e2e"
-PORT = 8001
 ENDPOINT = "http://127.0.0.1:18101/v1"
 SERVED = "mn-chat"
 HEAD_UNIT = "vllm-mn.service"
@@ -33,7 +32,9 @@ class MultiNode(SandboxStack):
     def configure(self, model: str) -> auto.Stack:
         raw = sandbox_env.fleet_config(MODELS)
         (across,) = [d for d in raw["vllm-fleet:deployments"] if d["name"] == "across"]
-        across.update(model=model, gpus=[3], port=PORT, servedModelName=SERVED, unitName="vllm-mn", publicUrl=ENDPOINT)
+        across.update(
+            model=model, gpus=[3], port=E2E_PORT, servedModelName=SERVED, unitName="vllm-mn", publicUrl=ENDPOINT
+        )
         raw["vllm-fleet:deployments"] = [across]
         self.stack = self.select({"config": raw})
         return self.stack

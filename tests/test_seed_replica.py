@@ -31,14 +31,13 @@ from render.launch import engine_environment, vllm_arguments
 from scripts.downtime_probe import DowntimeProbe
 from tests.support import sandbox_env
 from tests.support.paths import ROOT
-from tests.support.sandbox_env import on_host, served_ids, wait_serving
+from tests.support.sandbox_env import E2E_PORT, on_host, served_ids, wait_serving
 from tests.support.sandbox_stack import SandboxStack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
 
 STACK = "seed"
-PORT = 8001
-ENDPOINT = sandbox_env.api_url(PORT)
+ENDPOINT = sandbox_env.api_url(E2E_PORT)
 MODEL_DIR = "/shared/seed-a"
 OLD_ID = MODEL_DIR  # what the seeds' clients send: the hand-made launch serves the model under its path
 SERVING = "vllm-seed-a.service"  # hand-made, running, and the managed unit's name of model seed-a
@@ -56,7 +55,9 @@ SHM_CLEANUP = "/bin/sh -c 'rm -f /dev/shm/psm_* /dev/shm/sem.mp-*'"
 
 
 def stack_doc(model: str = "seed-a", replaces: tuple[str, ...] = HAND_MADE) -> dict[str, Any]:
-    doc: dict[str, Any] = yaml.safe_load(sandbox_env.e2e_stack_file(model, gpus=[2, 3], port=PORT, extra_models=MODELS))
+    doc: dict[str, Any] = yaml.safe_load(
+        sandbox_env.e2e_stack_file(model, gpus=[2, 3], port=E2E_PORT, extra_models=MODELS)
+    )
     config = doc["config"]
     config["vllm-fleet:deployments"][0]["replaces"] = list(replaces)
     # As Pulumi.prod.yaml: the host's own vLLM decides, and the clients send no key.
@@ -100,7 +101,7 @@ def hand_made_units() -> dict[str, str]:
             skip = 1
             continue
         argv.append(word)
-    argv += ["--host", "127.0.0.1", "--port", str(PORT)]
+    argv += ["--host", "127.0.0.1", "--port", str(E2E_PORT)]
     env = {k: v for k, v in engine_environment(rd).items() if k not in MANAGED_ONLY}
     serving = by_hand(SERVING, MODEL_DIR, {**env, "CUDA_VISIBLE_DEVICES": "3", "TMPDIR": "/tmp/seed-a"}, argv)
     other = [a if a != MODEL_DIR else "/shared/glm-5" for a in argv]
@@ -201,7 +202,7 @@ def test_preview_refuses_a_waiting_hand_made_unit_it_is_not_told_to_take_over(se
         seed.stack(replaces=(SERVING, SPARE)).preview()
     message = " ".join(str(refused.value).split())
     assert (
-        f"{WAITING} is a hand-made vLLM unit, enabled but not running: the next boot starts it and it claims port {PORT}"
+        f"{WAITING} is a hand-made vLLM unit, enabled but not running: the next boot starts it and it claims port {E2E_PORT}"
         in message
     )
     assert f"add {WAITING} to vllm-fleet:deployments[chat].replaces" in message
@@ -217,7 +218,7 @@ def test_preview_names_each_hand_made_unit_and_adopts_the_one_that_serves(seed: 
     assert f"takes over {SPARE} (inactive, disabled)" in said
     assert f"takes over {SERVING}" not in said
     assert (
-        f"model ids clients can send on port {PORT}: today ['{OLD_ID}']; after this update ['{OLD_ID}'] "
+        f"model ids clients can send on port {E2E_PORT}: today ['{OLD_ID}']; after this update ['{OLD_ID}'] "
         f"(adopted in place); after its next swap ['seed-a', '{OLD_ID}']"
     ) in said
     assert f"the take-over of {SERVING} adopts it in place" in said and "expected downtime 0 s" in said

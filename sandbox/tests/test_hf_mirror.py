@@ -383,7 +383,7 @@ def test_new_revision_when_files_change(mirror: HFMirror, root: Path) -> None:
 def test_connection_closed_mid_file_is_resumed_with_range(mirror: HFMirror, root: Path, tmp_path: Path) -> None:
     sha = mirror.sha("acme/big")
     drop_at = CLIENT_CHUNK + 1_000_000
-    control(mirror, "POST", "/_mirror/faults", {"path_glob": "*/weights.bin", "drop_after_bytes": drop_at})
+    sandbox_env.add_fault({"path_glob": "*/weights.bin", "drop_after_bytes": drop_at}, url=mirror.url)
     path = hf_hub_download(
         "acme/big", "weights.bin", revision=sha, endpoint=mirror.url, local_dir=tmp_path / "o", cache_dir=tmp_path
     )
@@ -399,7 +399,7 @@ def test_connection_closed_mid_file_is_resumed_with_range(mirror: HFMirror, root
 
 
 def test_connection_closed_early_restarts_from_zero(mirror: HFMirror, root: Path, tmp_path: Path) -> None:
-    control(mirror, "POST", "/_mirror/faults", {"path_glob": "*/weights.bin", "drop_after_bytes": 1000})
+    sandbox_env.add_fault({"path_glob": "*/weights.bin", "drop_after_bytes": 1000}, url=mirror.url)
     path = hf_hub_download("acme/big", "weights.bin", endpoint=mirror.url, local_dir=tmp_path / "o", cache_dir=tmp_path)
     assert sha256_of(Path(path)) == sha256_of(root / "acme/big/weights.bin")
     ranges = [c[3] for c in calls(mirror) if c[0] == "GET"]
@@ -410,11 +410,8 @@ def test_client_does_not_retry_after_connection_reset(mirror: HFMirror, tmp_path
     # Worth knowing for the project's downloader: a TCP RST mid-body surfaces as httpx2.ReadError, which
     # huggingface_hub 2.4's http_get does not treat as retryable (it retries ConnectError, timeouts and
     # RemoteProtocolError only). Anything that wraps the client must retry such failures itself.
-    control(
-        mirror,
-        "POST",
-        "/_mirror/faults",
-        {"path_glob": "*/weights.bin", "drop_after_bytes": CLIENT_CHUNK + 1000, "drop_mode": "reset"},
+    sandbox_env.add_fault(
+        {"path_glob": "*/weights.bin", "drop_after_bytes": CLIENT_CHUNK + 1000, "drop_mode": "reset"}, url=mirror.url
     )
     with pytest.raises(httpx2.TransportError):
         hf_hub_download("acme/big", "weights.bin", endpoint=mirror.url, local_dir=tmp_path / "o", cache_dir=tmp_path)
@@ -424,7 +421,7 @@ def test_client_does_not_retry_after_connection_reset(mirror: HFMirror, tmp_path
 def test_corrupted_byte_is_not_caught_by_client_but_by_lfs_sha256(mirror: HFMirror, tmp_path: Path) -> None:
     # The client checks sizes, not hashes, on plain HTTP downloads: verifying against the listed sha256 is
     # the caller's job, and the mirror's metadata is what makes that possible.
-    control(mirror, "POST", "/_mirror/faults", {"path_glob": "*/weights.bin", "corrupt_at_byte": 5})
+    sandbox_env.add_fault({"path_glob": "*/weights.bin", "corrupt_at_byte": 5}, url=mirror.url)
     path = Path(
         hf_hub_download("acme/big", "weights.bin", endpoint=mirror.url, local_dir=tmp_path / "o", cache_dir=tmp_path)
     )
@@ -438,7 +435,7 @@ def test_corrupted_byte_is_not_caught_by_client_but_by_lfs_sha256(mirror: HFMirr
 
 
 def test_injected_status_and_fault_lifecycle(mirror: HFMirror) -> None:
-    added = control(mirror, "POST", "/_mirror/faults", {"path_glob": "/api/models/*", "status": 503, "times": 2})
+    added = sandbox_env.add_fault({"path_glob": "/api/models/*", "status": 503, "times": 2}, url=mirror.url)
     assert added[0]["times"] == 2
     api = HfApi(endpoint=mirror.url)
     conn = http.client.HTTPConnection(mirror.host, mirror.port, timeout=10)

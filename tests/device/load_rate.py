@@ -662,53 +662,49 @@ def main() -> int:
         cold_s / len(paths),
     )
 
-    def cold_single() -> dict[str, Any]:
+    def into_fresh_params(load: Callable[[dict[str, Any]], tuple[int, float]]) -> dict[str, Any]:
+        """One load (`load(params)` gives the bytes copied and the seconds) into parameters allocated for it,
+        freed afterwards; its size and rate."""
         torch = torch_mod()
         params = gpu_params(paths)
-        _, copied, seconds = lazy_load(paths, params)
+        copied, seconds = load(params)
         del params
         torch.cuda.empty_cache()
-        return {
-            "gb": round(copied / GB, 3),
-            "seconds": round(seconds, 3),
-            "gbps": rate(copied, seconds),
-            "resident_after": resident_fraction(paths),
-        }
+        return {"gb": round(copied / GB, 3), "seconds": round(seconds, 3), "gbps": rate(copied, seconds)}
+
+    def cold_single() -> dict[str, Any]:
+        result = into_fresh_params(lambda params: lazy_load(paths, params)[1:])
+        return result | {"resident_after": resident_fraction(paths)}
 
     step("cold_single", cold(cold_single), cold_s)
 
     def cold_direct() -> dict[str, Any]:
-        torch = torch_mod()
-        params = gpu_params(paths)
-        copied, seconds, reading = direct_load(paths, params)
-        del params
-        torch.cuda.empty_cache()
-        return {
-            "gb": round(copied / GB, 3),
-            "seconds": round(seconds, 3),
-            "gbps": rate(copied, seconds),
-            "read_seconds": round(reading, 3),
-            "resident_after": resident_fraction(paths),
-        }
+        reading = 0.0
+
+        def load(params: dict[str, Any]) -> tuple[int, float]:
+            nonlocal reading
+            copied, seconds, reading = direct_load(paths, params)
+            return copied, seconds
+
+        result = into_fresh_params(load)
+        return result | {"read_seconds": round(reading, 3), "resident_after": resident_fraction(paths)}
 
     step("direct_single", cold_direct, cold_s)
 
     def cold_prefetch() -> dict[str, Any]:
-        torch = torch_mod()
-        params = gpu_params(paths)
         reader = threading.Thread(target=prefetch_reader, args=(paths,), daemon=True)
-        start = time.perf_counter()
-        reader.start()
-        _, copied, seconds = lazy_load(paths, params)
-        reader.join()
-        del params
-        torch.cuda.empty_cache()
-        return {
-            "gb": round(copied / GB, 3),
-            "seconds": round(seconds, 3),
-            "gbps": rate(copied, seconds),
-            "reader_done_s": round(time.perf_counter() - start, 3),
-        }
+        start = 0.0
+
+        def load(params: dict[str, Any]) -> tuple[int, float]:
+            nonlocal start
+            start = time.perf_counter()
+            reader.start()
+            _, copied, seconds = lazy_load(paths, params)
+            reader.join()
+            return copied, seconds
+
+        result = into_fresh_params(load)
+        return result | {"reader_done_s": round(time.perf_counter() - start, 3)}
 
     step("cold_single_prefetch", cold(cold_prefetch), cold_s)
     step("cold_tp8", cold(lambda: multi_load(paths, 8, "tp", checkpoint_bytes)), cold_s + 30)

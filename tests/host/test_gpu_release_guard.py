@@ -129,33 +129,51 @@ def test_stops_a_stray_holder_then_reports_release() -> None:
     assert "max 0 MiB" in result.message
 
 
-def test_refuses_to_kill_another_running_deployment() -> None:
+def must_not_stop(why: str) -> Callable[..., list[int]]:
+    def stop(*_args: object) -> list[int]:
+        pytest.fail(why)
+
+    return stop
+
+
+@pytest.mark.parametrize(
+    ("holder_gpu", "timeout", "options", "says"),
+    [
+        pytest.param(
+            0,
+            30,
+            {
+                "unit": "vllm-other.service",
+                "gpus": {0},
+                "running": True,
+                "stop": must_not_stop("must not stop another deployment"),
+            },
+            "PID 425 (python3, 21090 MiB) of running unit vllm-other.service",
+            id="refuses-to-kill-another-running-deployment",
+        ),
+        pytest.param(
+            # nvidia-smi's gpu_uuid puts the holder on GPU 3, not the GPU 0 we wait for.
+            3,
+            0.2,
+            {"gpus": {3}, "stop": must_not_stop("process is on another GPU")},
+            "GPU 0 still holds 21099 MiB (threshold 1000 MiB)",
+            id="ignores-holders-on-other-gpus-and-times-out",
+        ),
+        pytest.param(
+            0,
+            0.3,
+            {"stop": lambda pids, g, log: pids, "settle": 0.0},
+            "could not stop PIDs [425]",
+            id="reports-pids-it-could-not-stop",
+        ),
+    ],
+)
+def test_the_guard_gives_up_and_says_why(holder_gpu: int, timeout: float, options: dict[str, Any], says: str) -> None:
     smi = ReplayedSmi()
-    result = guard_gpu_0(
-        smi,
-        30,
-        unit="vllm-other.service",
-        gpus={0},
-        running=True,
-        stop=lambda *a: pytest.fail("must not stop another deployment"),
-    )
+    smi.holder_index = holder_gpu
+    result = guard_gpu_0(smi, timeout, **options)
     assert not result.released
-    assert "PID 425 (python3, 21090 MiB) of running unit vllm-other.service" in result.message
-
-
-def test_ignores_holders_on_other_gpus_and_times_out_with_pids() -> None:
-    smi = ReplayedSmi()
-    smi.holder_index = 3  # nvidia-smi's gpu_uuid puts the holder on GPU 3, not the GPU 0 we wait for
-    result = guard_gpu_0(smi, 0.2, gpus={3}, stop=lambda *a: pytest.fail("process is on another GPU"))
-    assert not result.released
-    assert "GPU 0 still holds 21099 MiB (threshold 1000 MiB)" in result.message
-
-
-def test_reports_pids_it_could_not_stop() -> None:
-    smi = ReplayedSmi()
-    result = guard_gpu_0(smi, 0.3, stop=lambda pids, g, log: pids, settle=0.0)
-    assert not result.released
-    assert "could not stop PIDs [425]" in result.message
+    assert says in result.message
 
 
 def test_missing_gpu_is_an_error() -> None:

@@ -59,12 +59,26 @@ def hasher_for(tmp_path: Path) -> Iterator[Any]:
         hasher.stop()
 
 
-def test_a_file_the_client_finished_is_hashed_while_it_runs(tmp_path: Path, hasher_for: Any) -> None:
-    data = os.urandom(3 << 20)
-    remote = remote_for("model.safetensors", data)
+def hashed_while_running(
+    tmp_path: Path, hasher_for: Any, written: bytes, wanted: bytes | None = None
+) -> tuple[RemoteFile, Hasher]:
+    """model.safetensors, listed with the hash of `wanted` (default: `written`), once the client wrote it as
+    `written` and the hasher hashed that while the client runs."""
+    remote = remote_for("model.safetensors", written if wanted is None else wanted)
     hasher = hasher_for(remote)
-    client_writes(tmp_path, remote.path, data)
+    client_writes(tmp_path, remote.path, written)
     wait_until(lambda: remote.path in hasher.results)
+    return remote, hasher
+
+
+def stop_watching(hasher: Hasher) -> None:
+    """End the hasher's watcher: from now on only `finish` can notice a change."""
+    hasher.stopping.set()
+    hasher.watcher.join()
+
+
+def test_a_file_the_client_finished_is_hashed_while_it_runs(tmp_path: Path, hasher_for: Any) -> None:
+    remote, hasher = hashed_while_running(tmp_path, hasher_for, os.urandom(3 << 20))
     found = hasher.finish()
     assert found[remote.path][1] == remote.sha256
     assert found[remote.path][0] == model_files.stat_entry(tmp_path / remote.path)
@@ -114,12 +128,8 @@ def test_metadata_of_another_commit_or_older_than_the_file_is_not_done(tmp_path:
 
 def test_a_file_replaced_after_its_hash_is_hashed_again(tmp_path: Path, hasher_for: Any) -> None:
     old, new = os.urandom(1 << 20), os.urandom(1 << 20)
-    remote = remote_for("model.safetensors", new)
-    hasher = hasher_for(remote)
-    client_writes(tmp_path, remote.path, old)
-    wait_until(lambda: remote.path in hasher.results)
-    hasher.stopping.set()  # no watcher now: only `finish` can notice the replacement
-    hasher.watcher.join()
+    remote, hasher = hashed_while_running(tmp_path, hasher_for, old, wanted=new)
+    stop_watching(hasher)
     client_writes(tmp_path, remote.path, new)
     assert hasher.finish()[remote.path][1] == remote.sha256
     assert hasher.early == 0
@@ -127,12 +137,8 @@ def test_a_file_replaced_after_its_hash_is_hashed_again(tmp_path: Path, hasher_f
 
 def test_a_file_changed_in_place_after_its_hash_is_hashed_again(tmp_path: Path, hasher_for: Any) -> None:
     data = os.urandom(1 << 20)
-    remote = remote_for("model.safetensors", data)
-    hasher = hasher_for(remote)
-    client_writes(tmp_path, remote.path, data)
-    wait_until(lambda: remote.path in hasher.results)
-    hasher.stopping.set()
-    hasher.watcher.join()
+    remote, hasher = hashed_while_running(tmp_path, hasher_for, data)
+    stop_watching(hasher)
     with (tmp_path / remote.path).open("r+b") as handle:  # same size, one byte flipped
         handle.seek(5000)
         handle.write(bytes([data[5000] ^ 1]))
@@ -211,19 +217,45 @@ def sync(directory: Path) -> int:
     return model_sync.main(["sync", "--repo", REPO, "--revision", "main", "--dir", str(directory)])
 
 
+def synced(directory: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """What a sync into `directory` printed; it must succeed."""
+    assert sync(directory) == 0
+    return capsys.readouterr().out
+
+
+def on_dir(command: str, directory: Path) -> int:
+    """model-sync's `check` or `verify` of `directory`: its exit status."""
+    return model_sync.main([command, "--dir", str(directory)])
+
+
+def shard_fault(mirror: HFMirror, shard: str, **fault: Any) -> None:
+    """Make the mirror misbehave on the downloads of `shard` (the fields of sandbox/hf_mirror.py's Fault)."""
+    sandbox_env.add_fault({"path_glob": f"*/resolve/*/{shard}", **fault}, url=mirror.url)
+
+
+def complete_manifest(directory: Path) -> dict[str, Any]:
+    """The manifest a sync left in `directory`, which must say the download is complete."""
+    manifest = model_files.read_manifest(directory)
+    assert manifest is not None and manifest["complete"] is True
+    return manifest
+
+
+@pytest.fixture
+def directory(tmp_path: Path) -> Path:
+    """Where the test syncs the model to."""
+    return tmp_path / "model"
+
+
 def test_sync_hashes_while_downloading_and_records_the_manifest(
-    mirror: HFMirror, client_env: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    mirror: HFMirror, client_env: None, directory: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # The last shard's answer is held back: the others are in place meanwhile, and are hashed then.
-    control(mirror, "POST", "/_mirror/faults", {"path_glob": f"*/resolve/*/{SHARDS[-1]}", "delay_s": 2.0})
-    directory = tmp_path / "model"
-    assert sync(directory) == 0
-    out = capsys.readouterr().out
+    shard_fault(mirror, SHARDS[-1], delay_s=2.0)
+    out = synced(directory, capsys)
     hashed_early = int(out.split("hashed 5 file(s), ")[1].split(" of them")[0])
     assert hashed_early >= len(SHARDS) - 1, out
     assert f"{REPO}@{mirror.sha(REPO)} complete and verified: 5 files" in out
-    manifest = model_files.read_manifest(directory)
-    assert manifest is not None and manifest["complete"] is True
+    manifest = complete_manifest(directory)
     for rel, entry in manifest["files"].items():
         data = (directory / rel).read_bytes()
         if rel.endswith(".safetensors"):
@@ -231,31 +263,22 @@ def test_sync_hashes_while_downloading_and_records_the_manifest(
         else:
             assert entry["hash"] == hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
         assert {k: entry[k] for k in ("size", "mtime_ns")} == model_files.stat_entry(directory / rel)
-    assert model_sync.main(["check", "--dir", str(directory)]) == 0
-    assert model_sync.main(["verify", "--dir", str(directory)]) == 0
+    assert on_dir("check", directory) == 0
+    assert on_dir("verify", directory) == 0
 
 
 def test_a_file_corrupted_in_transit_is_caught_and_fetched_again(
-    mirror: HFMirror, client_env: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    mirror: HFMirror, client_env: None, directory: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    control(mirror, "POST", "/_mirror/faults", {"path_glob": f"*/resolve/*/{SHARDS[1]}", "corrupt_at_byte": 12345})
-    directory = tmp_path / "model"
-    assert sync(directory) == 0
-    out = capsys.readouterr().out
+    shard_fault(mirror, SHARDS[1], corrupt_at_byte=12345)
+    out = synced(directory, capsys)
     assert f"attempt 1: 1 file(s) failed verification and were removed: {SHARDS[1]}" in out
-    manifest = model_files.read_manifest(directory)
-    assert manifest is not None and manifest["complete"] is True and len(manifest["files"]) == 5
-    assert model_sync.main(["verify", "--dir", str(directory)]) == 0
+    assert len(complete_manifest(directory)["files"]) == 5
+    assert on_dir("verify", directory) == 0
 
 
-def test_a_file_corrupted_on_every_fetch_fails_the_sync(mirror: HFMirror, client_env: None, tmp_path: Path) -> None:
-    control(
-        mirror,
-        "POST",
-        "/_mirror/faults",
-        {"path_glob": f"*/resolve/*/{SHARDS[2]}", "corrupt_at_byte": 7, "times": None},
-    )
-    directory = tmp_path / "model"
+def test_a_file_corrupted_on_every_fetch_fails_the_sync(mirror: HFMirror, client_env: None, directory: Path) -> None:
+    shard_fault(mirror, SHARDS[2], corrupt_at_byte=7, times=None)
     with pytest.raises(SystemExit, match=f"still fail verification after a second download: {SHARDS[2]}"):
         sync(directory)
     assert not (directory / SHARDS[2]).exists()
@@ -264,21 +287,20 @@ def test_a_file_corrupted_on_every_fetch_fails_the_sync(mirror: HFMirror, client
 
 
 def test_verify_repair_refetches_only_the_bad_file(
-    mirror: HFMirror, client_env: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    mirror: HFMirror, client_env: None, directory: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    directory = tmp_path / "model"
     assert sync(directory) == 0
     target = directory / SHARDS[0]
     data = bytearray(target.read_bytes())
     data[100] ^= 1
     target.write_bytes(bytes(data))
-    assert model_sync.main(["check", "--dir", str(directory)]) == 1
+    assert on_dir("check", directory) == 1
     capsys.readouterr()
     args = argparse.Namespace(dir=str(directory), repair=True, progress_every=10.0)
     assert model_sync.verify(args) == 0
     out = capsys.readouterr().out
     assert "hashed 1 file(s)" in out
-    assert model_sync.main(["verify", "--dir", str(directory)]) == 0
+    assert on_dir("verify", directory) == 0
 
 
 def test_stop_ends_the_threads_without_hashing_what_is_queued(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -351,7 +373,7 @@ def test_an_hf_that_is_no_python_script_is_run_as_it_is(
     monkeypatch.setattr(hf_download, "hf_cli", lambda: str(wrapper))
     assert sync(tmp_path / "model") == 0
     assert started == [None]
-    assert model_sync.main(["verify", "--dir", str(tmp_path / "model")]) == 0
+    assert on_dir("verify", tmp_path / "model") == 0
 
 
 def test_repo_files_come_from_one_request_and_match_the_tree(mirror: HFMirror, client_env: None) -> None:

@@ -41,6 +41,11 @@ def test_stops_only_after_the_engine_joined_and_then_lost_the_head() -> None:
     assert watch.observe(False, 123)
 
 
+def node_watch_command(engine: str, *options: str) -> list[str]:
+    """node-watch run as the host runs it, with `options`, watching a Python engine that runs `engine`."""
+    return [sys.executable, str(ROOT / "host" / "node_watch.py"), *options, "--", sys.executable, "-c", engine]
+
+
 def test_a_real_engine_stand_in_is_stopped_when_its_head_closes_the_connection() -> None:
     head = socket.create_server(("127.0.0.1", 0))
     port = head.getsockname()[1]
@@ -50,20 +55,7 @@ def test_a_real_engine_stand_in_is_stopped_when_its_head_closes_the_connection()
         f"s = socket.create_connection(('127.0.0.1', {port})); time.sleep(600)"
     )
     watcher = subprocess.Popen(
-        [
-            sys.executable,
-            str(ROOT / "host" / "node_watch.py"),
-            "--head",
-            "127.0.0.1",
-            "--grace",
-            "1",
-            "--poll",
-            "0.2",
-            "--",
-            sys.executable,
-            "-c",
-            engine,
-        ],
+        node_watch_command(engine, "--head", "127.0.0.1", "--grace", "1", "--poll", "0.2"),
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -82,18 +74,7 @@ def test_a_real_engine_stand_in_is_stopped_when_its_head_closes_the_connection()
 
 def test_an_engine_that_exits_ends_the_watch_with_its_status() -> None:
     result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "host" / "node_watch.py"),
-            "--head",
-            "10.0.0.1",
-            "--poll",
-            "0.1",
-            "--",
-            sys.executable,
-            "-c",
-            "raise SystemExit(3)",
-        ],
+        node_watch_command("raise SystemExit(3)", "--head", "10.0.0.1", "--poll", "0.1"),
         timeout=30,
         check=False,
     )

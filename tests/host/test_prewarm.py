@@ -35,6 +35,11 @@ def quiet() -> page_cache.Reading:
     return page_cache.Reading(10, lambda _m: None, Clock())
 
 
+def shared_and_local(tmp_path: Path) -> tuple[Path, Path]:
+    """A model on the shared storage, and where its copy on the host's own disk goes."""
+    return make_model(tmp_path / "shared" / "m"), tmp_path / "local" / "m"
+
+
 # A small model: two shards, an index, a config, a tokenizer in a subfolder; sizes not multiples of a chunk.
 MODEL = {
     "model-00001-of-00002.safetensors": 3000,
@@ -241,8 +246,7 @@ def test_cache_fails_on_a_wrong_directory(tmp_path: Path) -> None:
 
 
 def test_copy_writes_a_copy_that_model_sync_check_accepts(tmp_path: Path) -> None:
-    source = make_model(tmp_path / "shared" / "m")
-    target = tmp_path / "local" / "m"
+    source, target = shared_and_local(tmp_path)
     lines: list[str] = []
     plan = prewarm.copy(source, target, 8 * GIB, page_cache.Reading(10, lines.append, Clock()), lambda _p: 100 * GIB)
     assert [x.rel for x in plan.files][-1] == ".vllm-fleet/manifest.json"
@@ -258,8 +262,7 @@ def test_copy_writes_a_copy_that_model_sync_check_accepts(tmp_path: Path) -> Non
 
 
 def test_copy_again_skips_what_is_there_and_redoes_what_changed(tmp_path: Path) -> None:
-    source = make_model(tmp_path / "shared" / "m")
-    target = tmp_path / "local" / "m"
+    source, target = shared_and_local(tmp_path)
     prewarm.copy(source, target, 0, quiet(), lambda _p: 100 * GIB)
     inode = (target / "model-00001-of-00002.safetensors").stat().st_ino
     lines: list[str] = []
@@ -278,8 +281,7 @@ def test_copy_again_skips_what_is_there_and_redoes_what_changed(tmp_path: Path) 
 
 
 def test_copy_refuses_when_the_disk_is_short_and_writes_nothing(tmp_path: Path) -> None:
-    source = make_model(tmp_path / "shared" / "m")
-    target = tmp_path / "local" / "m"
+    source, target = shared_and_local(tmp_path)
     asked: list[Path] = []
     need = sum(MODEL.values()) + (source / ".vllm-fleet" / "manifest.json").stat().st_size
 

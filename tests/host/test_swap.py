@@ -10,6 +10,7 @@ import urllib.error
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -105,6 +106,22 @@ class RecordingSystemd(systemd.SystemdHost):
         return [c[1] for c in self.calls if c[0] == "systemctl" and c[-1] == unit]
 
 
+def chat_plan(**fields: Any) -> contract.Plan:
+    """A plan of deployment `chat`: vllm-new.service serving /shared/m on port 8000 through engines on
+    18000 and 28000, with `fields` besides (and instead)."""
+    chat: dict[str, Any] = {
+        "deployment": "chat",
+        "unit_name": "vllm-new.service",
+        "unit_stem": "vllm-new",
+        "served_name": "chat",
+        "port": 8000,
+        "model_dir": "/shared/m",
+        "unit_sha256": "0" * 64,
+        "backend_ports": (18000, 28000),
+    }
+    return contract.Plan(**{**chat, **fields})
+
+
 class World:
     def __init__(self, tmp: Path, model_ok: bool = True) -> None:
         self.root = tmp
@@ -135,24 +152,18 @@ class World:
         stem = unit.removesuffix(".service")
         (state_dir / "staged" / unit).write_text(f"{contract.MANAGED_MARK}: {unit}\n[Service]\n")
         (state_dir / "staged" / f"{stem}.env").write_text("HF_TOKEN=x\n")
-        return contract.Plan(
+        return chat_plan(
             stack="dev",
-            deployment="chat",
             state_dir=str(state_dir),
             unit_name=unit,
             unit_stem=stem,
-            served_name="chat",
-            port=8000,
             gpus=gpus,
-            model_dir="/shared/m",
             python=sys.executable,
             tools_dir=str(self.tools),
             ready_timeout=5,
-            unit_sha256="0" * 64,
             replaces=replaces,
             report_every=1000,
             gpus_needed=1,
-            backend_ports=(18000, 28000),
             swap_mode=swap_mode,
             drain_seconds=5,
         )
@@ -160,6 +171,20 @@ class World:
     def hand_made(self, unit: str, running: bool = True, enabled: bool = True) -> None:
         (self.unit_dir / unit).write_text(f"[Service]\nExecStart=/usr/bin/true # {unit} by hand\n")
         self.systemd.units[unit] = FakeUnit(state="active" if running else "inactive", enabled=enabled)
+
+    def plan_file(self, plan: contract.Plan) -> Path:
+        """`plan` written to a file, as the activation step writes it for `swap start`."""
+        path = self.root / "plan.json"
+        path.write_text(plan.to_json())
+        return path
+
+    def fails_to_start(self, unit: str = "vllm-new.service") -> None:
+        self.systemd.units[unit] = FakeUnit(outcome="failed")
+
+    @property
+    def site(self) -> Path:
+        """The deployment's site in the front door."""
+        return self.front_door_dir / "sites" / "dev.chat.conf"
 
     def run(self, plan: contract.Plan) -> contract.Result:
         # What host/survey.py would report on this host, as the transaction reads it.
@@ -191,7 +216,7 @@ def test_first_deploy_installs_starts_and_claims(tmp_path: Path) -> None:
     placement = (world.env_dir / "vllm-new.placement.env").read_text()
     assert "CUDA_VISIBLE_DEVICES=0\n" in placement and "VLLM_FLEET_BACKEND_PORT=18000\n" in placement
     # The front door passes the deployment's port to the new engine, and was checked through it.
-    site = (world.front_door_dir / "sites" / "dev.chat.conf").read_text()
+    site = world.site.read_text()
     assert "listen 127.0.0.1:8000;" in site and "proxy_pass http://127.0.0.1:18000;" in site
     assert world.systemd.units[contract.FRONT_DOOR_UNIT].state == "active"
 
@@ -227,17 +252,23 @@ def test_adopts_named_hand_made_units_and_leaves_others(tmp_path: Path) -> None:
     assert world.run(world.plan(unit="vllm-next.service", replaces=plan.replaces)).status == "succeeded"
     assert json.loads((adopted / "vllm-glm5.service.was").read_text())["enabled"] is True
     # The old model stops only after the new unit is installed, and before the new one starts.
-    order = [(c[1], c[-1]) for c in world.systemd.calls if c[0] == "systemctl"]
+    order = systemctl_order(world)
     assert order.index(("stop", "vllm-kimi-k25-int4.service")) < order.index(("start", "vllm-new.service"))
+
+
+def failed_start_replacing(world: World, old: str, **old_unit: Any) -> contract.Result:
+    """A swap from the hand-made unit `old` (running, its FakeUnit's fields set from `old_unit`) to
+    vllm-new, which fails to start."""
+    world.hand_made(old)
+    for name, value in old_unit.items():
+        setattr(world.systemd.units[old], name, value)
+    world.fails_to_start()
+    return world.run(world.plan(replaces=(old,)))
 
 
 def test_failed_start_puts_every_old_unit_back_with_its_own_timeout(tmp_path: Path) -> None:
     world = World(tmp_path)
-    world.hand_made("vllm-kimi-k25-int4.service")
-    world.systemd.units["vllm-kimi-k25-int4.service"].start_timeout = "1h 4min 42s"
-    world.systemd.units["vllm-new.service"] = FakeUnit(outcome="failed")
-    plan = world.plan(replaces=("vllm-kimi-k25-int4.service",))
-    result = world.run(plan)
+    result = failed_start_replacing(world, "vllm-kimi-k25-int4.service", start_timeout="1h 4min 42s")
     assert result.status == "rolled-back"
     assert "rolled back: vllm-kimi-k25-int4.service serves again" in result.message
     assert "vllm-new.service: last words" in result.message
@@ -250,10 +281,7 @@ def test_failed_start_puts_every_old_unit_back_with_its_own_timeout(tmp_path: Pa
 
 def test_rollback_that_fails_too_says_so(tmp_path: Path) -> None:
     world = World(tmp_path)
-    world.hand_made("vllm-old.service")
-    world.systemd.units["vllm-old.service"].outcome = "failed"
-    world.systemd.units["vllm-new.service"] = FakeUnit(outcome="failed")
-    result = world.run(world.plan(replaces=("vllm-old.service",)))
+    result = failed_start_replacing(world, "vllm-old.service", outcome="failed")
     assert result.status == "rollback-failed" and "ROLLBACK FAILED" in result.message
 
 
@@ -360,8 +388,7 @@ class TransactionStillRunning(RecordingSystemd):
 def test_a_second_up_attaches_to_the_running_transaction(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     world = World(tmp_path)
     plan = world.plan()
-    plan_file = tmp_path / "plan.json"
-    plan_file.write_text(json.dumps({**plan.__dict__, "gpus": list(plan.gpus), "replaces": list(plan.replaces)}))
+    plan_file = world.plan_file(plan)
     host = TransactionStillRunning(world.unit_dir)
     # The running transaction finishes and writes its result for this very plan.
     swap.result_path(plan).write_text(json.dumps({"status": "succeeded", "message": "ok", "plan_digest": plan.digest}))
@@ -373,8 +400,7 @@ def test_a_second_up_attaches_to_the_running_transaction(tmp_path: Path, capsys:
 def test_start_runs_the_transaction_in_a_transient_unit(tmp_path: Path) -> None:
     world = World(tmp_path)
     plan = world.plan()
-    plan_file = tmp_path / "plan.json"
-    plan_file.write_text(json.dumps({**plan.__dict__, "gpus": list(plan.gpus), "replaces": list(plan.replaces)}))
+    plan_file = world.plan_file(plan)
     host = world.systemd  # nothing running: the unit is started, then found gone with no result
     assert swap.start(str(plan_file), host, poll=0) == 1
     (run,) = [c for c in host.calls if c[0] == "systemd-run"]
@@ -396,6 +422,19 @@ def systemctl_order(world: World) -> list[tuple[str, str]]:
     return [(c[1], c[-1]) for c in world.systemd.calls if c[0] == "systemctl"]
 
 
+def failed_swap(world: World, swap_mode: str = "auto") -> contract.Result:
+    """From vllm-a serving, a swap to vllm-b, which fails to start: rolled back, vllm-a serves, and the
+    front door's site is as it was."""
+    deployed(world)
+    site_before = world.site.read_text()
+    world.fails_to_start("vllm-b.service")
+    result = world.run(world.plan(unit="vllm-b.service", gpus=(0, 1), swap_mode=swap_mode))
+    assert result.status == "rolled-back", result.message
+    assert world.site.read_text() == site_before
+    assert world.systemd.units["vllm-a.service"].state == "active"
+    return result
+
+
 def test_blue_green_starts_the_new_engine_beside_the_old_and_switches_before_the_stop(tmp_path: Path) -> None:
     world = World(tmp_path)
     deployed(world)
@@ -415,7 +454,7 @@ def test_blue_green_starts_the_new_engine_beside_the_old_and_switches_before_the
     # New engine started and ready, front door reloaded onto it, only then the old one stopped.
     assert order.index(("start", "vllm-b.service")) < order.index(("reload", contract.FRONT_DOOR_UNIT))
     assert order.index(("reload", contract.FRONT_DOOR_UNIT)) < order.index(("stop", "vllm-a.service"))
-    assert "proxy_pass http://127.0.0.1:28000;" in (world.front_door_dir / "sites" / "dev.chat.conf").read_text()
+    assert "proxy_pass http://127.0.0.1:28000;" in world.site.read_text()
     assert not (world.unit_dir / "vllm-a.service").exists() and not (world.env_dir / "vllm-a.placement.env").exists()
     assert world.systemd.units["vllm-b.service"].enabled and not world.systemd.units["vllm-a.service"].enabled
     assert result.timings["blue_green"] == 1.0 and "drain" in result.timings
@@ -427,15 +466,9 @@ def test_blue_green_starts_the_new_engine_beside_the_old_and_switches_before_the
 
 def test_blue_green_new_engine_that_never_answers_leaves_the_old_one_untouched(tmp_path: Path) -> None:
     world = World(tmp_path)
-    deployed(world)
-    site_before = (world.front_door_dir / "sites" / "dev.chat.conf").read_text()
-    world.systemd.units["vllm-b.service"] = FakeUnit(outcome="failed")
-    result = world.run(world.plan(unit="vllm-b.service", gpus=(0, 1)))
-    assert result.status == "rolled-back"
+    result = failed_swap(world)
     assert "vllm-a.service kept serving throughout" in result.message and "vllm-b.service: last words" in result.message
     assert world.systemd.verbs("vllm-a.service") == []  # never stopped, never touched
-    assert world.systemd.units["vllm-a.service"].state == "active"
-    assert (world.front_door_dir / "sites" / "dev.chat.conf").read_text() == site_before
     assert not (world.unit_dir / "vllm-b.service").exists() and not (world.env_dir / "vllm-b.placement.env").exists()
     assert "UNIT=vllm-a.service" in (Path(world.plan().state_dir) / "active").read_text()
 
@@ -482,33 +515,20 @@ def test_stop_start_answers_503_and_drains_before_the_old_engine_stops(tmp_path:
 
 def test_stop_start_failure_puts_the_old_engine_and_its_site_back(tmp_path: Path) -> None:
     world = World(tmp_path)
-    deployed(world)
-    site_before = (world.front_door_dir / "sites" / "dev.chat.conf").read_text()
-    world.systemd.units["vllm-b.service"] = FakeUnit(outcome="failed")
-    result = world.run(world.plan(unit="vllm-b.service", gpus=(0, 1), swap_mode="stop-start"))
-    assert result.status == "rolled-back" and "vllm-a.service serves again" in result.message
-    assert (world.front_door_dir / "sites" / "dev.chat.conf").read_text() == site_before
-    assert world.systemd.units["vllm-a.service"].state == "active"
+    result = failed_swap(world, swap_mode="stop-start")
+    assert "vllm-a.service serves again" in result.message
     assert "VLLM_FLEET_BACKEND_PORT=18000" in (world.env_dir / "vllm-a.placement.env").read_text()
 
 
 def plan_for_decide(gpus: tuple[int, ...] = (0, 1, 2, 3), needed: int = 2, mode: str = "auto") -> contract.Plan:
-    return contract.Plan(
+    return chat_plan(
         stack="prod",
-        deployment="chat",
         state_dir="/x",
-        unit_name="vllm-new.service",
-        unit_stem="vllm-new",
-        served_name="chat",
-        port=8000,
         gpus=gpus,
-        model_dir="/shared/m",
         python="python3",
         tools_dir="/t",
         ready_timeout=60,
-        unit_sha256="0" * 64,
         gpus_needed=needed,
-        backend_ports=(18000, 28000),
         swap_mode=mode,
     )
 
@@ -659,7 +679,7 @@ def test_a_hand_made_engine_running_the_stacks_launch_is_adopted_in_place(tmp_pa
     # The other hand-made unit it replaces is put away and disabled, so no boot starts it.
     assert not (world.unit_dir / "vllm-glm5.service").exists()
     assert world.systemd.units["vllm-glm5.service"].enabled is False
-    assert not (world.front_door_dir / "sites" / "dev.chat.conf").exists()
+    assert not world.site.exists()
     # The next activation with nothing changed leaves it as it is.
     again = world.run(plan)
     assert again.status == "unchanged" and "serves as adopted from vllm-new.service" in again.message
@@ -670,7 +690,7 @@ def test_a_hand_made_engine_running_the_stacks_launch_is_adopted_in_place(tmp_pa
     assert swapped.status == "succeeded", swapped.message
     assert "restart" in swapped.message or "serving chat" in swapped.message
     assert not contract.adopted_drop_in("vllm-new.service", world.unit_dir).exists()
-    assert "proxy_pass http://127.0.0.1:18000;" in (world.front_door_dir / "sites" / "dev.chat.conf").read_text()
+    assert "proxy_pass http://127.0.0.1:18000;" in world.site.read_text()
 
 
 def test_a_swap_that_fails_after_adoption_puts_the_adopted_launch_back(tmp_path: Path) -> None:

@@ -19,19 +19,23 @@ ORIGINS = {
 }
 
 
-def parser_like_v0_11() -> argparse.ArgumentParser:
-    """Has --disable-log-requests, predates --attention-backend (REFERENCE.md section 5)."""
+def api_server_parser() -> argparse.ArgumentParser:
+    """The options both generations have."""
     parser = argparse.ArgumentParser(prog="api_server")
     parser.add_argument("--model")
     parser.add_argument("--tensor-parallel-size", type=int, default=1)
+    return parser
+
+
+def parser_like_v0_11() -> argparse.ArgumentParser:
+    """Has --disable-log-requests, predates --attention-backend (REFERENCE.md section 5)."""
+    parser = api_server_parser()
     parser.add_argument("--disable-log-requests", action="store_true")
     return parser
 
 
 def parser_like_v0_32() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="api_server")
-    parser.add_argument("--model")
-    parser.add_argument("--tensor-parallel-size", type=int, default=1)
+    parser = api_server_parser()
     parser.add_argument("--attention-backend", choices=["TRITON_MLA", "FLASH_ATTN", "CPU_ATTN"])
     parser.add_argument("--enable-log-requests", action=argparse.BooleanOptionalAction, default=False)
     return parser

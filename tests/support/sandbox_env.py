@@ -35,6 +35,11 @@ FABRIC_ADDRESS = f"10.77.0.{10 + _INDEX}"
 TLS_DIR = ROOT / ".sandbox" / "tls"
 
 
+# The port the end-to-end tests' deployments serve on, beside a `make up` deployment of the dev stack
+# (port 8000) on the same sandbox host.
+E2E_PORT = 8001
+
+
 def api_url(port: int) -> str:
     """Where this machine reaches the test host's port 8000 or 8001 (sandbox/host.sh forwards them)."""
     return f"http://127.0.0.1:{port + 10000 + 100 * _INDEX}/v1"
@@ -178,6 +183,13 @@ def mirror(path: str, method: str = "GET", body: Any = None, url: str = MIRROR_U
     return json.loads(text) if text else None
 
 
+def add_fault(fault: dict[str, Any], url: str = MIRROR_URL) -> Any:
+    """Make the mirror misbehave on the requests `fault["path_glob"]` matches (the fields of
+    sandbox/hf_mirror.py's Fault: a delay, a corrupt byte, a dropped connection, a status); returns the
+    fault as the mirror took it, in a list."""
+    return mirror("/_mirror/faults", "POST", fault, url=url)
+
+
 def resolve_requests(stats: dict[str, Any]) -> list[dict[str, Any]]:
     """Requests for file contents (HEAD or GET of /resolve/) in the mirror's request log."""
     return [r for r in stats.get("log", []) if "/resolve/" in r.get("path", "")]
@@ -242,7 +254,7 @@ def e2e_stack_file(
     model: str,
     *,
     gpus: list[int] | None = None,
-    port: int = 8001,
+    port: int = E2E_PORT,
     extra_models: dict[str, Any] | None = None,
     smoke_benchmark: bool = False,
 ) -> str:

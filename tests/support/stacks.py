@@ -1,11 +1,28 @@
-"""Stack values rewritten the way a fleet writes them: what every entry repeats moved to vllm-fleet:defaults."""
+"""Stack values in tests: the real stack files' values, the error a config is refused with, and the values
+rewritten the way a fleet writes them (what every entry repeats moved to vllm-fleet:defaults)."""
 
 from __future__ import annotations
 
 import copy
 from typing import Any
 
+import pytest
+
 from models.defaults import SECTIONS
+from models.loader import ConfigError, parse_stack_config, read_stack_file
+from tests.support.paths import ROOT
+
+
+def stack_values(name: str) -> dict[str, Any]:
+    """The values of the real Pulumi.<name>.yaml (namespace stripped), as a copy the test may change."""
+    return copy.deepcopy(read_stack_file(ROOT / f"Pulumi.{name}.yaml"))
+
+
+def error_of(raw: dict[str, Any]) -> str:
+    """The message parse_stack_config refuses `raw` with (the test fails when it accepts it)."""
+    with pytest.raises(ConfigError) as caught:
+        parse_stack_config(raw)
+    return str(caught.value)
 
 
 def factor_defaults(raw: dict[str, Any]) -> dict[str, Any]:
