@@ -11,11 +11,12 @@ import pytest
 from controller import survey as host_survey
 from host.contract import Placement
 from host.front_door import front_door_site
-from models.loader import ConfigError, parse_stack_config
+from models.loader import parse_stack_config
 from render.launch import engine_environment, vllm_arguments
 from render.plan import swap_plan
 from render.steps import adapters_script
 from render.units import render_unit
+from tests.support.stacks import error_of
 
 TERSE = {"repo": "acme/tiny-chat-terse", "revision": "main", "bases": ["tiny-chat-a", "tiny-chat-b"]}
 
@@ -25,12 +26,6 @@ def with_adapters(raw: dict[str, Any], names: list[str], lora: dict[str, Any] | 
     raw["adapters"] = {"terse": dict(TERSE), "a-only": {"repo": "acme/tiny-chat-a-only", "bases": ["tiny-chat-a"]}}
     raw["deployments"][0]["adapters"] = names
     return raw
-
-
-def error_of(raw: dict[str, Any]) -> str:
-    with pytest.raises(ConfigError) as caught:
-        parse_stack_config(raw)
-    return str(caught.value)
 
 
 def test_adapters_render_a_lora_launch_and_change_no_unit(dev_raw: dict[str, Any]) -> None:
