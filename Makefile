@@ -16,7 +16,9 @@ help:
 setup:
 	@scripts/setup.sh
 
-up: setup
+# up and test build the sandbox image during set-up, beside the engine.
+up:
+	@VLLM_FLEET_SETUP_SANDBOX=1 scripts/setup.sh
 	@scripts/up.sh
 
 down:
@@ -25,7 +27,8 @@ down:
 lint: setup
 	@$(ENV) $$VENV/ruff check . && $$VENV/ruff format --check . && $$VENV/mypy .
 
-test: setup
+test:
+	@VLLM_FLEET_SETUP_SANDBOX=1 scripts/setup.sh
 	@scripts/test.sh
 
 # Render the production stack without contacting its host (no SSH probe, commands never run in preview).

@@ -91,6 +91,21 @@ class Adapters(SandboxStack):
     def log(self) -> str:
         return "\n".join(self.output)
 
+    def change_without_restart(self, phase: str, model: str, terse: str | None, previewed: str) -> dict[str, Any]:
+        """Preview (which must say `previewed` and "no restart") and apply an adapter change: it succeeds,
+        the engine's MainPID stays, and the base model's client saw no failed request."""
+        unit = f"vllm-{model}.service"
+        pid = main_pid(unit)
+        preview = self.configure(model, terse).preview()
+        assert previewed in preview.stdout and "no restart" in preview.stdout, preview.stdout[-3000:]
+        result, seen = self.up(phase, model, terse)
+        assert result.summary.result == "succeeded", self.log()[-3000:]
+        # Only downloads and the adapters step ran: the unit and the serving step stayed as they were.
+        assert set(result.summary.resource_changes or {}) <= {"same", "create", "update", "delete"}, result.summary
+        assert main_pid(unit) == pid
+        assert seen["base"]["requests"] > 20 and seen["base"]["failed"] == 0, seen
+        return seen
+
 
 def answer(model: str) -> str:
     chat = client(ENDPOINT, None, None, max_retries=0, timeout=30)
@@ -134,29 +149,14 @@ def test_engine_launched_for_lora_serves_its_model(lora: Adapters) -> None:
 
 
 def test_adding_an_adapter_restarts_nothing(lora: Adapters) -> None:
-    pid = main_pid("vllm-lt-tiny-a.service")
-    preview = lora.configure("lt-tiny-a", "main").preview()
-    assert "LoRA adapters: adds terse (acme/tiny-chat-terse@" in preview.stdout, preview.stdout[-3000:]
-    assert "no restart" in preview.stdout
-    result, seen = lora.up("add", "lt-tiny-a", "main")
-    assert result.summary.result == "succeeded", lora.log()[-3000:]
-    # Only the download and the adapters step ran: the unit and the serving step stayed as they were.
-    assert set(result.summary.resource_changes or {}) <= {"same", "create", "update"}, result.summary
-    assert main_pid("vllm-lt-tiny-a.service") == pid
-    assert seen["base"]["requests"] > 50 and seen["base"]["failed"] == 0, seen
+    lora.change_without_restart("add", "lt-tiny-a", "main", "LoRA adapters: adds terse (acme/tiny-chat-terse@")
     assert answer("terse") == TERSE["main"].sentence("acme/tiny-chat-a")
     assert answer(SERVED) == "Hello fleet! This is tiny-chat-a speaking from the sandbox."
     lora.adapter.start()
 
 
 def test_updating_it_to_another_revision_restarts_nothing(lora: Adapters) -> None:
-    pid = main_pid("vllm-lt-tiny-a.service")
-    preview = lora.configure("lt-tiny-a", "shorter").preview()
-    assert "LoRA adapters: updates terse" in preview.stdout, preview.stdout[-3000:]
-    result, seen = lora.up("update", "lt-tiny-a", "shorter")
-    assert result.summary.result == "succeeded", lora.log()[-3000:]
-    assert main_pid("vllm-lt-tiny-a.service") == pid
-    assert seen["base"]["failed"] == 0, seen
+    lora.change_without_restart("update", "lt-tiny-a", "shorter", "LoRA adapters: updates terse")
     steps = [line for line in lora.log().splitlines() if "adapter" in line]
     assert answer("terse") == TERSE["shorter"].sentence("acme/tiny-chat-a"), "\n".join(steps)
 
@@ -233,12 +233,6 @@ def test_blue_green_swap_keeps_the_adapters_the_new_model_fits(lora: Adapters) -
 
 def test_removing_it_restarts_nothing_and_its_name_is_gone(lora: Adapters) -> None:
     lora.adapter.stop()
-    pid = main_pid("vllm-lt-tiny-b.service")
-    preview = lora.configure("lt-tiny-b", None).preview()
-    assert "LoRA adapters: removes terse" in preview.stdout, preview.stdout[-3000:]
-    result, seen = lora.up("remove", "lt-tiny-b", None)
-    assert result.summary.result == "succeeded", lora.log()[-3000:]
-    assert main_pid("vllm-lt-tiny-b.service") == pid
-    assert seen["base"]["failed"] == 0, seen
+    lora.change_without_restart("remove", "lt-tiny-b", None, "LoRA adapters: removes terse")
     assert status_of("terse") == 404
     assert answer(SERVED) == "Greetings! tiny-chat-b answers now: the swap worked."
