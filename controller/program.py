@@ -14,7 +14,7 @@ from pulumi.runtime import config as runtime_config
 from components.access import AccessInputs
 from controller.access import read_access
 from controller.profiling import start_if_asked
-from controller.sdk import linear_output_wait, quiet_debug_log
+from controller.sdk import linear_output_wait, pause_cyclic_gc, quiet_debug_log
 from models.backend import refusal
 from models.config import ResolvedDeployment, StackConfig, StackTier
 from models.loader import (
@@ -108,6 +108,7 @@ def load() -> Stack:
     start_if_asked()
     quiet_debug_log()
     linear_output_wait()
+    pause_cyclic_gc()
     name = pulumi.get_stack()
     config = pulumi.Config("vllm-fleet")
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Mapping
 
@@ -24,6 +25,17 @@ def quiet_debug_log(env: Mapping[str, str] | None = None) -> bool:
     return True
 
 
+def pause_cyclic_gc() -> None:
+    """Turn Python's cyclic garbage collector off while the program declares and resolves its resources;
+    linear_output_wait's wait turns it back on once every output is awaited. Each resource leaves hundreds
+    of objects (futures, outputs, their callbacks, protobuf messages) that live to the program's end, and
+    each of the collector's passes walks all that are alive, freeing next to nothing: a 256-host preview
+    spent 12 of the program's 21 CPU s in 3,870 collections (13 of them full), a cost that grew faster than
+    the hosts. What the program drops, reference counting frees as before; the 1,024-host preview's peak
+    memory grew by a few percent (make bench ARGS=fleet)."""
+    gc.disable()
+
+
 def linear_output_wait() -> None:
     """Replace the SDK's wait for outstanding outputs at the program's end (pulumi.runtime.stack
     .wait_for_rpcs, SDK 3.272) with one that waits on each output once. The SDK's loop calls
@@ -38,6 +50,13 @@ def linear_output_wait() -> None:
     from pulumi.runtime.settings import SETTINGS, _get_rpc_manager
 
     async def wait_for_rpcs(await_all_outstanding_tasks: bool = True) -> None:
+        try:
+            await wait(await_all_outstanding_tasks)
+        finally:
+            # The program's end (pause_cyclic_gc): under the tests' mocks the process goes on.
+            gc.enable()
+
+    async def wait(await_all_outstanding_tasks: bool) -> None:
         rpc_manager = _get_rpc_manager()
         settings = SETTINGS
         while True:

@@ -1,8 +1,9 @@
-"""controller/sdk.py: the program's two changes to the Pulumi SDK it runs in."""
+"""controller/sdk.py: the program's changes to the Pulumi SDK it runs in."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import pulumi
 import pytest
@@ -46,4 +47,30 @@ def test_the_output_wait_awaits_every_output_and_stops_at_a_failure(monkeypatch:
     assert sorted(asyncio.run(scenario(fail=False))) == [0, 1, 2, 3, 4, 5, 100]
     with pytest.raises(RuntimeError, match="output 4 failed"):
         asyncio.run(scenario(fail=True))
+    SETTINGS.outputs.clear()
+
+
+def test_the_collector_is_paused_until_every_output_is_awaited(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sdk_stack, "wait_for_rpcs", sdk_stack.wait_for_rpcs)
+    sdk.linear_output_wait()
+    sdk.pause_cyclic_gc()
+    assert not gc.isenabled()
+
+    async def scenario(fail: bool) -> None:
+        async def output() -> None:
+            await asyncio.sleep(0.01)
+            assert not gc.isenabled(), "the collector stays off while outputs resolve"
+            if fail:
+                raise RuntimeError("failed")
+
+        SETTINGS.outputs.clear()
+        SETTINGS.outputs.add(asyncio.ensure_future(output()))
+        await sdk_stack.wait_for_rpcs()
+
+    asyncio.run(scenario(fail=False))
+    assert gc.isenabled()
+    sdk.pause_cyclic_gc()
+    with pytest.raises(RuntimeError, match="failed"):
+        asyncio.run(scenario(fail=True))
+    assert gc.isenabled(), "a failed program turns it back on too"
     SETTINGS.outputs.clear()
