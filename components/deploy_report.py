@@ -9,6 +9,7 @@ from typing import Any
 import pulumi
 
 from components.host import GpuHost
+from components.outputs import plain_output
 from components.remote import remote_step
 from components.vllm_service import VllmService
 from models.config import ResolvedDeployment
@@ -50,5 +51,5 @@ class DeployReport(pulumi.ComponentResource):
             lambda out: report.numbers(endpoint, report.last_json(out).get("deployments", {}).get(owner, {}))
         )
         # What `make status` needs to ask the host and compare, from the outputs alone.
-        self.status = pulumi.Output.from_input(entry)
+        self.status = plain_output(entry)
         self.register_outputs({"numbers": self.numbers, "status": self.status})

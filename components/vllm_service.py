@@ -12,6 +12,7 @@ import pulumi
 from components.front_door import FrontDoor
 from components.host import GpuHost
 from components.model_download import ModelDownload
+from components.outputs import plain_output
 from components.remote import remote_step
 from models.config import ResolvedDeployment
 from render.launch import engine_environment, vllm_arguments
@@ -129,7 +130,7 @@ class VllmService(pulumi.ComponentResource):
         self.model_path = pulumi.Output.from_input(rd.load_path)
         # The engine's command line and environment as data: `pulumi preview` shows stack outputs whole,
         # while a step's script is cut to its first lines when it is created.
-        self.launch = pulumi.Output.from_input(
+        self.launch = plain_output(
             {
                 "execStart": [rd.host.runtime.python, *vllm_arguments(rd)],
                 "environment": engine_environment(rd),

@@ -15,7 +15,13 @@ from components.access import AccessInputs
 from controller.access import read_access
 from controller.key_files import key_file_text
 from controller.profiling import start_if_asked
-from controller.sdk import linear_output_wait, quiet_debug_log
+from controller.sdk import (
+    direct_registration_urns,
+    lighter_stack_traces,
+    linear_output_wait,
+    pause_cyclic_gc,
+    quiet_debug_log,
+)
 from models.backend import refusal
 from models.config import ResolvedDeployment, StackConfig, StackTier
 from models.loader import (
@@ -104,6 +110,9 @@ def load() -> Stack:
     start_if_asked()
     quiet_debug_log()
     linear_output_wait()
+    direct_registration_urns()
+    lighter_stack_traces()
+    pause_cyclic_gc()
     name = pulumi.get_stack()
     config = pulumi.Config("vllm-fleet")
     try:
