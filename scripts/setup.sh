@@ -65,7 +65,6 @@ fi
 sandbox_status=""
 if [ "${VLLM_FLEET_SETUP_SANDBOX:-}" = 1 ]; then
   sandbox_status=$(mktemp)
-  echo "[setup] building the sandbox image beside the engine (log: $VLLM_FLEET_LOGS/sandbox-build.log)" >&2
   (
     rc=0
     sandbox/host.sh build >"$VLLM_FLEET_LOGS/sandbox-build-steps.log" 2>&1 </dev/null || rc=$?
@@ -97,7 +96,7 @@ if ! pulumi stack ls --json 2>/dev/null | grep -q '"name": "dev"'; then
 fi
 if [ -n "$sandbox_status" ]; then
   # shellcheck disable=SC2016  # expanded by the waiting bash
-  if ! progress setup "the sandbox image" "" "$LOG" \
+  if ! progress setup "the sandbox image (built beside the engine: $VLLM_FLEET_LOGS/sandbox-build.log)" "" "$LOG" \
     bash -c 'while [ ! -s "$1" ]; do sleep 1; done; exit "$(cat "$1")"' _ "$sandbox_status"; then
     tail -n 25 "$VLLM_FLEET_LOGS/sandbox-build-steps.log" >&2
     echo "[setup] ERROR: the sandbox image did not build; its logs: $VLLM_FLEET_LOGS/sandbox-build-steps.log," \
