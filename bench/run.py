@@ -193,6 +193,8 @@ def bench_swap() -> dict[str, Any]:
                 "swaps": len(picked),
                 "median_longest_gap": median([r["longest_gap"] for r in picked]),
                 "max_longest_gap": max(r["longest_gap"] for r in picked),
+                # Each swap's gap beyond its own engine's start-to-ready (what a stop-then-start adds).
+                "max_gap_beyond_start": max(r["longest_gap"] - r["start_to_ready"] for r in picked),
                 "failed": sum(r["failed"] for r in picked),
                 "stalled": sum(r["stalled"] for r in picked),
                 "requests": sum(r["requests"] for r in picked),
@@ -601,19 +603,25 @@ def report(results: dict[str, Any], files: list[str]) -> str:
         noop = results["noop"]
         n = len(noop["runs"]["up"])
         lines += [
-            f"| no-op `pulumi preview` vs empty program (interleaved) | {noop['median']['preview']:.2f} s vs {noop['median']['floor_preview']:.2f} s = {noop['ratio_preview']:.2f}x | {n} each | <= 1.3x | {yes(noop['ratio_preview'] <= 1.3)} |",
-            f"| no-op `pulumi up` vs empty program (interleaved) | {noop['median']['up']:.2f} s vs {noop['median']['floor_up']:.2f} s = {noop['ratio_up']:.2f}x | {n} each | <= 1.3x | {yes(noop['ratio_up'] <= 1.3)} |",
+            f"| no-op `pulumi preview` vs empty program (interleaved) | {noop['median']['preview']:.2f} s vs {noop['median']['floor_preview']:.2f} s = {noop['ratio_preview']:.2f}x | {n} each | <= 1.2x | {yes(noop['ratio_preview'] <= 1.2)} |",
+            f"| no-op `pulumi up` vs empty program (interleaved) | {noop['median']['up']:.2f} s vs {noop['median']['floor_up']:.2f} s = {noop['ratio_up']:.2f}x | {n} each | <= 1.2x | {yes(noop['ratio_up'] <= 1.2)} |",
             f"| SSH sessions opened by the no-op `up`s | {noop['ssh_sessions_during_noop']} | {n} | 0 | {yes(noop['ssh_sessions_during_noop'] == 0)} |",
         ]
     if "swap" in results:
         for mode, m in results["swap"]["modes"].items():
-            target = "0 failed" if mode == "blue-green" else "gap <= start-to-ready + 2 s"
-            met = m["failed"] == 0 if mode == "blue-green" else m["max_longest_gap"] <= m["median_start_to_ready"] + 2
+            target = "0 failed" if mode == "blue-green" else "each gap <= its start-to-ready + 2 s"
+            # A swap's gap is judged against its own engine's start (a max against a median mixed two runs).
+            met = m["failed"] == 0 if mode == "blue-green" else m.get("max_gap_beyond_start", 99.0) <= 2
             lines.append(
                 f"| swap downtime, {mode} (client: a completion every 100 ms through the front door) | longest gap "
                 f"{m['median_longest_gap']:.2f} s (max {m['max_longest_gap']:.2f} s), {m['failed']} of {m['requests']} "
-                f"requests failed, {m['stalled']} stalled > 1 s; engine start-to-ready {m['median_start_to_ready']:.2f} s "
-                f"| {m['swaps']} | {target} | {yes(met)} |"
+                f"requests failed, {m['stalled']} stalled > 1 s; engine start-to-ready {m['median_start_to_ready']:.2f} s"
+                + (
+                    f", longest gap beyond its start at most {m['max_gap_beyond_start']:.2f} s "
+                    if mode == "stop-start" and "max_gap_beyond_start" in m
+                    else " "
+                )
+                + f"| {m['swaps']} | {target} | {yes(met)} |"
             )
             lines.append(
                 f"| swap overhead, {mode} (total - engine start-to-ready) | {m['median_overhead']:.2f} s of "
