@@ -11,11 +11,12 @@ from __future__ import annotations
 import hashlib
 from enum import StrEnum
 from functools import cached_property
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Self
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from models.access import Access
+from models.adapters import AdapterSpec, LoraLimits
 from models.hosts import Host, Storage
 from models.monitoring import Monitoring
 from models.types import (
@@ -81,31 +82,6 @@ class DistributedBackend(StrEnum):
     MP = "mp"
     # A Ray cluster (`ray start` on every node) and `--distributed-executor-backend ray` on the head.
     RAY = "ray"
-
-
-# The LoRA ranks vLLM's --max-lora-rank accepts.
-LoraRank = Literal[1, 8, 16, 32, 64, 128, 256, 320, 512]
-
-
-class LoraLimits(LocalBaseModel):
-    """LoRA adapters served by the engine (vLLM's --enable-lora and its limits). Setting this changes the
-    engine's launch (one restart); adapters come and go afterwards with no restart (vllm-fleet:adapters)."""
-
-    # Adapters in one batch (--max-loras) and held in CPU memory (--max-cpu-loras, at least max-loras).
-    max_loras: Annotated[int, Field(ge=1, le=256)] = 4
-    max_lora_rank: LoraRank = 16
-    max_cpu_loras: Annotated[int, Field(ge=1, le=4096)] | None = None
-
-    @model_validator(mode="after")
-    def _cpu_holds_the_batch(self) -> Self:
-        if self.max_cpu_loras is not None and self.max_cpu_loras < self.max_loras:
-            raise ValueError(f"maxCpuLoras {self.max_cpu_loras} is below maxLoras {self.max_loras}: vLLM refuses it")
-        return self
-
-    @property
-    def adapters_held(self) -> int:
-        """How many adapters the engine keeps loaded at once (the CPU cache, --max-loras unless set)."""
-        return self.max_cpu_loras or self.max_loras
 
 
 class ServingDefaults(LocalBaseModel):
@@ -174,25 +150,11 @@ class ModelSpec(LocalBaseModel):
         return self.size_gb * GIB_PER_GB
 
 
-class AdapterSpec(LocalBaseModel):
-    """A LoRA adapter (vllm-fleet:adapters.<name>): clients send <name> as `model` to a deployment that lists it.
-    Its files sit on the deployment's storage beside the models (adapters/<name>), downloaded, verified,
-    kept and removed like a model's; the engine loads it at runtime, so adding, updating or removing one
-    restarts nothing."""
-
-    repo: HfRepo
-    revision: Revision = "main"
-    # The models it was trained on or fits (same architecture and shapes): a deployment serving another
-    # model cannot list it. Its adapter_config.json must name the first one's repo as its base.
-    bases: Annotated[tuple[Name, ...], Field(min_length=1)]
-    size_gb: Annotated[float, Field(gt=0)] = 0.1
-    keep: bool = False
-
-    def files(self, name: str) -> ModelSpec:
-        """Its download, as the model-sync path that brings models sees it."""
-        return ModelSpec(
-            repo=self.repo, revision=self.revision, dir=f"adapter-{name}", size_gb=self.size_gb, keep=self.keep
-        )
+def adapter_download(name: str, adapter: AdapterSpec) -> ModelSpec:
+    """An adapter's files as the model-sync path that brings models sees them: <storage>/adapter-<name>."""
+    return ModelSpec(
+        repo=adapter.repo, revision=adapter.revision, dir=f"adapter-{name}", size_gb=adapter.size_gb, keep=adapter.keep
+    )
 
 
 class Rollout(LocalBaseModel):
@@ -490,7 +452,9 @@ class StackConfig(LocalBaseModel):
     def downloads_on(self, storage: str) -> dict[str, ModelSpec]:
         """Every download this storage holds, by resource name: the wanted models, then the adapters."""
         downloads = {m: self.models[m] for m in self.wanted_models_on(storage)}
-        downloads.update({f"adapter-{a}": self.adapters[a].files(a) for a in self.wanted_adapters_on(storage)})
+        downloads.update(
+            {f"adapter-{a}": adapter_download(a, self.adapters[a]) for a in self.wanted_adapters_on(storage)}
+        )
         return downloads
 
     def kept_dirs_on(self, storage: str) -> tuple[str, ...]:
@@ -503,7 +467,7 @@ class StackConfig(LocalBaseModel):
         return ResolvedAdapter(
             name=name,
             spec=spec,
-            path=f"{self.storage_for_host(host).path}/{spec.files(name).dir}",
+            path=f"{self.storage_for_host(host).path}/{adapter_download(name, spec).dir}",
             base_dirs=tuple(sorted({m.dir for m in bases})),
             base_repos=tuple(sorted({m.repo for m in bases})),
         )
