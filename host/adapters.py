@@ -24,42 +24,11 @@ import sys
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from host.contract import ActiveRecord
-
-ADAPTERS_FILE = "adapters.json"
-
-
-@dataclass(frozen=True)
-class Adapter:
-    """One adapter as the deployment wants it: the name clients send, where its files are, and the
-    directories of the models it fits (their basenames, so a staging copy of the model counts)."""
-
-    name: str
-    path: str
-    repo: str
-    revision: str
-    bases: tuple[str, ...]
-    base_repos: tuple[str, ...] = ()
-    config_key: str = ""
-
-    def fits(self, model_path: str) -> bool:
-        return os.path.basename(model_path.rstrip("/")) in self.bases
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Adapter:
-        return cls(
-            name=data["name"],
-            path=data["path"],
-            repo=data.get("repo", ""),
-            revision=data.get("revision", ""),
-            bases=tuple(data.get("bases", ())),
-            base_repos=tuple(data.get("base_repos", ())),
-            config_key=data.get("config_key", ""),
-        )
+from host.contract import ADAPTERS_FILE, ActiveRecord, Adapter, adapters_json
 
 
 def read_wanted(path: Path) -> list[Adapter]:
@@ -73,7 +42,7 @@ def read_wanted(path: Path) -> list[Adapter]:
 
 def write_wanted(path: Path, adapters: list[Adapter]) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps({"adapters": [asdict(a) for a in adapters]}, indent=1, sort_keys=True) + "\n")
+    tmp.write_text(adapters_json(adapters) + "\n")
     tmp.replace(path)
 
 
@@ -130,13 +99,13 @@ class Engine:
     base: str
     fetch: Fetch = engine_request
 
-    def loaded(self) -> dict[str, str]:
-        """The adapters it serves now, by name: where it loaded each from (vLLM lists them in /v1/models
-        with a parent, the model they apply to)."""
+    def loaded(self) -> set[str]:
+        """The names of the adapters it serves now (vLLM lists them in /v1/models with a parent, the model
+        they apply to)."""
         status, body = self.fetch(f"{self.base}/v1/models", None, 10)
         if status != 200:
             raise OSError(f"{self.base}/v1/models answered {status}")
-        return {m["id"]: m.get("root", "") for m in json.loads(body).get("data", []) if m.get("parent")}
+        return {m["id"] for m in json.loads(body).get("data", []) if m.get("parent")}
 
     def load(self, adapter: Adapter) -> None:
         status, body = self.fetch(
@@ -180,8 +149,9 @@ def reconcile(engine: Engine, wanted: list[Adapter], changed: set[str], log: Cal
 
 def load_for_engine(engine: Engine, adapters_file: Path, model_path: str, log: Callable[[str], None]) -> bool:
     """At an engine's start (wait-ready): load the deployment's adapters that fit its model."""
-    wanted = [a for a in read_wanted(adapters_file) if a.fits(model_path)]
-    skipped = [a.name for a in read_wanted(adapters_file) if not a.fits(model_path)]
+    listed = read_wanted(adapters_file)
+    wanted = [a for a in listed if a.fits(model_path)]
+    skipped = [a.name for a in listed if not a.fits(model_path)]
     if skipped:
         log(f"adapters {', '.join(skipped)} do not fit {model_path}: not loaded")
     try:
@@ -243,8 +213,9 @@ def apply(state_dir: Path, wanted: list[Adapter], max_rank: int, log: Callable[[
     before = {a.name: a for a in read_wanted(path)}
     changed = {a.name for a in wanted if a.name in before and before[a.name].revision != a.revision}
     write_wanted(path, wanted)
+    names = {a.name for a in wanted}
     added = [a.name for a in wanted if a.name not in before]
-    removed = [name for name in before if name not in {a.name for a in wanted}]
+    removed = [name for name in before if name not in names]
     log(
         f"adapters: {len(wanted)} wanted (added {added or 'none'}, new revision {sorted(changed) or 'none'}, "
         f"removed {removed or 'none'}); the engine keeps serving"

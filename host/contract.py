@@ -274,3 +274,44 @@ class ActiveRecord:
             backend_port=entry.get("backendPort"),
             adopted=entry.get("adoptedInPlace"),
         )
+
+
+# ---- a deployment's LoRA adapters (host/adapters.py applies them; render/steps.py renders them) ---------
+
+# In the deployment's state directory: the adapters its engines load whenever they start.
+ADAPTERS_FILE = "adapters.json"
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """One adapter as the deployment wants it: the name clients send, where its files are, and the
+    directories of the models it fits (their basenames, so a staging copy of the model counts) with those
+    models' repos, which its adapter_config.json must name; `config_key` is what errors tell to fix."""
+
+    name: str
+    path: str
+    repo: str
+    revision: str
+    bases: tuple[str, ...]
+    base_repos: tuple[str, ...] = ()
+    config_key: str = ""
+
+    def fits(self, model_path: str) -> bool:
+        return Path(model_path.rstrip("/")).name in self.bases
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Adapter:
+        return cls(
+            name=data["name"],
+            path=data["path"],
+            repo=data.get("repo", ""),
+            revision=data.get("revision", ""),
+            bases=tuple(data.get("bases", ())),
+            base_repos=tuple(data.get("base_repos", ())),
+            config_key=data.get("config_key", ""),
+        )
+
+
+def adapters_json(adapters: list[Adapter]) -> str:
+    """The adapters as the adapters step sends them and the state file keeps them."""
+    return json.dumps({"adapters": [asdict(a) for a in adapters]}, indent=1, sort_keys=True)

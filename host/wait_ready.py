@@ -32,9 +32,9 @@ def probe(base: str, served_name: str, fetch: Fetch = engine_request) -> tuple[b
         names = [m.get("id") for m in json.loads(body).get("data", [])]
         if served_name not in names:
             return False, f"/v1/models lists {names}, not {served_name!r}"
-        status, body = fetch(f"{base}/v1/completions", {"model": served_name, "prompt": "ping", "max_tokens": 1}, 60)
-        if status != 200 or not json.loads(body).get("choices"):
-            return False, f"a one-token completion answered {status}: {body[:200]}"
+        problem = Engine(base, fetch).answers(served_name)
+        if problem is not None:
+            return False, problem
     except (OSError, ValueError) as error:
         return False, f"not answering yet ({error.__class__.__name__}: {error})"
     return True, "ready"

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from string import Template
 
-from host.contract import BUNDLE_NAME
+from host.contract import BUNDLE_NAME, Adapter, adapters_json
 from models.config import ModelSpec, ResolvedDeployment
 from models.hosts import Host, Storage
 from render import host_bundle
@@ -264,15 +264,15 @@ def adapters_script(rd: ResolvedDeployment, stack: str, repairs: int = 0) -> str
     """The deployment's adapters step (host/adapters.py apply): each adapter with its files' path and the
     model directories it fits (and their repos, which its adapter_config.json must name)."""
     entries = [
-        {
-            "name": a.name,
-            "path": a.path,
-            "repo": a.spec.repo,
-            "revision": a.spec.revision,
-            "bases": list(a.base_dirs),
-            "base_repos": list(a.base_repos),
-            "config_key": f"vllm-fleet:adapters.{a.name}",
-        }
+        Adapter(
+            name=a.name,
+            path=a.path,
+            repo=a.spec.repo,
+            revision=a.spec.revision,
+            bases=a.base_dirs,
+            base_repos=a.base_repos,
+            config_key=f"vllm-fleet:adapters.{a.name}",
+        )
         for a in rd.adapters
     ]
     lora = rd.serving.lora
@@ -284,7 +284,7 @@ def adapters_script(rd: ResolvedDeployment, stack: str, repairs: int = 0) -> str
             "TOOLS_DIR": TOOLS_DIR,
             "MAX_RANK": str(lora.max_lora_rank if lora is not None else 0),
             "REPAIRS": str(repairs),
-            "ADAPTERS": json.dumps({"adapters": entries}, sort_keys=True, indent=1),
+            "ADAPTERS": adapters_json(entries),
         },
     )
 

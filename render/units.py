@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from string import Template
 
+from host.contract import ADAPTERS_FILE
 from models.config import ResolvedDeployment
 from render.launch import ENGINE_PORT_VARIABLE, engine_environment, node_watch_command, vllm_arguments
 from render.paths import ETC_DIR, FILES, TOOLS_DIR, deployment_state_dir, node_state_dir
@@ -117,7 +118,7 @@ def render_node_unit(rd: ResolvedDeployment, stack: str, rank: int) -> RenderedU
 
 def adapters_file(state_dir: str) -> str:
     """The deployment's adapters (written by its adapters step) that each of its engines loads as it starts."""
-    return f"{state_dir}/adapters.json"
+    return f"{state_dir}/{ADAPTERS_FILE}"
 
 
 def placement_file(rd: ResolvedDeployment) -> str:

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from host import adapters
-from host.adapters import Adapter, Engine
+from host.adapters import Engine
+from host.contract import Adapter
 
 
 class FakeVllm:
