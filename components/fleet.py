@@ -17,7 +17,7 @@ from components.model_download import ModelDownload, ModelDownloadArgs
 from components.remote import StepLedger
 from components.storage import SharedStorage, SharedStorageArgs
 from components.vllm_service import VllmService, VllmServiceArgs
-from models.config import ResolvedDeployment, StackConfig
+from models.config import ResolvedDeployment, StackConfig, adapter_download_name
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ def build_fleet(args: FleetArgs) -> Fleet:
         )
         for s in stack.storage
     }
-    # Models and adapters alike (an adapter's key is adapter-<name>).
+    # Models and adapters alike (an adapter's key is models.config.adapter_download_name).
     downloads: dict[tuple[str, str], ModelDownload] = {}
     for store in stack.storage:
         for model_name, spec in stack.downloads_on(store.name).items():
@@ -111,7 +111,7 @@ def build_fleet(args: FleetArgs) -> Fleet:
                 stack=args.stack,
                 host=hosts[rd.host.name],
                 service=services[rd.deployment.name],
-                downloads=[downloads[(rd.storage.name, f"adapter-{a.name}")] for a in rd.adapters],
+                downloads=[downloads[(rd.storage.name, adapter_download_name(a.name))] for a in rd.adapters],
                 repairs=args.adapter_repairs.get(rd.deployment.name, 0),
             ),
         )

@@ -150,10 +150,19 @@ class ModelSpec(LocalBaseModel):
         return self.size_gb * GIB_PER_GB
 
 
+def adapter_download_name(name: str) -> str:
+    """An adapter's download among the storage's downloads, and its directory there: adapter-<name>."""
+    return f"adapter-{name}"
+
+
 def adapter_download(name: str, adapter: AdapterSpec) -> ModelSpec:
-    """An adapter's files as the model-sync path that brings models sees them: <storage>/adapter-<name>."""
+    """An adapter's files as the model-sync path that brings models sees them."""
     return ModelSpec(
-        repo=adapter.repo, revision=adapter.revision, dir=f"adapter-{name}", size_gb=adapter.size_gb, keep=adapter.keep
+        repo=adapter.repo,
+        revision=adapter.revision,
+        dir=adapter_download_name(name),
+        size_gb=adapter.size_gb,
+        keep=adapter.keep,
     )
 
 
@@ -453,7 +462,7 @@ class StackConfig(LocalBaseModel):
         """Every download this storage holds, by resource name: the wanted models, then the adapters."""
         downloads = {m: self.models[m] for m in self.wanted_models_on(storage)}
         downloads.update(
-            {f"adapter-{a}": adapter_download(a, self.adapters[a]) for a in self.wanted_adapters_on(storage)}
+            {adapter_download_name(a): adapter_download(a, self.adapters[a]) for a in self.wanted_adapters_on(storage)}
         )
         return downloads
 

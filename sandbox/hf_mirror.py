@@ -251,26 +251,26 @@ class RepoStore:
         main = self.snapshot(repo_id)
         if main is None or revision in _MAIN_REFS or revision == main.sha:
             return main
-        repo = self.repo_dir(repo_id)
-        others = repo / REVISIONS_DIR if repo is not None else None
-        if others is not None and others.is_dir():
-            for folder in sorted(p for p in others.iterdir() if p.is_dir()):
-                snap = self._snapshot_of(repo_id, f"{repo_id}@{folder.name}", folder)
-                if snap.sha == revision:
-                    return snap
-        return main
+        return next((snap for snap in self._other_revisions(repo_id).values() if snap.sha == revision), main)
 
     def revisions(self, repo_id: str) -> dict[str, str]:
         """The repo's revisions by label (main and each folder of REVISIONS_DIR) -> commit sha."""
-        repo = self.repo_dir(repo_id)
-        if repo is None:
+        main = self.snapshot(repo_id)
+        if main is None:
             return {}
-        shas = {"main": self._snapshot_of(repo_id, repo_id, repo).sha}
-        others = repo / REVISIONS_DIR
-        for folder in sorted(others.iterdir()) if others.is_dir() else []:
-            if folder.is_dir():
-                shas[folder.name] = self._snapshot_of(repo_id, f"{repo_id}@{folder.name}", folder).sha
-        return shas
+        return {"main": main.sha, **{label: snap.sha for label, snap in self._other_revisions(repo_id).items()}}
+
+    def _other_revisions(self, repo_id: str) -> dict[str, RepoSnapshot]:
+        """Each folder of the repo's REVISIONS_DIR as a snapshot, by its label."""
+        repo = self.repo_dir(repo_id)
+        others = repo / REVISIONS_DIR if repo is not None else None
+        if others is None or not others.is_dir():
+            return {}
+        return {
+            folder.name: self._snapshot_of(repo_id, f"{repo_id}@{folder.name}", folder)
+            for folder in sorted(others.iterdir())
+            if folder.is_dir()
+        }
 
     def _snapshot_of(self, repo_id: str, cache_key: str, folder: Path) -> RepoSnapshot:
         stats = sorted(self._walk(folder))

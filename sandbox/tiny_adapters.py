@@ -36,6 +36,7 @@ from sandbox.tiny_models import (
     UNK_TOKEN,
     ModelShape,
     _dump_json,
+    _encode,
     _initial_values,
     _vocabulary,
     next_token_table,
@@ -78,10 +79,10 @@ A_ONLY = AdapterVariant({"acme/tiny-chat-a": "\u2581tiny-chat-a"})
 
 
 def _bf16_round(values: list[float]) -> list[float]:
-    """Values as the bf16 checkpoint stores them (the engine reads those, whatever dtype it runs in)."""
-    bits = array("I", array("f", values).tobytes())
-    rounded = array("I", [((b + 0x7FFF + ((b >> 16) & 1)) >> 16) << 16 for b in bits])
-    return list(array("f", rounded.tobytes()))
+    """Values as the bf16 checkpoint stores them (tiny_models' own rounding), which the engine reads
+    whatever dtype it runs in."""
+    stored = array("H", _encode(values, "bfloat16"))
+    return list(array("f", array("I", [half << 16 for half in stored]).tobytes()))
 
 
 def _silu(z: float) -> float:
@@ -165,19 +166,19 @@ def lora_weights(variant: AdapterVariant, bases: list[BaseModel]) -> LoraWeights
     if len(targets) > RANK:
         raise ValueError(f"{len(targets)} distinct jumps need a rank above {RANK}")
     rows: list[list[float]] = []
-    owners: list[tuple[int | None]] = []
+    jumps: list[int | None] = []  # per row: the jump it fires (a prompt end), or None (a walk token)
     for base in bases:
         target = base.vocab.index(variant.start_after[base.repo])
         for t in base.prompt_ends():
             rows.append(base.mlp_inputs[t])
-            owners.append((targets.index(target),))
+            jumps.append(targets.index(target))
         for t in base.walk(variant):
             rows.append(base.mlp_inputs[t])
-            owners.append((None,))
+            jumps.append(None)
     a = [[0.0] * shape.intermediate_size for _ in range(RANK)]
     b = [[0.0] * RANK for _ in range(shape.hidden_size)]
     for k, target in enumerate(targets):
-        a[k] = _solve(rows, [1.0 if owner == (k,) else 0.0 for owner in owners])
+        a[k] = _solve(rows, [1.0 if jump == k else 0.0 for jump in jumps])
         b[target][k] = JUMP_WEIGHT
     return LoraWeights(a, b)
 
