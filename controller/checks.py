@@ -86,15 +86,14 @@ def check_hosts(stack: Stack) -> tuple[Stack, Repairs]:
     Returns the stack as the hosts' vLLM releases make it (`with_host_versions`) and the drift-repair
     counts its steps render."""
     reachable = [h for h in stack.config.hosts if not h.cordon]
-    found_repairs = Repairs()
-    repairs = found_repairs.activations
+    repairs = Repairs()
     for host_config in stack.config.hosts:
         if host_config.cordon:
             pulumi.log.info(f"host {host_config.name!r} is cordoned: not contacted, no step runs there")
     recorded = os.environ.get("VLLM_FLEET_SURVEY_FILE")
     if stack.offline and not recorded:
         load_notes(stack)
-        return stack, found_repairs
+        return stack, repairs
     if stack.offline:
         # An offline preview judged against surveys recorded beforehand ({host name: survey}), e.g. what
         # the reference server runs (make preview-prod): the same assessment, no host contacted.
@@ -119,15 +118,15 @@ def check_hosts(stack: Stack) -> tuple[Stack, Repairs]:
         found = surveys[host_config.name]
         errors, notes = host_survey.assess(stack.name, host_config, on_host, found)
         for rd in on_host:
-            repairs[rd.deployment.name] = host_survey.repairs(stack.name, rd, found)
-            if repairs[rd.deployment.name] > int(
+            repairs.activations[rd.deployment.name] = host_survey.repairs(stack.name, rd, found)
+            if repairs.activations[rd.deployment.name] > int(
                 found.get("active", {}).get(f"{stack.name}.{rd.deployment.name}", {}).get("repairs") or 0
             ):
                 pulumi.log.warn(
                     f"deployment {rd.deployment.name!r}: {rd.unit_name} on host {host_config.name!r} is missing, stopped or "
                     "was edited by hand; this update activates the stack's unit again"
                 )
-            found_repairs.adapters[rd.deployment.name] = host_survey.adapter_repairs(stack.name, rd, found)
+            repairs.adapters[rd.deployment.name] = host_survey.adapter_repairs(stack.name, rd, found)
             for line in host_survey.adapter_lines(stack.name, rd, found):
                 pulumi.log.info(line)
         for rd in on_host:
@@ -144,7 +143,7 @@ def check_hosts(stack: Stack) -> tuple[Stack, Repairs]:
         raise pulumi.RunError(
             "what runs on the hosts conflicts with the stack; nothing was changed:\n" + "\n".join(conflicts)
         )
-    return stack, found_repairs
+    return stack, repairs
 
 
 def load_notes(stack: Stack) -> None:

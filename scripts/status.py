@@ -95,7 +95,7 @@ def show(name: str, r: dict[str, Any]) -> str:
         )
     lines += [f"  DRIFT     {d}" for d in r["drift"]] or ["  drift     none"]
     if r["drift"]:
-        lines.append("            `pulumi up` activates the stack's unit again (the host's next survey sees this)")
+        lines.append("            `pulumi up` puts back what the stack applied (the host's next survey sees this)")
     return "\n".join(lines)
 
 
