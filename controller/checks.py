@@ -120,7 +120,7 @@ def check_hosts(stack: Stack) -> tuple[Stack, Repairs]:
         for rd in on_host:
             repairs.activations[rd.deployment.name] = host_survey.repairs(stack.name, rd, found)
             if repairs.activations[rd.deployment.name] > int(
-                found.get("active", {}).get(f"{stack.name}.{rd.deployment.name}", {}).get("repairs") or 0
+                host_survey.active_entry(stack.name, rd.deployment.name, found).get("repairs") or 0
             ):
                 pulumi.log.warn(
                     f"deployment {rd.deployment.name!r}: {rd.unit_name} on host {host_config.name!r} is missing, stopped or "

@@ -22,7 +22,7 @@ import shlex
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -163,7 +163,7 @@ def repairs(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> int:
     A unit that is stopped (inactive or failed) counts as well: the swap starts it again.
     A changed count changes the step, so `pulumi up` re-activates and the swap puts the staged unit back;
     once it has, the host's count equals the rendered one and nothing changes until the next drift."""
-    record = (found.get("active") or {}).get(f"{stack}.{rd.deployment.name}")
+    record = active_entry(stack, rd.deployment.name, found)
     if not record:
         return 0  # never activated here: the first activation runs anyway
     done = int(record.get("repairs") or 0)
@@ -178,9 +178,13 @@ def repairs(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> int:
     return done + 1 if unit is None or unit["sha256"] != expected or stopped else done
 
 
+def active_entry(stack: str, deployment: str, found: Mapping[str, Any]) -> dict[str, Any]:
+    """The survey's entry for a deployment's active record on this host ({} when it has none there)."""
+    return dict((found.get("active") or {}).get(owner_key(stack, deployment)) or {})
+
+
 def _adapters_on_host(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> dict[str, Any]:
-    record = (found.get("active") or {}).get(owner_key(stack, rd.deployment.name)) or {}
-    return record.get("adapters") or {}
+    return active_entry(stack, rd.deployment.name, found).get("adapters") or {}
 
 
 def adapter_repairs(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> int:
@@ -220,9 +224,8 @@ def adapter_lines(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> 
 def judgement(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> Judgement:
     """What the host's swap will decide and refuse for this deployment, from the survey: the same call,
     with the same inputs, that host/transaction.py makes there."""
-    owner = owner_key(stack, rd.deployment.name)
     claims = {name: Claims.from_dict(held) for name, held in (found.get("claims") or {}).items()}
-    old = ActiveRecord.from_survey((found.get("active") or {}).get(owner) or {})
+    old = ActiveRecord.from_survey(active_entry(stack, rd.deployment.name, found))
     # The stack's launch as the host reads the staged unit (host/transaction.py parses the same text).
     unit_text = render_unit(rd, stack).text
     wanted = unit_launch(unit_text, unit_environment(unit_text))
@@ -240,7 +243,7 @@ def assess(
         dep = rd.deployment
         where = f"host {host.name!r}, deployment {dep.name!r}"
         key = f"vllm-fleet:deployments[{dep.name}]"
-        adopted = ((found.get("active") or {}).get(owner_key(stack, dep.name)) or {}).get("adopted") or []
+        adopted = active_entry(stack, dep.name, found).get("adopted") or []
         judged = judgement(stack, rd, found)
         # The engine a take-over adopts in place is not stopped: its own line says what happens to it.
         in_place = judged.adoption.unit if judged.adoption is not None and judged.adoption.in_place else None
@@ -358,7 +361,7 @@ def client_ids(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> tup
     whatever its state, so a crashed engine changes nothing); never a managed served name, so a swap to
     another served name is the stack's own change."""
     owner = owner_key(stack, rd.deployment.name)
-    active_unit = ((found.get("active") or {}).get(owner) or {}).get("unit")
+    active_unit = active_entry(stack, rd.deployment.name, found).get("unit")
     served: list[str] = []
     kept: list[str] = []
     for unit in found.get("units", []):
@@ -423,7 +426,7 @@ def client_id_lines(
 def key_warnings(stack: str, rd: ResolvedDeployment, found: dict[str, Any], asks_key: bool) -> list[str]:
     """A take-over puts the front door, which asks for one of vllm-fleet:apiKeys when the stack has keys,
     in front of hand-made engines that took requests without a key: their clients start getting 401."""
-    if not asks_key or (found.get("active") or {}).get(owner_key(stack, rd.deployment.name), {}).get("unit"):
+    if not asks_key or active_entry(stack, rd.deployment.name, found).get("unit"):
         return []
     keyless = [
         unit["name"]
