@@ -17,7 +17,8 @@ from components.model_download import ModelDownload, ModelDownloadArgs
 from components.remote import StepLedger
 from components.storage import SharedStorage, SharedStorageArgs
 from components.vllm_service import VllmService, VllmServiceArgs
-from models.config import ResolvedDeployment, StackConfig, adapter_download_name
+from models.adapters import adapter_download_name
+from models.config import ResolvedDeployment, StackConfig
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ def build_fleet(args: FleetArgs) -> Fleet:
         )
         for s in stack.storage
     }
-    # Models and adapters alike (an adapter's key is models.config.adapter_download_name).
+    # Models and adapters alike (an adapter's key is models.adapters.adapter_download_name).
     downloads: dict[tuple[str, str], ModelDownload] = {}
     for store in stack.storage:
         for model_name, spec in stack.downloads_on(store.name).items():

@@ -44,7 +44,23 @@ class AdapterSpec(LocalBaseModel):
     repo: HfRepo
     revision: Revision = "main"
     # The models it was trained on or fits (same architecture and shapes): a deployment serving another
-    # model cannot list it. Its adapter_config.json must name the first one's repo as its base.
+    # model cannot list it. Its adapter_config.json must name one of their repos as its base.
     bases: Annotated[tuple[Name, ...], Field(min_length=1)]
     size_gb: Annotated[float, Field(gt=0)] = 0.1
     keep: bool = False
+
+
+class ResolvedAdapter(LocalBaseModel):
+    """An adapter a deployment serves, with where its files are and what its bases are on disk."""
+
+    name: Name
+    spec: AdapterSpec
+    path: str
+    # The directories and repos of the models it fits (an engine loads it when it serves one of them).
+    base_dirs: tuple[str, ...]
+    base_repos: tuple[str, ...]
+
+
+def adapter_download_name(name: str) -> str:
+    """An adapter's download among the storage's downloads, and its directory there: adapter-<name>."""
+    return f"adapter-{name}"

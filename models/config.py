@@ -16,7 +16,7 @@ from typing import Annotated, Any, Self
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from models.access import Access
-from models.adapters import AdapterSpec, LoraLimits
+from models.adapters import AdapterSpec, LoraLimits, ResolvedAdapter, adapter_download_name
 from models.hosts import Host, Storage
 from models.monitoring import Monitoring
 from models.types import (
@@ -150,11 +150,6 @@ class ModelSpec(LocalBaseModel):
         return self.size_gb * GIB_PER_GB
 
 
-def adapter_download_name(name: str) -> str:
-    """An adapter's download among the storage's downloads, and its directory there: adapter-<name>."""
-    return f"adapter-{name}"
-
-
 def adapter_download(name: str, adapter: AdapterSpec) -> ModelSpec:
     """An adapter's files as the model-sync path that brings models sees them."""
     return ModelSpec(
@@ -246,6 +241,11 @@ class Deployment(LocalBaseModel):
     def node_names(self) -> tuple[str, ...]:
         return self.nodes or (self.host,)
 
+    @property
+    def served_names(self) -> tuple[str, ...]:
+        """Every id the engine answers to: the served name first (vLLM reports it), then alsoServedAs."""
+        return tuple(dict.fromkeys([self.served_model_name or self.model, *(self.also_served_as or ())]))
+
     @field_validator("bind_address")
     @classmethod
     def _bind_address_is_an_ip(cls, value: str) -> str:
@@ -282,17 +282,6 @@ class Deployment(LocalBaseModel):
         if len(set(gpus)) != len(gpus):
             raise ValueError(f"GPU indices {list(gpus)} repeat an index; list each GPU once")
         return tuple(sorted(gpus))
-
-
-class ResolvedAdapter(LocalBaseModel):
-    """An adapter a deployment serves, with where its files are and what its bases are on disk."""
-
-    name: Name
-    spec: AdapterSpec
-    path: str
-    # The directories and repos of the models it fits (an engine loads it when it serves one of them).
-    base_dirs: tuple[str, ...]
-    base_repos: tuple[str, ...]
 
 
 class ResolvedDeployment(LocalBaseModel):
@@ -340,8 +329,7 @@ class ResolvedDeployment(LocalBaseModel):
 
     @property
     def served_model_names(self) -> tuple[str, ...]:
-        """Every id the engine answers to: the served name first (vLLM reports it), then alsoServedAs."""
-        return tuple(dict.fromkeys([self.served_model_name, *(self.deployment.also_served_as or ())]))
+        return self.deployment.served_names
 
     @property
     def gpus_needed(self) -> int:

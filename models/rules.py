@@ -307,7 +307,6 @@ def adapter_errors(stack: StackConfig) -> list[str]:
             continue
         if len(set(dep.adapters)) != len(dep.adapters):
             errors.append(f"{key}: {list(dep.adapters)} lists an adapter twice; list each once")
-        served = {dep.served_model_name or dep.model, *(dep.also_served_as or ())}
         for name in dep.adapters:
             listed = stack.adapters.get(name)
             if listed is None:
@@ -318,7 +317,7 @@ def adapter_errors(stack: StackConfig) -> list[str]:
                     f"(vllm-fleet:adapters.{name}.bases), not of {dep.model}, which this deployment serves; "
                     f"remove it from the list or add {dep.model} to its bases if it was trained for it"
                 )
-            if name in served:
+            if name in dep.served_names:
                 errors.append(
                     f"{key}: adapter {name!r} is also a name the deployment serves its model as (servedModelName "
                     "/ alsoServedAs); clients could not tell them apart: rename one"
