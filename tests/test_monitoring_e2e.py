@@ -10,6 +10,7 @@ blue/green swap raises no alert and the model label changes. The tests run in fi
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
 import time
@@ -228,15 +229,19 @@ def test_a_blue_green_swap_raises_no_alert_and_the_model_label_changes(monitored
     prom = monitored.prometheus
     assert prom is not None
     wait_for(lambda: prom.query(f'up{{stack="{STACK}"}} == 1'), 30, "the target up again")
+    # The previous test's down alert has resolved; its last firing sample lies before the window below.
+    wait_for(lambda: prom.query(f'ALERTS{{stack="{STACK}"}}') == [], 60, "no alert of the stack")
     monitored.configure("e2e-tiny-b")
     started = time.monotonic()
+    started_wall = time.time()
     assert monitored.up().summary.result == "succeeded"
     # The host's own record of the swap: blue/green (the old engine served until the new one answered).
     result = json.loads(on_host("cat /var/lib/vllm-fleet/deployments/monitor.chat/swap-result.json"))
     assert result["timings"]["blue_green"] == 1.0, result
     monitored.write_monitoring()
     wait_for(lambda: prom.query(f'up{{stack="{STACK}", model="e2e-tiny-b"}} == 1'), 60, "the target with the new model")
-    window = f"{int(time.monotonic() - started) + 5}s"
+    # From the swap's start to now and not a second before it (Prometheus' ranges end at the query's time).
+    window = f"{math.ceil(time.time() - started_wall)}s"
     # Through the whole swap: the front door answered every scrape and no alert of the stack was even pending.
     assert prom.query(f'min_over_time(up{{stack="{STACK}"}}[{window}]) == 0') == []
     assert prom.query(f'ALERTS{{stack="{STACK}"}}') == []
