@@ -52,7 +52,7 @@ class StepLedger(Protocol):
     """Where each step declared on a cordoned host is told (controller/cordon.py's CordonedSteps): it
     refuses a step the host does not have yet, and keeps the name for the check of removals at the end."""
 
-    def declare(self, host: Host, name: str) -> None: ...
+    def declare(self, host: Host, name: str, create: str | None = None, spans: str | None = None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -90,20 +90,23 @@ def remote_step(
     timeout_seconds: int = 600,
     owns_singleton: bool = False,
     log_output: bool = True,
+    spans: str | None = None,
 ) -> remote.Command:
     """A remote command running a rendered script (see render/) over SSH.
 
     `log_output=False` keeps a step's output off the terminal (it is still stored, as a secret when the
-    step receives secrets); for steps whose output is not worth streaming.
+    step receives secrets); for steps whose output is not worth streaming. `spans` names the node of a
+    model across hosts that the step serves: on a cordoned host such a step may not change.
     """
     carries_secret = stdin is not None
     host = target.host
+    invocation = remote_invocation(create, name, timeout_seconds, KILL_AFTER_SECONDS)
     if host.cordon:
-        target.cordoned.declare(host, name)
+        target.cordoned.declare(host, name, invocation, spans)
     return remote.Command(
         name,
         connection=target.connection,
-        create=remote_invocation(create, name, timeout_seconds, KILL_AFTER_SECONDS),
+        create=invocation,
         delete=(
             remote_invocation(delete, f"{name}-delete", timeout_seconds, KILL_AFTER_SECONDS)
             if delete is not None

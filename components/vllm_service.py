@@ -80,8 +80,10 @@ class VllmService(pulumi.ComponentResource):
         # Start, readiness and a possible rollback (which waits for the old model again) must all fit.
         activation_minutes = math.ceil(2 * activation_timeout(rd) / 60) + 5
         earlier = [e.serving for e in args.after]
-        # Every node stages and checks its unit while the old model serves; then the headless engines are
-        # replaced, node by node, and the head's swap starts the API server they join.
+        # Every node stages its launch of the new model and checks it (its vLLM parses it, its GPUs are
+        # judged) while the old model serves; then each node installs it beside the launch it runs, and the
+        # head's swap moves them all: node-watch runs the launch of the model the head runs, so the nodes
+        # follow the head to the new model, and back to the old one if the head rolls back.
         node_stages = [
             remote_step(
                 f"{name}-node{rank}-unit",
@@ -93,6 +95,7 @@ class VllmService(pulumi.ComponentResource):
                 depends_on=[download.files, *node.installed],
                 timeout_seconds=300,
                 owns_singleton=True,
+                spans=f"node {rank} of deployment {rd.deployment.name!r}",
             )
             for rank, (node, download) in enumerate(args.nodes, start=1)
         ]
@@ -106,6 +109,7 @@ class VllmService(pulumi.ComponentResource):
                 depends_on=[self.unit, *node_stages, *earlier],
                 timeout_seconds=60 * activation_minutes,
                 owns_singleton=True,
+                spans=f"node {rank} of deployment {rd.deployment.name!r}",
             )
             for rank, (node, _) in enumerate(args.nodes, start=1)
         ]

@@ -139,6 +139,8 @@ def check_hosts(stack: Stack) -> tuple[Stack, Repairs]:
         for forecast in host_survey.forecasts(stack.name, host_config, on_host, found):
             pulumi.log.info(forecast)
         conflicts += errors
+    for rd in resolved:
+        conflicts += host_survey.node_conflicts(stack.name, rd, surveys)
     if conflicts:
         raise pulumi.RunError(
             "what runs on the hosts conflicts with the stack; nothing was changed:\n" + "\n".join(conflicts)

@@ -37,8 +37,9 @@ def host_identity(host: Host) -> tuple[str, int, str]:
 
 
 @cache
-def applied_steps() -> dict[tuple[str, int, str], frozenset[str]]:
-    """The steps in the stack's last checkpoint, by the host they ran on."""
+def applied_steps() -> dict[tuple[str, int, str], dict[str, str]]:
+    """The steps in the stack's last checkpoint, by the host they ran on: each step's name and the command
+    it ran (its `create` input)."""
     cli = shutil.which("pulumi") or "pulumi"
     result = subprocess.run(
         [cli, "stack", "export", "--stack", pulumi.get_stack()],
@@ -54,28 +55,38 @@ def applied_steps() -> dict[tuple[str, int, str], frozenset[str]]:
             f"(`pulumi stack export` exited {result.returncode}: {result.stderr.strip()[:300]})"
         )
     resources = json.loads(result.stdout).get("deployment", {}).get("resources") or []
-    by_host: dict[tuple[str, int, str], set[str]] = {}
+    by_host: dict[tuple[str, int, str], dict[str, str]] = {}
     for resource in resources:
-        triggers = (resource.get("inputs") or {}).get("triggers")
+        inputs = resource.get("inputs") or {}
+        triggers = inputs.get("triggers")
         if resource.get("type") != COMMAND_TYPE or not isinstance(triggers, list) or len(triggers) < 3:
             continue
         key = (str(triggers[0]), int(triggers[1]), str(triggers[2]))
-        by_host.setdefault(key, set()).add(str(resource["urn"]).rsplit("::", 1)[-1])
-    return {key: frozenset(names) for key, names in by_host.items()}
+        by_host.setdefault(key, {})[str(resource["urn"]).rsplit("::", 1)[-1]] = str(inputs.get("create") or "")
+    return by_host
 
 
-def check_step(host: Host, name: str) -> None:
-    """Refuse a step that would be created on a cordoned host (it has no such step in the state)."""
-    if name not in applied_steps().get(host_identity(host), frozenset()):
+def check_step(host: Host, name: str, create: str | None = None, spans: str | None = None) -> None:
+    """Refuse a step that would be created on a cordoned host (it has no such step in the state), and one
+    of a node of a model across hosts (`spans` names it) whose command would change: ignored there, it
+    would leave that node on the old launch while the head moves on."""
+    applied = applied_steps().get(host_identity(host), {})
+    if name not in applied:
         raise CordonViolation(
             f"host {host.name!r} is cordoned (vllm-fleet:hosts[].cordon: true), but the stack would create step "
             f"{name!r} there; nothing was changed. Put back what that host serves, or lift the cordon to apply it"
+        )
+    if spans is not None and create is not None and applied[name] != create:
+        raise CordonViolation(
+            f"host {host.name!r} is cordoned (vllm-fleet:hosts[].cordon: true), but {spans} runs there and the "
+            f"stack changes it (step {name!r}); a model across hosts changes on every node or on none, so nothing "
+            "was changed. Put the deployment back as it was, or lift the cordon to apply it"
         )
 
 
 def check_removals(host: Host, registered: set[str]) -> None:
     """Refuse steps of a cordoned host that the program no longer declares (they would be deleted there)."""
-    gone = sorted(applied_steps().get(host_identity(host), frozenset()) - registered)
+    gone = sorted(set(applied_steps().get(host_identity(host), {})) - registered)
     if gone:
         raise CordonViolation(
             f"host {host.name!r} is cordoned (vllm-fleet:hosts[].cordon: true), but the stack would delete "
@@ -89,8 +100,8 @@ class CordonedSteps:
     def __init__(self) -> None:
         self.declared: dict[str, set[str]] = {}
 
-    def declare(self, host: Host, name: str) -> None:
-        check_step(host, name)
+    def declare(self, host: Host, name: str, create: str | None = None, spans: str | None = None) -> None:
+        check_step(host, name, create, spans)
         self.declared.setdefault(host.name, set()).add(name)
 
     def check_removals(self, hosts: Sequence[Host]) -> None:

@@ -29,13 +29,13 @@ from typing import Any
 
 from host.contract import RUNNING_STATES, ActiveRecord, Claims, owner_key
 from host.facts import engine_flags, unit_environment, unit_launch
-from host.judgement import Judgement, judge, running_in
+from host.judgement import Judgement, judge, judge_node, running_in
 from models import downtime
 from models.config import GIB_PER_GB, LoadStrategy, ResolvedDeployment
 from models.hosts import Host
 from render import host_bundle
 from render.launch import load_strategy_flag
-from render.plan import swap_plan
+from render.plan import node_plan, swap_plan
 from render.units import render_unit
 
 CACHE_SECONDS = 3600
@@ -230,6 +230,19 @@ def judgement(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> Judg
     unit_text = render_unit(rd, stack).text
     wanted = unit_launch(unit_text, unit_environment(unit_text))
     return judge(swap_plan(rd, stack), found, claims, running_in(found), old, wanted)
+
+
+def node_conflicts(stack: str, rd: ResolvedDeployment, surveys: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """What each node after the head of a model across hosts refuses, from its host's survey: the call
+    (host/judgement.judge_node) that node's unit step makes there before anything stops. A node without a
+    survey (cordoned, or an offline preview without one) is not judged here."""
+    problems = []
+    for rank, node in enumerate(rd.node_hosts[1:], start=1):
+        found = surveys.get(node.name)
+        if found is not None:
+            claims = {name: Claims.from_dict(held) for name, held in (found.get("claims") or {}).items()}
+            problems += judge_node(node_plan(rd, stack, rank), found, claims)
+    return problems
 
 
 def assess(

@@ -8,7 +8,8 @@ under whatever Python the host's vLLM venv has:
   console     a tool's progress lines (`say`, which ends the tool when its SSH session is gone), lists of names
   the tools   swap (transaction, systemd, front_door), survey, status, gpu_release_guard, wait_ready,
               model_sync (model_files: the manifest and hashes; hf_download: the Hub and `hf download`),
-              prewarm (page_cache: the reader it and its copy use), vllm_args_check, node_watch
+              prewarm (page_cache: the reader it and its copy use), vllm_args_check, node (a multi-node
+              deployment's node: its check and activation), node_watch (the engine the head's model needs)
 render/host_bundle.py ships it as one archive with a launcher per tool (/usr/local/lib/vllm-fleet/),
 and pipes the same archive into the host's python for the survey before anything is installed.
 """

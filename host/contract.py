@@ -276,6 +276,94 @@ class ActiveRecord:
         )
 
 
+# ---- a node of a model served across hosts (host/node.py stages and activates it, node-watch runs it) --
+
+# In a node's state directory: the launches its engine may run, one per model the head may serve
+# (`<master port>.json`), and `current`, the master port of the one node-watch runs now.
+NODE_LAUNCHES = "launches"
+NODE_CURRENT = "current"
+
+
+@dataclass(frozen=True)
+class NodeLaunch:
+    """A headless engine's launch on one node for one model. The head's rendezvous port is per model
+    (models.config's master_port), so which launch the head runs is which of these ports it listens on:
+    node-watch runs that one, whatever model the last `pulumi up` named (a rollback on the head takes
+    its nodes back with it)."""
+
+    model: str
+    master_port: int
+    argv: tuple[str, ...]
+    environment: dict[str, str]
+    model_dir: str
+
+    @property
+    def file_name(self) -> str:
+        return f"{self.master_port}.json"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> NodeLaunch:
+        data = json.loads(text)
+        return cls(
+            model=str(data["model"]),
+            master_port=int(data["master_port"]),
+            argv=tuple(str(a) for a in data["argv"]),
+            environment={str(k): str(v) for k, v in (data.get("environment") or {}).items()},
+            model_dir=str(data.get("model_dir", "")),
+        )
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    """What a node's steps check and install for node `rank` > 0 of a deployment across hosts, rendered by
+    the controller (render.plan.node_plan)."""
+
+    stack: str
+    deployment: str
+    rank: int
+    host: str  # this node's host name, which every message names
+    head: str  # the head's host name
+    head_address: str  # the head's cluster address, where the engine meets it
+    unit_name: str
+    state_dir: str
+    gpus: tuple[int, ...]
+    python: str
+    tools_dir: str
+    foreign_gpu_processes: str = "refuse"
+
+    @property
+    def owner(self) -> str:
+        """The node's name on its host (state directory, claims): the deployment's with its rank."""
+        return owner_key(self.stack, f"{self.deployment}.node{self.rank}")
+
+    @property
+    def deployment_owner(self) -> str:
+        """The owner its unit's first line names (the deployment's, as on the head)."""
+        return owner_key(self.stack, self.deployment)
+
+    @property
+    def config_key(self) -> str:
+        return f"vllm-fleet:deployments[{self.deployment}]"
+
+    @property
+    def where(self) -> str:
+        return f"node {self.rank} of deployment {self.deployment!r} on host {self.host!r}"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> NodePlan:
+        return cls(**{**data, "gpus": tuple(data.get("gpus", ()))})
+
+    @classmethod
+    def load(cls, path: str | Path) -> NodePlan:
+        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
 # ---- a deployment's LoRA adapters (host/adapters.py applies them; render/steps.py renders them) ---------
 
 # In the deployment's state directory: the adapters its engines load whenever they start.

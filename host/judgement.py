@@ -8,11 +8,11 @@ forecasts and refuses is what the host will do and refuse. Standard library only
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from host.contract import FRONT_DOOR_UNIT, RUNNING_STATES, ActiveRecord, Claims, Placement, Plan
+from host.contract import FRONT_DOOR_UNIT, RUNNING_STATES, ActiveRecord, Claims, NodePlan, Placement, Plan
 from host.facts import engine_flags
 
 
@@ -232,6 +232,45 @@ def holder_text(entry: Mapping[str, Any]) -> str:
     return f"PID {entry['pid']} ({entry.get('cmd') or entry.get('name') or '?'}) of {unit}"
 
 
+def holder_verdict(
+    holder: Mapping[str, Any],
+    gpus: Sequence[int],
+    unit: Mapping[str, Any] | None,
+    key: str,
+    foreign: str,
+    hand_made_fix: str,
+) -> tuple[bool, str]:
+    """(refuses, the sentence) for a process that holds `gpus`, which the new engine gets: another
+    deployment's unit and a hand-made unit refuse; a process of no unit refuses unless foreignGpuProcesses
+    is stop (the GPU-release guard stops it then)."""
+    held = f"GPU {','.join(map(str, gpus))} is held by {holder_text(holder)}"
+    unit_name = holder.get("unit")
+    if unit is not None and unit.get("managed"):
+        return True, (
+            f"{held}, a unit of deployment {unit.get('owner')}; give {key}.gpus other GPUs or destroy that deployment first"
+        )
+    if unit_name is not None and unit_name.endswith(".service"):
+        return True, f"{held}, which this stack does not manage; {hand_made_fix}"
+    if foreign == "stop":
+        return False, f"{held}; the GPU-release guard will stop it ({key}.foreignGpuProcesses: stop)"
+    return True, (
+        f"{held}, which belongs to no unit vllm-fleet manages; "
+        f"stop it, or set {key}.foreignGpuProcesses: stop to let the GPU-release guard stop it"
+    )
+
+
+def enabled_hand_made_units(
+    found: Mapping[str, Any], leaving: Sequence[str] = ()
+) -> Iterator[tuple[Mapping[str, Any], Mapping[str, Any]]]:
+    """(unit, its launch) of each hand-made vLLM unit that does not run but is enabled: the next boot starts it."""
+    for unit in found.get("units", []):
+        launch = unit.get("launch")
+        if unit.get("managed") or unit["name"] in leaving or not unit.get("enabled") or launch is None:
+            continue
+        if unit.get("activeState") not in RUNNING_STATES:
+            yield unit, launch
+
+
 def leaving_units(plan: Plan, old: ActiveRecord | None) -> tuple[str, ...]:
     """Every unit that may hold the deployment's GPUs or port now and must stop for the new one."""
     return tuple(u for u in dict.fromkeys([old.unit if old else "", plan.unit_name, *plan.replaces]) if u)
@@ -318,26 +357,9 @@ def judge(
         elsewhere = sorted(set(holder.get("gpus", [])) & set(plan.gpus) - set(chosen))
         unit = units.get(unit_name or "")
         if chosen:
-            gpus = ",".join(map(str, chosen))
-            if unit is not None and unit.get("managed"):
-                conflicts.append(
-                    f"GPU {gpus} is held by {holder_text(holder)}, a unit of deployment {unit.get('owner')}; "
-                    f"give {key}.gpus other GPUs or destroy that deployment first"
-                )
-            elif unit_name is not None and unit_name.endswith(".service"):
-                conflicts.append(
-                    f"GPU {gpus} is held by {holder_text(holder)}, which this stack does not manage; "
-                    f"add {unit_name} to {key}.replaces to take it over, or stop it"
-                )
-            elif plan.foreign_gpu_processes == "stop":
-                notes.append(
-                    f"GPU {gpus} is held by {holder_text(holder)}; the GPU-release guard will stop it ({key}.foreignGpuProcesses: stop)"
-                )
-            else:
-                conflicts.append(
-                    f"GPU {gpus} is held by {holder_text(holder)}, which belongs to no unit vllm-fleet manages; "
-                    f"stop it, or set {key}.foreignGpuProcesses: stop to let the GPU-release guard stop it"
-                )
+            fix = f"add {unit_name} to {key}.replaces to take it over, or stop it"
+            refuses, sentence = holder_verdict(holder, chosen, unit, key, plan.foreign_gpu_processes, fix)
+            (conflicts if refuses else notes).append(sentence)
         elif elsewhere:
             notes.append(
                 f"GPU {','.join(map(str, elsewhere))} of {key}.gpus is held by {holder_text(holder)}; the deployment "
@@ -357,13 +379,8 @@ def waiting_units(plan: Plan, found: Mapping[str, Any], leaving: Sequence[str], 
     it. Running ones are judged by what they hold (listeners, GPU holders)."""
     key = plan.config_key
     problems = []
-    for unit in found.get("units", []):
+    for unit, launch in enabled_hand_made_units(found, leaving):
         name = unit["name"]
-        launch = unit.get("launch")
-        if unit.get("managed") or name in leaving or not unit.get("enabled") or launch is None:
-            continue
-        if unit.get("activeState") in RUNNING_STATES:
-            continue
         claims = []
         if launch.get("port") in (plan.port, *plan.backend_ports):
             claims.append(f"port {launch['port']}")
@@ -380,6 +397,45 @@ def waiting_units(plan: Plan, found: Mapping[str, Any], leaving: Sequence[str], 
                 f"(stopped, disabled, its file backed up), or disable it (`systemctl disable {name}`)"
             )
     return problems
+
+
+def judge_node(plan: NodePlan, found: Mapping[str, Any], others: Mapping[str, Claims]) -> list[str]:
+    """What refuses a swap of a model across hosts on node `plan.rank`, from that node's survey: the same
+    rules as the head's GPUs. The node's GPUs may be held only by the deployment's own node unit (its
+    engine of the model being replaced), or, with foreignGpuProcesses: stop, by processes of no unit; not
+    by another deployment's unit, a hand-made unit, or a claim of another deployment; and no hand-made vLLM
+    unit waits, enabled, to take them at the next boot. Each sentence names the node and the fix."""
+    key = plan.config_key
+    where = plan.where
+    units = {u["name"]: u for u in found.get("units", [])}
+    wanted = set(plan.gpus)
+
+    def ours(unit: str | None) -> bool:
+        return unit == plan.unit_name or (units.get(unit or "") or {}).get("owner") == plan.deployment_owner
+
+    conflicts = []
+    for holder in found.get("gpuHolders", []):
+        unit_name = holder.get("unit")
+        held = sorted(set(holder.get("gpus", [])) & wanted)
+        if not held or ours(unit_name):
+            continue
+        fix = f"stop and disable it on {plan.host}"
+        refuses, sentence = holder_verdict(
+            holder, held, units.get(unit_name or ""), key, plan.foreign_gpu_processes, fix
+        )
+        if refuses:
+            conflicts.append(f"{where}: {sentence}")
+    for unit, launch in enabled_hand_made_units(found):
+        visible = launch.get("gpus")
+        shared = sorted(wanted if visible is None else set(visible) & wanted)
+        if shared:
+            conflicts.append(
+                f"{where}: {unit['name']} is a hand-made vLLM unit, enabled but not running: the next boot starts "
+                f"it on GPU {','.join(map(str, shared))} of this node; disable it (`systemctl disable {unit['name']}`)"
+            )
+    claims = Claims(frozenset(plan.gpus), frozenset(), frozenset({plan.unit_name}))
+    conflicts.extend(f"{where}: {problem}" for problem in claim_conflicts(plan.owner, claims, others))
+    return conflicts
 
 
 def running_in(found: Mapping[str, Any]) -> Callable[[str], bool]:

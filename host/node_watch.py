@@ -12,7 +12,15 @@ stops the engine (SIGTERM, then SIGKILL: a stuck engine ignores SIGTERM) and exi
 Restart=always starts a fresh engine that waits for the next head. When the engine exits by itself,
 this program exits with its status.
 
-Usage: node-watch --head ADDRESS [--grace SECONDS] [--poll SECONDS] -- COMMAND [ARGS...]
+Which engine it starts: with --launches DIR, the launch of the model the head runs now. A node keeps one
+launch per model the head may serve (host/node.py installs them; `<master port>.json`), and the head's
+rendezvous port is per model, so the launch to run is the one whose master port the head listens on. A
+node therefore follows its head: through a swap (the head stops the old model, its nodes lose it and
+restart, and join the new one), through the head's rollback (the new head never listens, or goes away
+before the node joined it: the node starts the old launch again), and after a reboot. It never runs a
+launch the head has left. Without --launches, it runs the COMMAND after `--` (units from before).
+
+Usage: node-watch --head ADDRESS [--grace SECONDS] [--poll SECONDS] (--launches DIR | -- COMMAND [ARGS...])
 Standard library only.
 """
 
@@ -23,11 +31,14 @@ import contextlib
 import ipaddress
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+
+from host.contract import NODE_CURRENT, NodeLaunch
 
 ESTABLISHED = "01"  # the state column of /proc/net/tcp{,6}
 
@@ -134,19 +145,85 @@ def stop(child: subprocess.Popen[bytes], wait: float = 10.0) -> None:
         child.wait()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--head", required=True, help="the head's cluster address (the master address)")
-    parser.add_argument("--grace", type=float, default=10.0, help="seconds without the head before stopping")
-    parser.add_argument("--poll", type=float, default=2.0)
-    parser.add_argument("command", nargs=argparse.REMAINDER)
-    args = parser.parse_args(argv)
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if not command:
-        parser.error("give the engine's command after --")
-    head = str(ipaddress.ip_address(args.head))
-    # Its own process group, so a stop reaches the engine's workers too.
-    child = subprocess.Popen(command, start_new_session=True)
+def listens(address: str, port: int, timeout: float = 1.0) -> bool:
+    """Whether something accepts TCP connections at address:port (the head's rendezvous store, here)."""
+    try:
+        with socket.create_connection((address, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def read_launches(directory: Path) -> list[NodeLaunch]:
+    """The node's launches, newest first (a launch that cannot be read is skipped and said)."""
+    found: list[tuple[float, NodeLaunch]] = []
+    for path in directory.glob("*.json"):
+        try:
+            found.append((path.stat().st_mtime, NodeLaunch.from_json(path.read_text(encoding="utf-8"))))
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            print(f"node-watch: skipping {path}: {error}", flush=True)
+    return [launch for _, launch in sorted(found, key=lambda item: -item[0])]
+
+
+def head_runs(launches: Sequence[NodeLaunch], head_listens: Callable[[int], bool]) -> NodeLaunch | None:
+    """The launch whose master port the head listens on: the model it runs now (None: no head yet)."""
+    return next((launch for launch in launches if head_listens(launch.master_port)), None)
+
+
+def model_files_unchanged(directory: str) -> bool:
+    """model-sync's check of the launch's model files against their verified manifest (the unit's own
+    ExecStartPre cannot: which model runs is chosen here)."""
+    from host import model_sync  # only this mode needs it
+
+    return model_sync.main(["check", "--dir", directory]) == 0
+
+
+def run_launches(head: str, directory: Path, grace: float, poll: float) -> int:
+    """Wait for the head to run one of the node's launches, run that one, and end it (exit 1, for systemd
+    to start a fresh watch) once it lost the head or, before it joined, the head went on to another."""
+    said = ""
+    while True:
+        launches = read_launches(directory)
+        chosen = head_runs(launches, lambda port: listens(head, port))
+        if chosen is not None:
+            break
+        waiting = ", ".join(f"{launch.model} (port {launch.master_port})" for launch in launches) or "none installed"
+        if waiting != said:
+            print(
+                f"node-watch: waiting for the head at {head} to start one of this node's launches: {waiting}",
+                flush=True,
+            )
+            said = waiting
+        time.sleep(poll)
+    if chosen.model_dir and not model_files_unchanged(chosen.model_dir):
+        return 1
+    (directory / NODE_CURRENT).write_text(f"{chosen.master_port}\n", encoding="utf-8")
+    print(
+        f"node-watch: the head at {head} runs {chosen.model} (master port {chosen.master_port}); starting its engine",
+        flush=True,
+    )
+    child = subprocess.Popen(list(chosen.argv), env={**os.environ, **chosen.environment}, start_new_session=True)
+    handle_stop_signals(child)
+    watch = Watch(grace)
+    while child.poll() is None:
+        time.sleep(poll)
+        if watch.observe(connected_to_head(child.pid, head), time.monotonic()):
+            print(f"node-watch: the engine lost the head at {head} {grace:g} s ago; stopping it", flush=True)
+            stop(child)
+            return 1
+        if not watch.joined and not listens(head, chosen.master_port):
+            other = head_runs(read_launches(directory), lambda port: listens(head, port))
+            if other is not None and other.master_port != chosen.master_port:
+                print(
+                    f"node-watch: the head at {head} now runs {other.model}, not {chosen.model}; switching", flush=True
+                )
+                stop(child)
+                return 1
+    return child.returncode
+
+
+def handle_stop_signals(child: subprocess.Popen[bytes]) -> None:
+    """systemd's stop (SIGTERM) ends the engine's whole process group too."""
 
     def stopped_by_systemd(signum: int, _frame: object) -> None:
         stop(child)
@@ -154,6 +231,27 @@ def main(argv: list[str] | None = None) -> int:
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, stopped_by_systemd)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--head", required=True, help="the head's cluster address (the master address)")
+    parser.add_argument("--grace", type=float, default=10.0, help="seconds without the head before stopping")
+    parser.add_argument("--poll", type=float, default=2.0)
+    parser.add_argument("--launches", type=Path, help="the node's launches: run the one the head runs")
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    head = str(ipaddress.ip_address(args.head))
+    if args.launches is not None:
+        if command:
+            parser.error("give either --launches or the engine's command after --")
+        return run_launches(head, args.launches, args.grace, args.poll)
+    if not command:
+        parser.error("give --launches, or the engine's command after --")
+    # Its own process group, so a stop reaches the engine's workers too.
+    child = subprocess.Popen(command, start_new_session=True)
+    handle_stop_signals(child)
     watch = Watch(args.grace)
     while child.poll() is None:
         time.sleep(args.poll)

@@ -207,8 +207,7 @@ class TransactionBase:
         start = now()
         self.host.run("systemctl", "start", "--no-block", plan.unit_name)
         ready = self.wait_active(plan.unit_name, plan.ready_timeout)
-        if ready:
-            self.timings["start_to_ready"] = now() - start
+        self.timings["start_to_ready" if ready else "start_failed_after"] = now() - start
         return ready, cursor
 
     def wait_active(self, unit: str, timeout: float) -> bool:

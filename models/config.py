@@ -9,6 +9,7 @@ Secrets (the SSH key, the Hugging Face token) are never fields here: they travel
 from __future__ import annotations
 
 import hashlib
+import json
 from enum import StrEnum
 from functools import cached_property
 from typing import Annotated, Any, Self
@@ -73,7 +74,7 @@ class ForeignGpuProcesses(StrEnum):
     STOP = "stop"
 
 
-# How many ports above masterPort a deployment's rendezvous may use (one per model, by a digest).
+# How many ports above masterPort a deployment's rendezvous may use (one per launch, by a digest).
 MASTER_PORT_SPREAD = 100
 
 
@@ -306,13 +307,22 @@ class ResolvedDeployment(LocalBaseModel):
 
     @property
     def master_port(self) -> int:
-        """The head's rendezvous port for this model: a node that still runs another model (the head rolled
-        back after the nodes took the new one) cannot join this head and serve a mix of two models."""
-        digest = hashlib.sha256(f"{self.model.repo}@{self.model.revision}".encode()).hexdigest()
+        """The head's rendezvous port for this launch (model, flags, environment, nodes): nodes run the launch
+        whose port the head listens on (node-watch), and one that runs another cannot join it."""
+        launch = {
+            "model": f"{self.model.repo}@{self.model.revision}",
+            "path": self.load_path,
+            "serving": self.serving.model_dump(mode="json"),
+            "environment": dict(self.deployment.environment),
+            "nodes": [h.name for h in self.node_hosts],
+        }
+        digest = hashlib.sha256(json.dumps(launch, sort_keys=True).encode()).hexdigest()
         return self.deployment.master_port + int(digest[:8], 16) % MASTER_PORT_SPREAD
 
     def worker_unit_name(self, rank: int) -> str:
-        return f"{self.unit_stem}-node{rank}.service"
+        # One unit per node whatever the model (a swap changes the node's launch, not its unit).
+        stem = self.deployment.unit_name or f"vllm-{self.deployment.name}"
+        return f"{stem}-node{rank}.service"
 
     @property
     def unit_stem(self) -> str:

@@ -33,6 +33,7 @@ TOOLS: dict[str, str] = {
     "survey": "host.survey",
     "prewarm": "host.prewarm",
     "node-watch": "host.node_watch",
+    "node": "host.node",
     "status": "host.status",
     "clean-shm": "host.clean_shm",
     "adapters": "host.adapters",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from host.contract import NODE_LAUNCHES, NodeLaunch
 from models.config import LoadStrategy, ResolvedDeployment
 from models.vllm_flags import (
     ATTENTION_BACKEND_FLAG_SINCE,
@@ -14,7 +15,7 @@ from models.vllm_flags import (
     canonical_flag,
     vllm_release,
 )
-from render.paths import TOOLS_DIR
+from render.paths import TOOLS_DIR, node_state_dir
 
 # Engines listen on loopback only; the front door is the way in.
 ENGINE_ADDRESS = "127.0.0.1"
@@ -110,14 +111,29 @@ def worker_arguments(rd: ResolvedDeployment, rank: int) -> list[str]:
     return ["-m", "vllm.entrypoints.cli.main", "serve", *args, "--node-rank", str(rank), "--headless"]
 
 
-def node_watch_command(rd: ResolvedDeployment, rank: int) -> list[str]:
-    """Node `rank`'s engine under node-watch, which ends it when the head it joined goes away (a headless
+def node_launch(rd: ResolvedDeployment, rank: int) -> NodeLaunch:
+    """Node `rank`'s headless engine for this deployment's model: what node-watch runs there while the head
+    runs this model (it tells by the model's master port, on which the head then listens)."""
+    python = rd.node_hosts[rank].runtime.python
+    return NodeLaunch(
+        model=rd.model_name,
+        master_port=rd.master_port,
+        argv=(python, *worker_arguments(rd, rank)),
+        environment=engine_environment(rd, rank),
+        model_dir=rd.load_path,
+    )
+
+
+def node_watch_command(rd: ResolvedDeployment, stack: str, rank: int) -> list[str]:
+    """Node `rank`'s unit runs node-watch, which runs the launch of the model its head runs (the node's
+    launches directory holds one per model) and ends it when the head it joined goes away (a headless
     engine waits forever for a head that died, and the next head cannot use it)."""
     head = rd.node_hosts[0].cluster
     assert head is not None
     python = rd.node_hosts[rank].runtime.python
-    watch = [python, f"{TOOLS_DIR}/node-watch", "--head", head.address, "--grace", str(NODE_WATCH_GRACE_SECONDS)]
-    return [*watch, "--", python, *worker_arguments(rd, rank)]
+    launches = f"{node_state_dir(stack, rd, rank)}/{NODE_LAUNCHES}"
+    grace = str(NODE_WATCH_GRACE_SECONDS)
+    return [python, f"{TOOLS_DIR}/node-watch", "--head", head.address, "--grace", grace, "--launches", launches]
 
 
 # How long one model step of a multi-node engine may take before the engine gives up on its nodes.

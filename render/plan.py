@@ -5,10 +5,10 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from host.contract import Plan
+from host.contract import NodePlan, Plan
 from models.config import ResolvedDeployment
 from render import access
-from render.paths import TOOLS_DIR, deployment_state_dir
+from render.paths import TOOLS_DIR, deployment_state_dir, node_state_dir
 from render.units import render_unit
 
 # How long activation waits for a rollback or a start, on top of the unit's own start timeout.
@@ -53,3 +53,24 @@ def swap_plan(rd: ResolvedDeployment, stack: str) -> Plan:
         **access.plan_fields(rd, stack),
     }
     return Plan.from_dict(fields)
+
+
+def node_plan(rd: ResolvedDeployment, stack: str, rank: int) -> NodePlan:
+    """What node `rank` > 0's steps check and install there (host/node.py reads it)."""
+    head = rd.node_hosts[0]
+    assert head.cluster is not None  # validated: every node has a cluster network
+    node = rd.node_hosts[rank]
+    return NodePlan(
+        stack=stack,
+        deployment=rd.deployment.name,
+        rank=rank,
+        host=node.name,
+        head=head.name,
+        head_address=head.cluster.address,
+        unit_name=rd.worker_unit_name(rank),
+        state_dir=node_state_dir(stack, rd, rank),
+        gpus=tuple(rd.deployment.gpus),
+        python=node.runtime.python,
+        tools_dir=TOOLS_DIR,
+        foreign_gpu_processes=rd.deployment.foreign_gpu_processes.value,
+    )

@@ -15,7 +15,7 @@ from host.contract import BUNDLE_NAME, Adapter, adapters_json
 from models.config import ModelSpec, ResolvedDeployment
 from models.hosts import Host, Storage
 from render import host_bundle
-from render.launch import args_check_spec, node_args_check_spec
+from render.launch import args_check_spec, node_args_check_spec, node_launch
 from render.paths import (
     FRONT_DOOR_DIR,
     FRONT_DOOR_UNIT,
@@ -24,7 +24,7 @@ from render.paths import (
     deployment_state_dir,
     node_state_dir,
 )
-from render.plan import swap_plan
+from render.plan import node_plan, swap_plan
 from render.scripts import HEREDOC_DELIMITER, ParamValue, heredoc_file, render_script, script_body
 from render.units import RenderedUnit, render_node_unit, render_unit
 
@@ -160,13 +160,23 @@ def stage_script(rd: ResolvedDeployment, stack: str) -> str:
 
 
 def node_stage_script(rd: ResolvedDeployment, stack: str, rank: int) -> str:
-    """Stage node `rank`'s headless unit like the head's, checked by that node's own vLLM."""
+    """Stage node `rank`'s headless unit and its launch of this model like the head's unit, checked by that
+    node's own vLLM, and judge the node's GPUs there (host/node.py check)."""
     unit = render_node_unit(rd, stack, rank)
     python = rd.node_hosts[rank].runtime.python
-    return _stage(f"{rd.deployment.name}.node{rank}", unit, python, node_args_check_spec(rd, rank))
+    return _stage(
+        f"{rd.deployment.name}.node{rank}",
+        unit,
+        python,
+        node_args_check_spec(rd, rank),
+        node_launch(rd, rank).to_json().rstrip("\n"),
+        node_plan(rd, stack, rank).to_json().rstrip("\n"),
+    )
 
 
-def _stage(deployment: str, unit: RenderedUnit, python: str, spec: str) -> str:
+def _stage(
+    deployment: str, unit: RenderedUnit, python: str, spec: str, node_launch_json: str = "", node_plan_json: str = ""
+) -> str:
     return render_script(
         "stage.sh",
         {
@@ -178,23 +188,22 @@ def _stage(deployment: str, unit: RenderedUnit, python: str, spec: str) -> str:
             "PYTHON": python,
             "TOOLS_DIR": TOOLS_DIR,
             "ARGS_CHECK_SPEC": spec,
+            "NODE_LAUNCH": node_launch_json,
+            "NODE_PLAN": node_plan_json,
         },
     )
 
 
 def node_activate_script(rd: ResolvedDeployment, stack: str, rank: int) -> str:
     unit = render_node_unit(rd, stack, rank)
+    staged = unit.text + node_launch(rd, rank).to_json() + node_plan(rd, stack, rank).to_json()
     return render_script(
         "node-activate.sh",
         {
-            "STACK": stack,
-            "DEPLOYMENT": f"{rd.deployment.name}.node{rank}",
             "STATE_DIR": unit.state_dir,
-            "UNIT_NAME": unit.name,
-            "UNIT_STEM": unit.name.removesuffix(".service"),
-            "GPUS": " ".join(str(g) for g in rd.deployment.gpus),
-            "GPUS_JSON": json.dumps(list(rd.deployment.gpus)),
-            "UNIT_SHA256": hashlib.sha256(unit.text.encode()).hexdigest(),
+            "PYTHON": rd.node_hosts[rank].runtime.python,
+            "TOOLS_DIR": TOOLS_DIR,
+            "STAGED_SHA256": hashlib.sha256(staged.encode()).hexdigest(),
         },
     )
 

@@ -80,38 +80,33 @@ def render_unit(rd: ResolvedDeployment, stack: str) -> RenderedUnit:
 
 
 def render_node_unit(rd: ResolvedDeployment, stack: str, rank: int) -> RenderedUnit:
-    """The unit of a headless engine on node `rank` > 0; its GPUs are the deployment's list (exactly
-    what one node's share takes), so no placement is chosen there."""
+    """The unit of node `rank` > 0's headless engine. It names no model: node-watch runs the launch of the
+    model the head runs (render.launch.node_launch, one file per model), so a model swap changes a launch
+    and never this unit. Its GPUs are the deployment's list (exactly what one node's share takes)."""
     host = rd.node_hosts[rank]
-    python = host.runtime.python
     unit = rd.worker_unit_name(rank)
-    start_timeout_total = rd.start_timeout_seconds + rd.deployment.gpu_release_timeout_seconds + 60
     gpus = ",".join(str(g) for g in rd.deployment.gpus)
-    env = engine_environment(rd, rank)
-    if rd.deployment.gpus:
-        env["CUDA_VISIBLE_DEVICES"] = gpus
+    env = {"CUDA_VISIBLE_DEVICES": gpus} if rd.deployment.gpus else {}
     text = Template((FILES / "vllm-node.service.tmpl").read_text(encoding="utf-8")).substitute(
         stack=stack,
         deployment=rd.deployment.name,
         rank=rank,
         nodes=len(rd.node_hosts),
         head=rd.node_hosts[0].name,
-        model=rd.model_name,
         user=host.user,
         state_dir=node_state_dir(stack, rd, rank),
         environment_lines=environment_lines(env),
         env_file=f"{ETC_DIR}/{unit.removesuffix('.service')}.env",
-        python=python,
+        python=host.runtime.python,
         tools_dir=TOOLS_DIR,
-        model_path=rd.load_path,
         gpus=gpus or "none",
         release_threshold=rd.deployment.gpu_release_threshold_mib,
         release_timeout=rd.deployment.gpu_release_timeout_seconds,
         unit=unit,
         unit_stem=unit.removesuffix(".service"),
         foreign=rd.deployment.foreign_gpu_processes.value,
-        exec_start=" ".join(systemd_quote(a) for a in node_watch_command(rd, rank)),
-        start_timeout_total=start_timeout_total,
+        exec_start=" ".join(systemd_quote(a) for a in node_watch_command(rd, stack, rank)),
+        start_timeout=rd.deployment.gpu_release_timeout_seconds + 60,
     )
     return RenderedUnit(name=unit, text=text, state_dir=node_state_dir(stack, rd, rank))
 

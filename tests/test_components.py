@@ -228,8 +228,9 @@ def cordon_fleet_2(fleet_raw: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -
     from controller import cordon
 
     before = run_program("fleet", fleet_raw)
-    on_fleet_2 = frozenset(n for n, r in commands(before).items() if r.inputs["triggers"][1] == 2232)
-    monkeypatch.setattr(cordon, "applied_steps", lambda: {("127.0.0.1", 2232, "root"): on_fleet_2})
+    applied = {n: r.inputs["create"] for n, r in commands(before).items() if r.inputs["triggers"][1] == 2232}
+    monkeypatch.setattr(cordon, "applied_steps", lambda: {("127.0.0.1", 2232, "root"): applied})
+    on_fleet_2 = frozenset(applied)
     fleet_raw["hosts"][1]["cordon"] = True
     return on_fleet_2
 
@@ -256,6 +257,18 @@ def test_cordoned_host_refuses_creates_and_deletes(
     else:
         fleet_raw["deployments"].pop(1)
         expected = r"'fleet-2' is cordoned .* would delete .*chat-2-serving"
+    with pytest.raises(Exception, match=expected):
+        run_program("fleet", fleet_raw)
+
+
+def test_a_cordoned_node_refuses_a_change_of_the_model_across_it(
+    fleet_raw: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cordon_fleet_2(fleet_raw, monkeypatch)
+    (across,) = [d for d in fleet_raw["deployments"] if d["name"] == "across"]
+    # Same model files (nothing to download there): only the launch changes, which fleet-2 would ignore.
+    across["overrides"] = {**across.get("overrides", {}), "maxModelLen": 256}
+    expected = r"'fleet-2' is cordoned .* node 1 of deployment 'across' runs there .*\(step 'across-node1-unit'\)"
     with pytest.raises(Exception, match=expected):
         run_program("fleet", fleet_raw)
 

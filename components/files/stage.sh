@@ -31,6 +31,15 @@ timeout 200 "$PYTHON" "$TOOLS_DIR/vllm-args-check" --spec "$staged/$UNIT_STEM.ar
   [ "$rc" -ne 124 ] || echo "vllm-args-check: the host's vLLM did not load its argument parser within 200 s; the launch of $UNIT_NAME was not checked and nothing was stopped" >&2
   exit "$rc"
 }
+# A node of a model across hosts (NODE_PLAN set): its launch of this model and its plan, then the node's
+# own judgement of its GPUs (host/node.py check: the rule the preview applied), while every engine runs.
+if [ -n "$NODE_PLAN" ]; then
+  printf '%s\n' "$NODE_LAUNCH" > "$staged/launch.json.tmp"
+  printf '%s\n' "$NODE_PLAN" > "$staged/node-plan.json.tmp"
+  mv -f "$staged/launch.json.tmp" "$staged/launch.json"
+  mv -f "$staged/node-plan.json.tmp" "$staged/node-plan.json"
+  "$PYTHON" "$TOOLS_DIR/node" check --plan "$staged/node-plan.json"
+fi
 mv -f "$staged/$UNIT_STEM.env.tmp" "$staged/$UNIT_STEM.env"
 mv -f "$staged/$UNIT_STEM.args.json.tmp" "$staged/$UNIT_STEM.args.json"
 mv -f "$staged/$UNIT_NAME.tmp" "$staged/$UNIT_NAME"

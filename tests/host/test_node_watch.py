@@ -3,13 +3,17 @@ checked with real processes and real TCP connections on loopback."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 from host import node_watch
+from host.contract import NodeLaunch
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 # A line of /proc/net/tcp: 10.99.0.2:34931 -> 10.99.0.1:41278, established, inode 4242.
@@ -42,12 +46,13 @@ def test_stops_only_after_the_engine_joined_and_then_lost_the_head() -> None:
 
 
 def node_watch_command(engine: str, *options: str) -> list[str]:
-    """node-watch run as the host runs it, with `options`, watching a Python engine that runs `engine`."""
-    return [sys.executable, str(ROOT / "host" / "node_watch.py"), *options, "--", sys.executable, "-c", engine]
+    """node-watch run from the host package, with `options`, watching a Python engine that runs `engine`."""
+    return [sys.executable, "-m", "host.node_watch", *options, "--", sys.executable, "-c", engine]
 
 
 def test_a_real_engine_stand_in_is_stopped_when_its_head_closes_the_connection() -> None:
     head = socket.create_server(("127.0.0.1", 0))
+    head.settimeout(30)
     port = head.getsockname()[1]
     # The "engine": connects to the head and then ignores SIGTERM, as a stuck headless engine does.
     engine = (
@@ -58,6 +63,7 @@ def test_a_real_engine_stand_in_is_stopped_when_its_head_closes_the_connection()
         node_watch_command(engine, "--head", "127.0.0.1", "--grace", "1", "--poll", "0.2"),
         stdout=subprocess.PIPE,
         text=True,
+        cwd=ROOT,
     )
     connection, _ = head.accept()
     time.sleep(1.0)
@@ -77,5 +83,130 @@ def test_an_engine_that_exits_ends_the_watch_with_its_status() -> None:
         node_watch_command("raise SystemExit(3)", "--head", "10.0.0.1", "--poll", "0.1"),
         timeout=30,
         check=False,
+        cwd=ROOT,
     )
     assert result.returncode == 3
+
+
+# -- launches: the node runs the launch of the model its head runs ---------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def write_launch(directory: Path, model: str, port: int, engine: str, mtime: float) -> None:
+    launch = NodeLaunch(model, port, (sys.executable, "-c", engine), {"STAND_IN_MODEL": model}, "")
+    path = directory / launch.file_name
+    path.write_text(launch.to_json())
+    os.utime(path, (mtime, mtime))
+
+
+def test_the_launch_to_run_is_the_newest_one_whose_master_port_the_head_listens_on(tmp_path: Path) -> None:
+    now = time.time()
+    write_launch(tmp_path, "old", 29501, "", now - 60)
+    write_launch(tmp_path, "new", 29502, "", now)
+    (tmp_path / "29503.json").write_text("{not json")  # skipped, and said
+    launches = node_watch.read_launches(tmp_path)
+    assert [launch.model for launch in launches] == ["new", "old"]
+    assert node_watch.head_runs(launches, lambda port: port == 29501).model == "old"  # type: ignore[union-attr]
+    assert node_watch.head_runs(launches, lambda port: True).model == "new"  # type: ignore[union-attr]
+    assert node_watch.head_runs(launches, lambda port: False) is None
+
+
+class StandInHead:
+    """A head's rendezvous port: accepts every connection (node-watch's probes, the engine joining) and
+    holds them until it goes away."""
+
+    def __init__(self, port: int) -> None:
+        self.listener = socket.create_server(("127.0.0.1", port))
+        self.connections: list[socket.socket] = []
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                self.connections.append(self.listener.accept()[0])
+
+    def close(self) -> None:
+        self.listener.close()
+        for connection in self.connections:
+            connection.close()
+
+
+def watch_launches(directory: Path) -> subprocess.Popen[str]:
+    options = ["--head", "127.0.0.1", "--grace", "1", "--poll", "0.2", "--launches", str(directory)]
+    return subprocess.Popen(
+        [sys.executable, "-m", "host.node_watch", *options],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+    )
+
+
+def test_a_node_follows_its_head_from_one_model_to_the_other(tmp_path: Path) -> None:
+    """A real watch, real listeners as the head's rendezvous ports, engines that join the head they find:
+    it waits while the head runs neither model, runs the one the head runs, and after losing that head
+    the next watch runs the other model's launch, which the head now runs."""
+    ports = {"a": free_port(), "b": free_port()}
+    # The "engine": joins the head on its model's port and says which model it is.
+    engine = (
+        "import os, socket, time; m = os.environ['STAND_IN_MODEL']; print('engine', m, flush=True); "
+        "s = socket.create_connection(('127.0.0.1', {port})); time.sleep(600)"
+    )
+    for model, port in ports.items():
+        write_launch(tmp_path, model, port, engine.format(port=port), time.time())
+    watcher = watch_launches(tmp_path)
+    time.sleep(1.5)
+    assert watcher.poll() is None, "no head yet: it waits"
+    head = StandInHead(ports["a"])
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "current").is_file():
+        assert time.monotonic() < deadline, "the watch did not run model a's launch"
+        time.sleep(0.1)
+    assert (tmp_path / "current").read_text().strip() == str(ports["a"])
+    time.sleep(1.0)
+    assert watcher.poll() is None, "an engine joined to its head keeps running"
+    head.close()  # the head stops model a
+    out, _ = watcher.communicate(timeout=30)
+    assert watcher.returncode == 1 and "engine a" in out and "lost the head" in out, out
+    head = StandInHead(ports["b"])  # the head now runs model b
+    watcher = watch_launches(tmp_path)
+    try:
+        deadline = time.monotonic() + 30
+        while (tmp_path / "current").read_text().strip() != str(ports["b"]):
+            assert time.monotonic() < deadline, "the next watch did not run model b's launch"
+            time.sleep(0.1)
+    finally:
+        watcher.terminate()
+        out, _ = watcher.communicate(timeout=30)
+        head.close()
+    assert "runs b (master port" in out, out
+
+
+def test_a_node_waiting_for_a_head_that_went_back_to_the_old_model_switches_to_it(tmp_path: Path) -> None:
+    """The head's rollback: the node started the new model's engine, which had not joined yet, and the head
+    went back to the old model. The watch ends that engine (exit 1: systemd starts a fresh watch)."""
+    ports = {"old": free_port(), "new": free_port()}
+    never_joins = "import time; time.sleep(600)"
+    write_launch(tmp_path, "old", ports["old"], never_joins, time.time() - 60)
+    write_launch(tmp_path, "new", ports["new"], never_joins, time.time())
+    new_head = StandInHead(ports["new"])
+    watcher = watch_launches(tmp_path)
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "current").is_file():
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert (tmp_path / "current").read_text().strip() == str(ports["new"])
+    new_head.close()
+    old_head = StandInHead(ports["old"])
+    try:
+        out, _ = watcher.communicate(timeout=30)
+    finally:
+        old_head.close()
+    assert watcher.returncode == 1, out
+    assert "now runs old, not new; switching" in out, out

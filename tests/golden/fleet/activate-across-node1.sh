@@ -1,11 +1,7 @@
 #!/usr/bin/env bash
 # vllm-fleet node-activate.sh: parameters rendered from the stack config
-readonly STACK=fleet
-readonly DEPLOYMENT=across.node1
 readonly STATE_DIR=/var/lib/vllm-fleet/deployments/fleet.across.node1
-readonly UNIT_NAME=vllm-across-node1.service
-readonly UNIT_STEM=vllm-across-node1
-readonly GPUS=2
-readonly GPUS_JSON='[2]'
-readonly UNIT_SHA256=d4158694000dae36793f75ce43ccd811bfa09595b859de828b15f3724f9c32ad
-# <the body of components/files/node-activate.sh after line 1: 60 lines, 2804 bytes, sha256 a0b37e2d24bd5136d50b92da032dba1da8048e547b1dd463a6475eba39804043>
+readonly PYTHON=/opt/vllm-env/bin/python3
+readonly TOOLS_DIR=/usr/local/lib/vllm-fleet
+readonly STAGED_SHA256=6daac27405e720c4bb0f36ea620e1c0074275f94ba02a73f087be6c7ef07eb33
+# <the body of components/files/node-activate.sh after line 1: 10 lines, 781 bytes, sha256 8ad5f682fe908f17cfe807f19c76c3cd7c331896755101dcc605c1ff5c111c75>
