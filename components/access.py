@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pulumi
 
-from components.component import FleetComponent
+from components.component import DeploymentArgs, FleetComponent
 from components.front_door import FrontDoor
 from components.host import GpuHost
 from models.config import ResolvedDeployment
@@ -22,10 +22,7 @@ from render.access import access_delete_script, access_script, keys_map, stdin_b
 
 
 @dataclass(frozen=True)
-class DeploymentAccessArgs:
-    deployment: ResolvedDeployment
-    stack: str
-    host: GpuHost
+class DeploymentAccessArgs(DeploymentArgs):
     front_door: FrontDoor
     # Client name -> key (vllm-fleet:apiKeys) and the TLS private key: secrets.
     api_keys: pulumi.Input[Mapping[str, str]]

@@ -8,28 +8,22 @@ from typing import Any
 
 import pulumi
 
-from components.component import FleetComponent
-from components.host import GpuHost
+from components.component import DeploymentArgs, FleetComponent
 from components.outputs import plain_output
 from components.vllm_service import VllmService
-from models.config import ResolvedDeployment
 from render import report
 from render.paths import endpoint_url
 
 
 @dataclass(frozen=True)
-class DeployReportArgs:
-    deployment: ResolvedDeployment
-    stack: str
-    host: GpuHost
+class DeployReportArgs(DeploymentArgs):
     service: VllmService
 
 
 class DeployReport(FleetComponent):
+    TYPE = "vllm-fleet:index:DeployReport"
     numbers: pulumi.Output[dict[str, Any]]
     status: pulumi.Output[dict[str, Any]]
-
-    TYPE = "vllm-fleet:index:DeployReport"
 
     def __init__(self, name: str, args: DeployReportArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(name, opts)

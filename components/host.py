@@ -32,10 +32,9 @@ def parse_facts(stdout: str) -> dict[str, Any]:
 
 
 class GpuHost(FleetComponent):
+    TYPE = "vllm-fleet:index:GpuHost"
     facts: pulumi.Output[dict[str, Any]]
     target: Target
-
-    TYPE = "vllm-fleet:index:GpuHost"
 
     def __init__(self, name: str, args: GpuHostArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(name, opts)

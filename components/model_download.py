@@ -30,9 +30,8 @@ def download_timeout_minutes(size_gb: float) -> int:
 
 
 class ModelDownload(FleetComponent):
-    model_path: pulumi.Output[str]
-
     TYPE = "vllm-fleet:index:ModelDownload"
+    model_path: pulumi.Output[str]
 
     def __init__(self, name: str, args: ModelDownloadArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(name, opts)

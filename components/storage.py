@@ -27,11 +27,10 @@ def parse_usage(stdout: str) -> dict[str, int]:
 
 
 class SharedStorage(FleetComponent):
+    TYPE = "vllm-fleet:index:SharedStorage"
     path: pulumi.Output[str]
     bytes_used: pulumi.Output[int]
     bytes_free: pulumi.Output[int]
-
-    TYPE = "vllm-fleet:index:SharedStorage"
 
     def __init__(self, name: str, args: SharedStorageArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(name, opts)
