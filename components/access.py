@@ -14,18 +14,15 @@ from dataclasses import dataclass
 
 import pulumi
 
+from components.component import DeploymentArgs, FleetComponent
 from components.front_door import FrontDoor
 from components.host import GpuHost
-from components.remote import remote_step
 from models.config import ResolvedDeployment
 from render.access import access_delete_script, access_script, keys_map, stdin_bundle
 
 
 @dataclass(frozen=True)
-class DeploymentAccessArgs:
-    deployment: ResolvedDeployment
-    stack: str
-    host: GpuHost
+class DeploymentAccessArgs(DeploymentArgs):
     front_door: FrontDoor
     # Client name -> key (vllm-fleet:apiKeys) and the TLS private key: secrets.
     api_keys: pulumi.Input[Mapping[str, str]]
@@ -34,12 +31,12 @@ class DeploymentAccessArgs:
     certificate: str | None
 
 
-class DeploymentAccess(pulumi.ComponentResource):
+class DeploymentAccess(FleetComponent):
     TYPE = "vllm-fleet:index:DeploymentAccess"
     step: pulumi.CustomResource
 
     def __init__(self, name: str, args: DeploymentAccessArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__(self.TYPE, name, None, opts)
+        super().__init__(name, opts)
         rd = args.deployment
         open_access = rd.access.open
 
@@ -52,13 +49,12 @@ class DeploymentAccess(pulumi.ComponentResource):
             return stdin_bundle(text, tls_key if isinstance(tls_key, str) else None)
 
         stdin = pulumi.Output.all(args.api_keys, args.tls_private_key or "").apply(bundle)
-        self.step = remote_step(
-            f"{name}-files",
+        self.step = self.add_step(
+            "files",
             args.host.target,
             create=access_script(rd, args.stack, args.certificate),
             delete=access_delete_script(rd, args.stack),
             stdin=stdin,
-            parent=self,
             depends_on=[args.front_door.proxy],
             timeout_seconds=120,
             # A replacement removes the old files before the new ones are written, never after.

@@ -7,19 +7,14 @@ from dataclasses import dataclass
 
 import pulumi
 
-from components.host import GpuHost
+from components.component import DeploymentArgs, FleetComponent
 from components.model_download import ModelDownload
-from components.remote import remote_step
 from components.vllm_service import VllmService
-from models.config import ResolvedDeployment
 from render.steps import adapters_delete_script, adapters_script
 
 
 @dataclass(frozen=True)
-class DeploymentAdaptersArgs:
-    deployment: ResolvedDeployment
-    stack: str
-    host: GpuHost
+class DeploymentAdaptersArgs(DeploymentArgs):
     service: VllmService
     # The adapters' downloads on the deployment's storage, which must be complete before they load.
     downloads: Sequence[ModelDownload]
@@ -27,23 +22,21 @@ class DeploymentAdaptersArgs:
     repairs: int = 0
 
 
-class DeploymentAdapters(pulumi.ComponentResource):
+class DeploymentAdapters(FleetComponent):
     """Its step's script lists the adapters, so adding, updating or removing one changes this step alone:
     the unit and the serving step (a swap) stay as they are."""
 
+    TYPE = "vllm-fleet:index:DeploymentAdapters"
     names: pulumi.Output[list[str]]
 
-    TYPE = "vllm-fleet:index:DeploymentAdapters"
-
     def __init__(self, name: str, args: DeploymentAdaptersArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__(self.TYPE, name, None, opts)
+        super().__init__(name, opts)
         rd = args.deployment
-        self.loaded = remote_step(
-            f"{name}-loaded",
+        self.loaded = self.add_step(
+            "loaded",
             args.host.target,
             create=adapters_script(rd, args.stack, args.repairs),
             delete=adapters_delete_script(rd, args.stack),
-            parent=self,
             depends_on=[args.service.serving, *(d.files for d in args.downloads)],
             timeout_seconds=600,
         )

@@ -8,39 +8,32 @@ from typing import Any
 
 import pulumi
 
-from components.host import GpuHost
+from components.component import DeploymentArgs, FleetComponent
 from components.outputs import plain_output
-from components.remote import remote_step
 from components.vllm_service import VllmService
-from models.config import ResolvedDeployment
 from render import report
 from render.paths import endpoint_url
 
 
 @dataclass(frozen=True)
-class DeployReportArgs:
-    deployment: ResolvedDeployment
-    stack: str
-    host: GpuHost
+class DeployReportArgs(DeploymentArgs):
     service: VllmService
 
 
-class DeployReport(pulumi.ComponentResource):
+class DeployReport(FleetComponent):
+    TYPE = "vllm-fleet:index:DeployReport"
     numbers: pulumi.Output[dict[str, Any]]
     status: pulumi.Output[dict[str, Any]]
 
-    TYPE = "vllm-fleet:index:DeployReport"
-
     def __init__(self, name: str, args: DeployReportArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__(self.TYPE, name, None, opts)
+        super().__init__(name, opts)
         rd = args.deployment
         entry = report.spec(rd, args.stack)
         # Its script holds the unit's digest: a swap or a changed unit re-runs it, a no-op up does not.
-        self.step = remote_step(
-            f"{name}-run",
+        self.step = self.add_step(
+            "run",
             args.host.target,
             create=report.report_script(entry, with_bench=entry["bench"] is not None),
-            parent=self,
             depends_on=[args.service.serving],
             timeout_seconds=900,
             log_output=False,

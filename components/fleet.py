@@ -58,12 +58,7 @@ def build_fleet(args: FleetArgs) -> Fleet:
     access_steps = build_access(args.access, resolved, args.stack, hosts, front_doors)
     storages = {
         s.name: SharedStorage(
-            s.name,
-            SharedStorageArgs(
-                storage=s,
-                host=hosts[s.host],
-                kept_dirs=stack.kept_dirs_on(s.name),
-            ),
+            s.name, SharedStorageArgs(storage=s, host=hosts[s.host], kept_dirs=stack.kept_dirs_on(s.name))
         )
         for s in stack.storage
     }

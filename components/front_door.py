@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import pulumi
 
+from components.component import FleetComponent
 from components.host import GpuHost
-from components.remote import remote_step
 from render.paths import FRONT_DOOR_UNIT
 from render.steps import front_door_delete_script, front_door_script
 
@@ -23,18 +23,17 @@ class FrontDoorArgs:
     host: GpuHost
 
 
-class FrontDoor(pulumi.ComponentResource):
+class FrontDoor(FleetComponent):
     TYPE = "vllm-fleet:index:FrontDoor"
 
     def __init__(self, name: str, args: FrontDoorArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__(self.TYPE, name, None, opts)
+        super().__init__(name, opts)
         # Installing nginx on a fresh server runs apt: minutes, not seconds.
-        self.proxy = remote_step(
-            f"{name}-proxy",
+        self.proxy = self.add_step(
+            "proxy",
             args.host.target,
             create=front_door_script(),
             delete=front_door_delete_script(),
-            parent=self,
             depends_on=[args.host.preflight],
             timeout_seconds=900,
             owns_singleton=True,

@@ -8,7 +8,8 @@ from typing import Any
 
 import pulumi
 
-from components.remote import StepLedger, Target, connect, remote_step
+from components.component import FleetComponent
+from components.remote import StepLedger, Target, connect
 from models.hosts import Host
 from render.steps import preflight_script, tools_delete_script, tools_package_script, tools_script
 
@@ -30,41 +31,37 @@ def parse_facts(stdout: str) -> dict[str, Any]:
     return facts
 
 
-class GpuHost(pulumi.ComponentResource):
+class GpuHost(FleetComponent):
+    TYPE = "vllm-fleet:index:GpuHost"
     facts: pulumi.Output[dict[str, Any]]
     target: Target
 
-    TYPE = "vllm-fleet:index:GpuHost"
-
     def __init__(self, name: str, args: GpuHostArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__(self.TYPE, name, None, opts)
+        super().__init__(name, opts)
         self.config = args.host
         self.target = connect(args.host, args.private_key, args.cordoned)
-        self.preflight = remote_step(
-            f"{name}-preflight",
+        self.preflight = self.add_step(
+            "preflight",
             self.target,
             create=preflight_script(args.host),
-            parent=self,
             timeout_seconds=300,
         )
         # Tools are shared by every deployment of the host; removing them waits for the last one.
-        self.tools = remote_step(
-            f"{name}-tools",
+        self.tools = self.add_step(
+            "tools",
             self.target,
             create=tools_script(),
             delete=tools_delete_script(),
-            parent=self,
             depends_on=[self.preflight],
             timeout_seconds=300,
         )
         # The host package (render/host_bundle.py): one archive of every host tool, so a changed tool
         # changes this one step. No delete: the files go with the directory, which the tools step removes
         # once no deployment of any stack is left on the host.
-        self.package = remote_step(
-            f"{name}-tools-package",
+        self.package = self.add_step(
+            "tools-package",
             self.target,
             create=tools_package_script(),
-            parent=self,
             depends_on=[self.tools],
             timeout_seconds=120,
         )

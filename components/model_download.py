@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pulumi
 
-from components.remote import remote_step
+from components.component import FleetComponent
 from components.storage import SharedStorage
 from models.config import ModelSpec
 from render.steps import download_delete_script, download_script
@@ -29,23 +29,21 @@ def download_timeout_minutes(size_gb: float) -> int:
     return 30 + math.ceil(size_gb / SLOWEST_GB_PER_MINUTE)
 
 
-class ModelDownload(pulumi.ComponentResource):
+class ModelDownload(FleetComponent):
+    TYPE = "vllm-fleet:index:ModelDownload"
     model_path: pulumi.Output[str]
 
-    TYPE = "vllm-fleet:index:ModelDownload"
-
     def __init__(self, name: str, args: ModelDownloadArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__(self.TYPE, name, None, opts)
+        super().__init__(name, opts)
         storage = args.storage.config
         host = args.storage.host.config
         token_line = pulumi.Output.from_input(args.hf_token or "").apply(lambda t: t + "\n")
-        self.files = remote_step(
-            f"{name}-files",
+        self.files = self.add_step(
+            "files",
             args.storage.host.target,
             create=download_script(args.model_name, args.model, storage, host, args.hf_endpoint),
             delete=download_delete_script(args.model_name, args.model, storage, host, pulumi.get_stack()),
             stdin=token_line,
-            parent=self,
             depends_on=[args.storage.layout],
             timeout_seconds=60 * download_timeout_minutes(args.model.size_gb),
         )

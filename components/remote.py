@@ -24,7 +24,7 @@ wrong):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NotRequired, Protocol, TypedDict
 
 import pulumi
 from pulumi_command import remote
@@ -78,6 +78,18 @@ def connect(host: Host, private_key: pulumi.Input[str], cordoned: StepLedger) ->
     return Target(host=host, connection=connection, cordoned=cordoned)
 
 
+class StepOptions(TypedDict):
+    """What a step is made of besides its name, host and parent (what remote_step's keywords mean)."""
+
+    create: str
+    delete: NotRequired[str | None]
+    stdin: NotRequired[pulumi.Input[str] | None]
+    depends_on: NotRequired[list[pulumi.Resource] | None]
+    timeout_seconds: NotRequired[int]
+    owns_singleton: NotRequired[bool]
+    log_output: NotRequired[bool]
+
+
 def remote_step(
     name: str,
     target: Target,
@@ -92,7 +104,8 @@ def remote_step(
     log_output: bool = True,
     spans: str | None = None,
 ) -> remote.Command:
-    """A remote command running a rendered script (see render/) over SSH.
+    """A remote command running a rendered script (see render/) over SSH (a component makes its steps
+    with components/component.FleetComponent.add_step, which names and parents them).
 
     `log_output=False` keeps a step's output off the terminal (it is still stored, as a secret when the
     step receives secrets); for steps whose output is not worth streaming. `spans` names the node of a

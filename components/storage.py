@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import pulumi
 
+from components.component import FleetComponent
 from components.host import GpuHost
-from components.remote import remote_step
 from models.hosts import Storage
 from render.steps import storage_delete_script, storage_script
 
@@ -26,23 +26,21 @@ def parse_usage(stdout: str) -> dict[str, int]:
     return {k: int(v) for k, v in json.loads(lines[-1]).items()} if lines else {}
 
 
-class SharedStorage(pulumi.ComponentResource):
+class SharedStorage(FleetComponent):
+    TYPE = "vllm-fleet:index:SharedStorage"
     path: pulumi.Output[str]
     bytes_used: pulumi.Output[int]
     bytes_free: pulumi.Output[int]
 
-    TYPE = "vllm-fleet:index:SharedStorage"
-
     def __init__(self, name: str, args: SharedStorageArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__(self.TYPE, name, None, opts)
+        super().__init__(name, opts)
         self.config = args.storage
         self.host = args.host
-        self.layout = remote_step(
-            f"{name}-layout",
+        self.layout = self.add_step(
+            "layout",
             args.host.target,
             create=storage_script(args.storage, args.kept_dirs, pulumi.get_stack()),
             delete=storage_delete_script(args.storage, pulumi.get_stack()),
-            parent=self,
             depends_on=args.host.installed,
             timeout_seconds=300,
         )

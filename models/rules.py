@@ -60,19 +60,22 @@ def stack_errors(stack: StackConfig) -> list[str]:
                     f"`ssh-ed25519 AAAA...` line of `ssh-keyscan -t ed25519 -p {host.port} {host.address}`, "
                     "checked against the server's /etc/ssh/ssh_host_ed25519_key.pub"
                 )
-        for name, model in stack.models.items():
-            if not PINNED_REVISION.match(model.revision):
-                errors.append(
-                    f"vllm-fleet:models.{name}.revision: {model.revision!r} is a branch; a production "
-                    "stack needs the 40-hex commit sha so every host serves the same bytes "
-                    "(find it with `hf api` or on the model page's commit history)"
-                )
-        for name, adapter in stack.adapters.items():
-            if not PINNED_REVISION.match(adapter.revision):
-                errors.append(
-                    f"vllm-fleet:adapters.{name}.revision: {adapter.revision!r} is a branch; a production stack "
-                    "needs the adapter's 40-hex commit sha, as for models"
-                )
+        # Models and adapters alike: the key of each revision, and what to pin it to.
+        revisions = [
+            (
+                f"models.{name}",
+                model.revision,
+                "the 40-hex commit sha so every host serves the same bytes "
+                "(find it with `hf api` or on the model page's commit history)",
+            )
+            for name, model in stack.models.items()
+        ] + [
+            (f"adapters.{name}", adapter.revision, "the adapter's 40-hex commit sha, as for models")
+            for name, adapter in stack.adapters.items()
+        ]
+        for key, revision, pin in revisions:
+            if not PINNED_REVISION.match(revision):
+                errors.append(f"vllm-fleet:{key}.revision: {revision!r} is a branch; a production stack needs {pin}")
     errors.extend(_deployment_errors(stack, hosts, storage_by_host))
     errors.extend(_rollout_errors(stack))
     errors.extend(_multi_node_errors(stack, hosts, storage_by_host))

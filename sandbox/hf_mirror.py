@@ -158,18 +158,21 @@ class HashCache:
         self._guard = threading.Lock()
         self.files_hashed = 0  # how many times a file was actually read and hashed (tests assert on it)
 
+    def _cached(self, key: tuple[str, int, int, int, str]) -> str | None:
+        """The digest of `key` when a request hashed it already."""
+        with self._guard:
+            return self._digests.get(key)
+
     def digest(self, abspath: str, st: os.stat_result, kind: str) -> str:
         """kind: "sha256" (content) or "git-sha1" (git blob sha1 of the content)."""
         key = (abspath, st.st_size, st.st_mtime_ns, st.st_ino, kind)
         with self._guard:
-            cached = self._digests.get(key)
-            if cached is not None:
+            if (cached := self._digests.get(key)) is not None:
                 return cached
             lock = self._locks.setdefault(key, threading.Lock())
         with lock:
-            with self._guard:
-                cached = self._digests.get(key)
-            if cached is not None:
+            # Another request may have hashed it while this one waited for the lock.
+            if (cached := self._cached(key)) is not None:
                 return cached
             if kind == "sha256":
                 h = hashlib.sha256()

@@ -43,6 +43,7 @@ from sandbox.tiny_models import (
     safetensors_bytes,
     sentence_of,
     sentence_tokens,
+    write_files,
 )
 
 # The LoRA rank the adapters declare (their A and B carry zero rows beyond the jumps they need) and how
@@ -258,26 +259,17 @@ def _f32(values: list[float]) -> bytes:
     return struct.pack(f"<{len(values)}f", *values)
 
 
-def _write(folder: Path, files: dict[str, bytes]) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, data in files.items():
-        target = folder / name
-        # Unchanged bytes keep their mtime, so the mirror's hash cache stays valid across runs.
-        if not (target.is_file() and target.read_bytes() == data):
-            target.write_bytes(data)
-
-
 def generate_default_adapters(out_dir: Path) -> list[Path]:
     """The adapter repos the tests use: acme/tiny-chat-terse (main and the `shorter` revision, fitting
     both tiny models) and acme/tiny-chat-a-only (tiny-chat-a's alone)."""
     both = [name for name, _ in DEFAULT_REPOS]
     terse = out_dir / TERSE_REPO
-    _write(terse, adapter_files(TERSE["main"], both))
+    write_files(terse, adapter_files(TERSE["main"], both))
     for label, variant in TERSE.items():
         if label != "main":
-            _write(terse / REVISIONS_DIR / label, adapter_files(variant, both))
+            write_files(terse / REVISIONS_DIR / label, adapter_files(variant, both))
     a_only = out_dir / A_ONLY_REPO
-    _write(a_only, adapter_files(A_ONLY, ["acme/tiny-chat-a"]))
+    write_files(a_only, adapter_files(A_ONLY, ["acme/tiny-chat-a"]))
     return [terse, a_only]
 
 

@@ -481,15 +481,20 @@ def generate(
     for stale in repo.glob("model-*-of-*.safetensors"):
         if stale.name not in files:
             stale.unlink()
-    for file_name, data in files.items():
-        target = repo / file_name
-        # Skip rewriting identical content so mtimes (and a mirror's hash cache) stay valid across runs.
-        if target.is_file() and target.read_bytes() == data:
-            continue
-        tmp = target.with_name(f".{file_name}.tmp")
-        tmp.write_bytes(data)
-        tmp.replace(target)
+    write_files(repo, files)
     return repo
+
+
+def write_files(folder: Path, files: dict[str, bytes]) -> None:
+    """Each file of `folder` by name, written aside and renamed into place. Identical content is not
+    written again, so mtimes (and the mirror's hash cache) stay valid across runs."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for file_name, data in files.items():
+        target = folder / file_name
+        if not (target.is_file() and target.read_bytes() == data):
+            tmp = target.with_name(f".{file_name}.tmp")
+            tmp.write_bytes(data)
+            tmp.replace(target)
 
 
 def generate_default_repos(out_dir: Path, *, dtype: Dtype = "bfloat16") -> list[Path]:

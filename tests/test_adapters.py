@@ -30,7 +30,7 @@ from scripts.downtime_probe import DowntimeProbe
 from tests.support import sandbox_env
 from tests.support.paths import ROOT
 from tests.support.sandbox_env import on_host
-from tests.support.sandbox_stack import SandboxStack
+from tests.support.sandbox_stack import SandboxStack, start_without_failures
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
 
@@ -62,7 +62,7 @@ class Adapters(SandboxStack):
         super().__init__(tmp, STACK)
         self.base = DowntimeProbe(ENDPOINT, SERVED, timeout=10.0)
         self.adapter = DowntimeProbe(ENDPOINT, "terse", timeout=10.0)
-        self.phases: dict[str, dict[str, Any]] = {}
+        self.phases = sandbox_env.PhaseResults("adapter-phases")
 
     def configure(self, model: str, terse: str | None, a_only: bool = False) -> auto.Stack:
         doc = yaml.safe_load(sandbox_env.e2e_stack_file(model, gpus=[2, 3], port=PORT, extra_models=MODELS))
@@ -83,13 +83,9 @@ class Adapters(SandboxStack):
         result = self.stack.up(on_output=self.output.append)
         time.sleep(1)
         end = time.monotonic()
-        report = {"base": self.base.report(start, end), "adapter": self.adapter.report(start, end)}
-        self.phases[phase] = report
-        sandbox_env.save_results("adapter-phases", self.phases)
-        return result, report
-
-    def log(self) -> str:
-        return "\n".join(self.output)
+        return result, self.phases.record(
+            phase, {"base": self.base.report(start, end), "adapter": self.adapter.report(start, end)}
+        )
 
     def change_without_restart(self, phase: str, model: str, terse: str | None, previewed: str) -> dict[str, Any]:
         """Preview (which must say `previewed` and "no restart") and apply an adapter change: it succeeds,
@@ -143,9 +139,7 @@ def test_engine_launched_for_lora_serves_its_model(lora: Adapters) -> None:
     assert "--enable-lora --max-loras 2 --max-lora-rank 8" in unit
     assert "--adapters /var/lib/vllm-fleet/deployments/lora.chat/adapters.json" in unit
     assert answer(SERVED) == "Hello fleet! This is tiny-chat-a speaking from the sandbox."
-    lora.base.start()
-    time.sleep(2)
-    assert lora.base.report()["failed"] == 0, lora.base.report()
+    start_without_failures(lora.base, 2)
 
 
 def test_adding_an_adapter_restarts_nothing(lora: Adapters) -> None:
@@ -211,8 +205,7 @@ def test_reboot_brings_the_adapter_back_with_no_pulumi_up(lora: Adapters) -> Non
     lora.adapter.stop()
     seconds = sandbox_env.reboot_until(adapter_answers, timeout=300, every=2)
     assert seconds is not None, on_host("journalctl -u vllm-lt-tiny-a.service -n 40 --no-pager", check=False)
-    lora.phases["reboot"] = {"adapter_answers_after_s": round(seconds, 1)}
-    sandbox_env.save_results("adapter-phases", lora.phases)
+    lora.phases.record("reboot", {"adapter_answers_after_s": round(seconds, 1)})
     lora.base = DowntimeProbe(ENDPOINT, SERVED, timeout=10.0).start()
     lora.adapter = DowntimeProbe(ENDPOINT, "terse", timeout=10.0).start()
 

@@ -24,6 +24,7 @@ from pulumi import automation as auto
 from scripts.downtime_probe import DowntimeProbe
 from tests.support import engine, sandbox_env
 from tests.support.sandbox_env import E2E_PORT, on_host, serving_root, wait_serving
+from tests.support.sandbox_stack import WatchedStack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
 
@@ -58,13 +59,9 @@ STRAY = (
 )
 
 
-class Brownfield:
+class Brownfield(WatchedStack):
     def __init__(self, tmp: Path) -> None:
-        self.work = engine.project_copy(tmp / "project")
-        self.backend = tmp / "state"
-        self.output: list[str] = []
-        self.client = DowntimeProbe(ENDPOINT, SERVED, timeout=5.0)
-        self.phases: dict[str, dict[str, float]] = {}
+        super().__init__(tmp, STACK, DowntimeProbe(ENDPOINT, SERVED, timeout=5.0), "brownfield-phases")
         self.stray_pid = 0
 
     def configure(self, model: str = "brown-a", **deployment: Any) -> auto.Stack:
@@ -77,16 +74,10 @@ class Brownfield:
         # As on a server taken over by hand: its vLLM version is not pinned, so only the host's own vLLM
         # can judge the launch (a pinned version lets the config refuse removed flags already).
         doc["config"]["vllm-fleet:hosts"][0]["runtime"].pop("vllmVersion", None)
-        (self.work / f"Pulumi.{STACK}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
-        return engine.stack(self.work, self.backend, STACK, secrets={"vllm-fleet:hfToken": sandbox_env.MIRROR_TOKEN})
+        return self.select(doc)
 
     def adopting(self, model: str = "brown-a", **extra: Any) -> auto.Stack:
         return self.configure(model, replaces=[LEGACY, SPARE], foreignGpuProcesses="stop", **extra)
-
-    def record(self, phase: str, start: float) -> dict[str, float]:
-        self.phases[phase] = self.client.report(start, time.monotonic())
-        sandbox_env.save_results("brownfield-phases", self.phases)
-        return self.phases[phase]
 
 
 def clean_host() -> None:

@@ -22,7 +22,7 @@ from pulumi import automation as auto
 from scripts.downtime_probe import DowntimeProbe
 from tests.support import sandbox_env
 from tests.support.sandbox_env import E2E_PORT, on_host
-from tests.support.sandbox_stack import SandboxStack
+from tests.support.sandbox_stack import WatchedStack, start_without_failures
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
 
@@ -39,11 +39,9 @@ TAKER = "dt-gpu-taker.service"
 STAGING = "/srv/vllm-staging"
 
 
-class Downtime(SandboxStack):
+class Downtime(WatchedStack):
     def __init__(self, tmp: Path) -> None:
-        super().__init__(tmp, STACK)
-        self.probe = DowntimeProbe(ENDPOINT, SERVED, timeout=10.0)
-        self.phases: dict[str, dict[str, Any]] = {}
+        super().__init__(tmp, STACK, DowntimeProbe(ENDPOINT, SERVED, timeout=10.0), "downtime-phases")
 
     def configure(self, model: str, **deployment: Any) -> auto.Stack:
         doc = yaml.safe_load(sandbox_env.e2e_stack_file(model, gpus=[2, 3], port=E2E_PORT, extra_models=MODELS))
@@ -63,14 +61,8 @@ class Downtime(SandboxStack):
         except auto.CommandError:
             result = None
         time.sleep(1)  # answers after the switch belong to the window
-        report = self.probe.report(start, time.monotonic())
-        report["swap_result"] = swap_result()
-        self.phases[phase] = report
-        sandbox_env.save_results("downtime-phases", self.phases)
-        return result, report
-
-    def log(self) -> str:
-        return "\n".join(self.output)
+        seen = self.client.report(start, time.monotonic())
+        return result, self.phases.record(phase, {**seen, "swap_result": swap_result()})
 
 
 def swap_result() -> dict[str, Any]:
@@ -87,7 +79,7 @@ def downtime(sandbox: None, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     state = Downtime(tmp_path_factory.mktemp("downtime"))
     on_host(f"systemctl stop {TAKER} 2>/dev/null || true", check=False)
     yield state
-    state.probe.stop()
+    state.client.stop()
     on_host(f"systemctl stop {TAKER} 2>/dev/null || true", check=False)
     state.destroy(state.configure("dt-tiny-a"), continue_on_error=True)
 
@@ -99,9 +91,7 @@ def test_first_deploy_serves_through_the_front_door(downtime: Downtime) -> None:
     # The engine listens on loopback behind nginx; clients reach the deployment's port.
     assert on_host("systemctl is-active vllm-fleet-frontdoor.service").strip() == "active"
     assert "proxy_pass http://127.0.0.1:18001;" in on_host(f"cat /etc/vllm-fleet/frontdoor/sites/{STACK}.chat.conf")
-    downtime.probe.start()
-    time.sleep(3)
-    assert downtime.probe.report()["failed"] == 0, downtime.probe.report()
+    start_without_failures(downtime.client, 3)
 
 
 def test_blue_green_swap_and_back_fail_no_request(downtime: Downtime) -> None:

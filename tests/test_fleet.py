@@ -77,9 +77,6 @@ class Fleet(SandboxStack):
         assert result is not None and result.summary.result == "succeeded", self.log()[-3000:]
         return result
 
-    def log(self) -> str:
-        return "\n".join(self.output)
-
 
 def serving_model(host: str) -> str:
     """The model directory the deployment's engine serves, as its /v1/models names its root."""

@@ -32,7 +32,7 @@ from scripts.downtime_probe import DowntimeProbe
 from tests.support import sandbox_env
 from tests.support.paths import ROOT
 from tests.support.sandbox_env import E2E_PORT, on_host, served_ids, wait_serving
-from tests.support.sandbox_stack import SandboxStack
+from tests.support.sandbox_stack import WatchedStack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
 
@@ -112,11 +112,9 @@ def hand_made_units() -> dict[str, str]:
     return {SERVING: serving, WAITING: waiting, SPARE: spare}
 
 
-class Seed(SandboxStack):
+class Seed(WatchedStack):
     def __init__(self, tmp: Path) -> None:
-        super().__init__(tmp, STACK)
-        self.client = DowntimeProbe(ENDPOINT, OLD_ID, timeout=5.0)
-        self.phases: dict[str, dict[str, Any]] = {}
+        super().__init__(tmp, STACK, DowntimeProbe(ENDPOINT, OLD_ID, timeout=5.0), "seed-replica-phases")
         self.units = hand_made_units()
 
     def stack(self, model: str = "seed-a", replaces: tuple[str, ...] = HAND_MADE) -> auto.Stack:
@@ -128,11 +126,6 @@ class Seed(SandboxStack):
         self.output += output
         assert result.summary.result == "succeeded", "".join(output)[-3000:]
         return "".join(output)
-
-    def record(self, phase: str, start: float, **extra: Any) -> dict[str, Any]:
-        self.phases[phase] = {**self.client.report(start, time.monotonic()), **extra}
-        sandbox_env.save_results("seed-replica-phases", self.phases)
-        return self.phases[phase]
 
 
 def unit_props(unit: str, *props: str) -> dict[str, str]:

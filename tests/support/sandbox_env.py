@@ -104,6 +104,19 @@ def save_results(name: str, results: dict[str, Any]) -> None:
     path.write_text(json.dumps(results, indent=1, sort_keys=True))
 
 
+class PhaseResults(dict[str, dict[str, Any]]):
+    """What a module's clients saw in each phase, by phase, saved whole to .run/NAME.json as each is recorded."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name
+
+    def record(self, phase: str, seen: dict[str, Any]) -> dict[str, Any]:
+        self[phase] = seen
+        save_results(self.name, self)
+        return seen
+
+
 PHASES_FILE = ROOT / ".run" / "e2e-phases.json"
 FLEET_PHASES_FILE = ROOT / ".run" / "fleet-phases.json"
 

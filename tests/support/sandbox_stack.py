@@ -1,9 +1,11 @@
 """The stack of one end-to-end test module on the sandbox: a copy of the project with a state backend of
 its own, the stack file written and the stack selected with the mirror's token, and a destroy that removes
-the stack from the backend whatever the destroy did. Each module's state class builds on it."""
+the stack from the backend whatever the destroy did. Each module's state class builds on it; WatchedStack
+adds a client that sends requests throughout the module's tests, its view kept phase by phase."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -11,6 +13,7 @@ from typing import Any
 import yaml
 from pulumi import automation as auto
 
+from scripts.downtime_probe import DowntimeProbe
 from tests.support import engine, sandbox_env
 
 
@@ -37,9 +40,34 @@ class SandboxStack:
             secrets={"vllm-fleet:hfToken": sandbox_env.MIRROR_TOKEN, **(secrets or {})},
         )
 
+    def log(self) -> str:
+        """What the engine printed, as one text (an assertion shows its end)."""
+        return "\n".join(self.output)
+
     def destroy(self, stack: auto.Stack, **options: Any) -> None:
         """Destroy `stack`, its output collected, then remove it from the backend even when that failed."""
         try:
             stack.destroy(on_output=self.output.append, **options)
         finally:
             stack.workspace.remove_stack(stack.name)
+
+
+class WatchedStack(SandboxStack):
+    """A stack whose deployment a client calls throughout the module's tests; what it saw in each phase
+    goes to .run/<results>.json."""
+
+    def __init__(self, tmp: Path, name: str, client: DowntimeProbe, results: str) -> None:
+        super().__init__(tmp, name)
+        self.client = client
+        self.phases = sandbox_env.PhaseResults(results)
+
+    def record(self, phase: str, start: float, **extra: Any) -> dict[str, Any]:
+        """The client's requests from `start` until now, as `phase` (with `extra` figures besides)."""
+        return self.phases.record(phase, {**self.client.report(start, time.monotonic()), **extra})
+
+
+def start_without_failures(client: DowntimeProbe, seconds: float) -> None:
+    """Start `client`, and check that none of its requests fails in its first `seconds`."""
+    client.start()
+    time.sleep(seconds)
+    assert client.report()["failed"] == 0, client.report()
