@@ -10,12 +10,12 @@ import gc
 # classes and schemas that all live to the program's end.
 gc.disable()
 
-import pulumi
+import pulumi  # noqa: E402
 
-from components.fleet import FleetArgs, build_fleet
-from controller import checks, program
-from controller.cordon import CordonedSteps
-from render.monitoring import monitoring_output
+from components.fleet import FleetArgs, build_fleet  # noqa: E402
+from controller import checks, program  # noqa: E402
+from controller.cordon import CordonedSteps  # noqa: E402
+from render.monitoring import monitoring_output  # noqa: E402
 
 stack = program.load()
 stack, repairs = checks.check_hosts(stack)
