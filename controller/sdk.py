@@ -41,6 +41,26 @@ def pause_cyclic_gc() -> None:
     gc.disable()
 
 
+def engine_runs() -> bool:
+    """Whether this program talks to a real engine (its process ends with the program), not to mocks."""
+    from pulumi.runtime.proto import resource_pb2_grpc
+    from pulumi.runtime.settings import get_monitor
+
+    return isinstance(get_monitor(), resource_pb2_grpc.ResourceMonitorStub)
+
+
+def resume_cyclic_gc(process_ends: bool) -> None:
+    """Turn the collector back on at the program's end (pause_cyclic_gc). When the process ends with the
+    program (`engine_runs`), first move every object alive now out of the collector's reach
+    (`gc.freeze`): they live until the process exits, and the interpreter's teardown otherwise walks them
+    all again (the no-op preview of the dev stack: 0.28 s from the engine's shutdown signal to the
+    program's exit, 0.05 s with them frozen; an empty program takes 0.20 s). Under the tests' mocks the
+    process goes on, and the collector simply resumes."""
+    if process_ends:
+        gc.freeze()
+    gc.enable()
+
+
 def direct_registration_urns() -> None:
     """Compute the URN that the SDK's registration makes for every resource as a string when its parts are
     strings. The SDK (pulumi.runtime.resource.register_resource, SDK 3.272) builds it for each resource
@@ -132,7 +152,7 @@ def linear_output_wait() -> None:
             await wait(await_all_outstanding_tasks)
         finally:
             # The program's end (pause_cyclic_gc): under the tests' mocks the process goes on.
-            gc.enable()
+            resume_cyclic_gc(engine_runs())
 
     async def wait(await_all_outstanding_tasks: bool) -> None:
         rpc_manager = _get_rpc_manager()

@@ -378,6 +378,20 @@ def test_the_host_package_is_built_reproducibly_and_bootstraps_without_installin
     assert list(Path(tempfile.gettempdir()).glob("vllm-fleet-host-*.pyz")) == []  # removed after the run
 
 
+def test_the_compressed_host_package_is_cached_by_its_archive(tmp_path: Path) -> None:
+    """A no-op run reads the package's compression from .cache instead of compressing it again; a damaged
+    copy is compressed afresh, and a copy of an earlier host/ is removed."""
+    fresh = host_bundle.transported.__wrapped__(None)
+    stale = tmp_path / "0123.xz.b64"
+    stale.write_text(fresh)
+    assert host_bundle.transported.__wrapped__(tmp_path) == fresh
+    (cached,) = tmp_path.glob("*.xz.b64")
+    assert cached.read_text() == fresh and cached != stale
+    cached.write_text(fresh[:-8] + "AAAAAAA=")
+    assert host_bundle.transported.__wrapped__(tmp_path) == fresh
+    assert cached.read_text() == fresh
+
+
 def test_every_step_fits_one_shell_argument() -> None:
     """sshd hands the command to the remote shell as one `-c` argument, which Linux caps at 128 KiB."""
     for name in STACKS:

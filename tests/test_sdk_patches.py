@@ -80,6 +80,21 @@ def test_the_collector_is_paused_until_every_output_is_awaited(monkeypatch: pyte
     SETTINGS.outputs.clear()
 
 
+def test_a_program_run_by_the_engine_leaves_what_lives_to_its_exit_frozen(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not sdk.engine_runs(), "the unit tests talk to no engine"
+    monkeypatch.setattr(sdk_stack, "wait_for_rpcs", sdk_stack.wait_for_rpcs)
+    monkeypatch.setattr(sdk, "engine_runs", lambda: True)
+    sdk.linear_output_wait()
+    sdk.pause_cyclic_gc()
+    SETTINGS.outputs.clear()
+    try:
+        asyncio.run(sdk_stack.wait_for_rpcs())
+        assert gc.isenabled() and gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        gc.enable()
+
+
 def replaced(monkeypatch: pytest.MonkeyPatch, name: str, patch: Callable[[], None]) -> Any:
     """The SDK's own pulumi.runtime.resource.<name>, once `patch` has replaced it (put back after the test)."""
     original = getattr(sdk_resource, name)
