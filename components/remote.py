@@ -88,6 +88,7 @@ class StepOptions(TypedDict):
     timeout_seconds: NotRequired[int]
     owns_singleton: NotRequired[bool]
     log_output: NotRequired[bool]
+    spans: NotRequired[str | None]
 
 
 def remote_step(

@@ -9,11 +9,11 @@ from typing import Any
 
 import pulumi
 
+from components.component import FleetComponent
 from components.front_door import FrontDoor
 from components.host import GpuHost
 from components.model_download import ModelDownload
 from components.outputs import plain_output
-from components.remote import remote_step
 from models.config import ResolvedDeployment
 from render.launch import engine_environment, vllm_arguments
 from render.paths import endpoint_url
@@ -50,7 +50,8 @@ class VllmServiceArgs:
     repairs: int = 0
 
 
-class VllmService(pulumi.ComponentResource):
+class VllmService(FleetComponent):
+    TYPE = "vllm-fleet:index:VllmService"
     endpoint: pulumi.Output[str]
     served_model_name: pulumi.Output[str]
     unit_name: pulumi.Output[str]
@@ -59,20 +60,17 @@ class VllmService(pulumi.ComponentResource):
     unit: pulumi.CustomResource
     serving: pulumi.CustomResource
 
-    TYPE = "vllm-fleet:index:VllmService"
-
     def __init__(self, name: str, args: VllmServiceArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__(self.TYPE, name, None, opts)
+        super().__init__(name, opts)
         rd = args.deployment
         target = args.host.target
         env_file = pulumi.Output.from_input(args.hf_token or "").apply(lambda token: secret_env_file(token or None))
-        self.unit = remote_step(
-            f"{name}-unit",
+        self.unit = self.add_step(
+            "unit",
             target,
             create=stage_script(rd, args.stack),
             delete=stage_delete_script(rd, args.stack),
             stdin=env_file,
-            parent=self,
             depends_on=[args.download.files, *args.host.installed, args.front_door.proxy],
             timeout_seconds=300,
             owns_singleton=True,
@@ -84,41 +82,40 @@ class VllmService(pulumi.ComponentResource):
         # judged) while the old model serves; then each node installs it beside the launch it runs, and the
         # head's swap moves them all: node-watch runs the launch of the model the head runs, so the nodes
         # follow the head to the new model, and back to the old one if the head rolls back.
+        # On a cordoned host a node's steps may not change (controller/cordon.py): it would lag behind.
+        spans = [f"node {rank} of deployment {rd.deployment.name!r}" for rank in range(1, len(args.nodes) + 1)]
         node_stages = [
-            remote_step(
-                f"{name}-node{rank}-unit",
+            self.add_step(
+                f"node{rank}-unit",
                 node.target,
                 create=node_stage_script(rd, args.stack, rank),
                 delete=node_stage_delete_script(rd, args.stack, rank),
                 stdin=env_file,
-                parent=self,
                 depends_on=[download.files, *node.installed],
                 timeout_seconds=300,
                 owns_singleton=True,
-                spans=f"node {rank} of deployment {rd.deployment.name!r}",
+                spans=spans[rank - 1],
             )
             for rank, (node, download) in enumerate(args.nodes, start=1)
         ]
         self.node_servings = [
-            remote_step(
-                f"{name}-node{rank}-serving",
+            self.add_step(
+                f"node{rank}-serving",
                 node.target,
                 create=node_activate_script(rd, args.stack, rank),
                 delete=node_deactivate_script(rd, args.stack, rank),
-                parent=self,
                 depends_on=[self.unit, *node_stages, *earlier],
                 timeout_seconds=60 * activation_minutes,
                 owns_singleton=True,
-                spans=f"node {rank} of deployment {rd.deployment.name!r}",
+                spans=spans[rank - 1],
             )
             for rank, (node, _) in enumerate(args.nodes, start=1)
         ]
-        self.serving = remote_step(
-            f"{name}-serving",
+        self.serving = self.add_step(
+            "serving",
             target,
             create=activate_script(rd, args.stack, args.repairs),
             delete=deactivate_script(rd, args.stack),
-            parent=self,
             depends_on=[
                 self.unit,
                 *self.node_servings,

@@ -64,19 +64,6 @@ class Fleet(SandboxStack):
         self.stack = self.select({"config": raw})
         return self.stack
 
-    def up(self) -> auto.UpResult | None:
-        self.output.clear()
-        try:
-            return self.stack.up(on_output=self.output.append)
-        except auto.CommandError:
-            return None
-
-    def up_succeeds(self) -> auto.UpResult:
-        """An up that must succeed (the end of its output says why when it does not)."""
-        result = self.up()
-        assert result is not None and result.summary.result == "succeeded", self.log()[-3000:]
-        return result
-
 
 def serving_model(host: str) -> str:
     """The model directory the deployment's engine serves, as its /v1/models names its root."""
@@ -169,14 +156,14 @@ def test_rolling_swap_keeps_one_host_answering(fleet_stack: Fleet) -> None:
 def test_no_op_changes_nothing(fleet_stack: Fleet) -> None:
     preview = fleet_stack.configure({h: "fl-tiny-b" for h in HOSTS}).preview()
     assert set(preview.change_summary) == {"same"}, preview.change_summary
-    result = fleet_stack.up()
+    result = fleet_stack.try_up()
     assert result is not None and set(result.summary.resource_changes or {}) == {"same"}
 
 
 def test_failed_swap_stops_the_rollout(fleet_stack: Fleet) -> None:
     pid_2 = main_pid("fleet-2", unit_of("fl-tiny-b"))
     fleet_stack.configure({h: "fl-tiny-a" for h in HOSTS}, per_host={h: NEVER_READY for h in HOSTS})
-    result = fleet_stack.up()
+    result = fleet_stack.try_up()
     assert result is None, "a swap to a model that cannot start must fail"
     # fleet-1 rolled back to what it served; fleet-2 was never touched.
     assert serving_model("fleet-1") == "fl-tiny-b"

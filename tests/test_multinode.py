@@ -53,19 +53,6 @@ class MultiNode(SandboxStack):
         self.stack = self.select({"config": raw})
         return self.stack
 
-    def up(self) -> auto.UpResult:
-        result = self.try_up()
-        assert result is not None and result.summary.result == "succeeded", "\n".join(self.output)[-3000:]
-        return result
-
-    def try_up(self) -> auto.UpResult | None:
-        """An up that may fail (None: it did, its output says why)."""
-        self.output.clear()
-        try:
-            return self.stack.up(on_output=self.output.append)
-        except auto.CommandError:
-            return None
-
 
 def serves(model: str) -> None:
     """The head answers a completion with `model`'s weights (its /v1/models names the model's path)."""
@@ -114,7 +101,7 @@ def multinode(fleet: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 
 def test_one_model_served_across_two_hosts(multinode: MultiNode) -> None:
     multinode.configure("mn-tiny-a")
-    multinode.up()
+    multinode.up_succeeds()
     serves("mn-tiny-a")
     assert on_host(f"systemctl is-active {HEAD_UNIT}", host="fleet-1").strip() == "active"
     assert on_host(f"systemctl is-active {NODE_UNIT}", host="fleet-2").strip() == "active"
@@ -129,7 +116,7 @@ def test_swap_replaces_the_model_on_every_node(multinode: MultiNode) -> None:
     probe = DowntimeProbe(ENDPOINT, SERVED, timeout=10.0).start()
     start = time.monotonic()
     multinode.configure("mn-tiny-b")
-    multinode.up()
+    multinode.up_succeeds()
     time.sleep(1)
     report = probe.report(start, time.monotonic())
     probe.stop()

@@ -117,12 +117,12 @@ class Seed(WatchedStack):
         super().__init__(tmp, STACK, DowntimeProbe(ENDPOINT, OLD_ID, timeout=5.0), "seed-replica-phases")
         self.units = hand_made_units()
 
-    def stack(self, model: str = "seed-a", replaces: tuple[str, ...] = HAND_MADE) -> auto.Stack:
+    def stack_of(self, model: str = "seed-a", replaces: tuple[str, ...] = HAND_MADE) -> auto.Stack:
         return self.select(stack_doc(model, replaces))
 
     def up(self, model: str) -> str:
         output: list[str] = []
-        result = self.stack(model).up(on_output=output.append)
+        result = self.stack_of(model).up(on_output=output.append)
         self.output += output
         assert result.summary.result == "succeeded", "".join(output)[-3000:]
         return "".join(output)
@@ -181,7 +181,7 @@ def seed(sandbox: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Se
     state.client.start()
     yield state
     state.client.stop()
-    stack = state.stack()
+    stack = state.stack_of()
     try:
         with contextlib.suppress(auto.CommandError):
             stack.cancel()
@@ -192,7 +192,7 @@ def seed(sandbox: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Se
 
 def test_preview_refuses_a_waiting_hand_made_unit_it_is_not_told_to_take_over(seed: Seed) -> None:
     with pytest.raises(auto.CommandError) as refused:
-        seed.stack(replaces=(SERVING, SPARE)).preview()
+        seed.stack_of(replaces=(SERVING, SPARE)).preview()
     message = " ".join(str(refused.value).split())
     assert (
         f"{WAITING} is a hand-made vLLM unit, enabled but not running: the next boot starts it and it claims port {E2E_PORT}"
@@ -203,7 +203,7 @@ def test_preview_refuses_a_waiting_hand_made_unit_it_is_not_told_to_take_over(se
 
 def test_preview_names_each_hand_made_unit_and_adopts_the_one_that_serves(seed: Seed) -> None:
     start = time.monotonic()
-    preview = seed.stack().preview(diff=True)
+    preview = seed.stack_of().preview(diff=True)
     said = " ".join((preview.stdout + preview.stderr).split())
     pid = unit_props(SERVING, "MainPID")["MainPID"]
     assert f"adopts {SERVING} (PID {pid}) in place: it already runs the stack's launch" in said, said[-4000:]
@@ -234,7 +234,7 @@ def test_first_up_adopts_the_serving_engine_in_place_and_no_client_notices(seed:
     adopted = sorted(on_host(f"ls /var/lib/vllm-fleet/deployments/{STACK}.chat/adopted").split())
     assert adopted == sorted([*HAND_MADE, *(u + ".was" for u in HAND_MADE), "in-place.json"])
     assert served_ids(ENDPOINT) == [OLD_ID]
-    seed.stack().preview(expect_no_changes=True)
+    seed.stack_of().preview(expect_no_changes=True)
 
 
 def test_a_swap_to_the_model_whose_unit_a_replaced_unit_named_and_back_keeps_the_old_id(seed: Seed) -> None:
@@ -251,7 +251,7 @@ def test_a_swap_to_the_model_whose_unit_a_replaced_unit_named_and_back_keeps_the
     assert "swap mode: blue-green" in output, output[-3000:]
     assert stats["failed"] == 0, stats
     assert set(served_ids(ENDPOINT)) == {"seed-a", OLD_ID}
-    seed.stack().preview(expect_no_changes=True)
+    seed.stack_of().preview(expect_no_changes=True)
 
 
 def check_only_managed_units_run(phase: str, seed: Seed, answered_after: float) -> None:
@@ -275,12 +275,12 @@ def test_reboots_bring_back_exactly_the_managed_deployment(seed: Seed) -> None:
     for n in (2, 3, 4):
         check_only_managed_units_run(f"reboot-{n}", seed, reboot_and_wait())
     seed.record("three-reboots", start)
-    seed.stack().preview(expect_no_changes=True)
+    seed.stack_of().preview(expect_no_changes=True)
 
 
 def test_destroy_puts_the_hand_made_units_back_as_they_were(seed: Seed) -> None:
     start = time.monotonic()
-    seed.stack().destroy(on_output=seed.output.append)
+    seed.stack_of().destroy(on_output=seed.output.append)
     wait_serving(ENDPOINT, MODEL_DIR, 300)
     seed.record("destroy", start)
     for unit, text in seed.units.items():

@@ -24,6 +24,8 @@ class SandboxStack:
         self.name = name
         # What the engine printed (each module decides which operations it collects).
         self.output: list[str] = []
+        # The stack the module selected last (its `configure` sets it).
+        self.stack: auto.Stack
 
     def select(
         self, stack_file: Mapping[str, Any] | str, secrets: Mapping[str, str] | None = None, name: str | None = None
@@ -43,6 +45,21 @@ class SandboxStack:
     def log(self) -> str:
         """What the engine printed, as one text (an assertion shows its end)."""
         return "\n".join(self.output)
+
+    def try_up(self) -> auto.UpResult | None:
+        """`pulumi up` of the stack the module selected last (`self.stack`); None when it failed (the
+        collected output says why)."""
+        self.output.clear()
+        try:
+            return self.stack.up(on_output=self.output.append)
+        except auto.CommandError:
+            return None
+
+    def up_succeeds(self) -> auto.UpResult:
+        """An up that must succeed (the end of its output says why when it does not)."""
+        result = self.try_up()
+        assert result is not None and result.summary.result == "succeeded", self.log()[-3000:]
+        return result
 
     def destroy(self, stack: auto.Stack, **options: Any) -> None:
         """Destroy `stack`, its output collected, then remove it from the backend even when that failed."""
