@@ -12,7 +12,7 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 # ---- where things live on a host ----------------------------------------------------------------------
 
@@ -64,8 +64,27 @@ def is_managed(unit_text: str) -> bool:
 # ---- the swap's plan, what it leaves behind, and what it claims --------------------------------------
 
 
+# The host's Python may predate typing.Self (3.11).
+_File = TypeVar("_File", bound="JsonFile")
+
+
+class JsonFile:
+    """A dataclass written to a host as JSON (a plan the controller renders) and read back there."""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls: type[_File], data: dict[str, Any]) -> _File:
+        raise NotImplementedError
+
+    @classmethod
+    def load(cls: type[_File], path: str | Path) -> _File:
+        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
 @dataclass(frozen=True)
-class Plan:
+class Plan(JsonFile):
     """Everything the swap transaction needs to know about one deployment, rendered by the controller
     (render.plan.swap_plan) and written to the host as JSON."""
 
@@ -123,13 +142,6 @@ class Plan:
     @property
     def digest(self) -> str:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
-
-    @classmethod
-    def load(cls, path: str | Path) -> Plan:
-        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Plan:
@@ -317,7 +329,7 @@ class NodeLaunch:
 
 
 @dataclass(frozen=True)
-class NodePlan:
+class NodePlan(JsonFile):
     """What a node's steps check and install for node `rank` > 0 of a deployment across hosts, rendered by
     the controller (render.plan.node_plan)."""
 
@@ -352,16 +364,9 @@ class NodePlan:
     def where(self) -> str:
         return f"node {self.rank} of deployment {self.deployment!r} on host {self.host!r}"
 
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1, sort_keys=True) + "\n"
-
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> NodePlan:
         return cls(**{**data, "gpus": tuple(data.get("gpus", ()))})
-
-    @classmethod
-    def load(cls, path: str | Path) -> NodePlan:
-        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
 
 
 # ---- a deployment's LoRA adapters (host/adapters.py applies them; render/steps.py renders them) ---------

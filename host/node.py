@@ -19,12 +19,10 @@ from __future__ import annotations
 
 import argparse
 import filecmp
-import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 from host.contract import NODE_CURRENT, NODE_LAUNCHES, STATE_DIR, Claims, NodeLaunch, NodePlan, read_claims
 from host.judgement import judge_node
@@ -42,14 +40,16 @@ def staged_launch(plan: NodePlan) -> NodeLaunch:
     return NodeLaunch.from_json((staged(plan) / "launch.json").read_text(encoding="utf-8"))
 
 
-def conflicts(plan: NodePlan, found: dict[str, Any], state_root: Path) -> list[str]:
-    return judge_node(plan, found, read_claims(state_root))
+def refused(plan: NodePlan, state_root: Path) -> bool:
+    """Judge the node on a fresh survey (host/judgement.judge_node); say every conflict on stderr."""
+    problems = judge_node(plan, survey(), read_claims(state_root))
+    if problems:
+        print("\n".join(problems) + "\nnothing was stopped on any node", file=sys.stderr)
+    return bool(problems)
 
 
 def check(plan: NodePlan, state_root: Path = Path(STATE_DIR)) -> int:
-    problems = conflicts(plan, survey(), state_root)
-    if problems:
-        print("\n".join(problems) + "\nnothing was stopped on any node", file=sys.stderr)
+    if refused(plan, state_root):
         return 1
     launch = staged_launch(plan)
     print(f"[{plan.deployment}.node{plan.rank}] {plan.host}: GPU {list(plan.gpus)} free for {launch.model}")
@@ -102,9 +102,7 @@ def activate(plan: NodePlan, state_root: Path = Path(STATE_DIR)) -> int:
         print(f"no staged {plan.unit_name} in {staged(plan)}: the unit step did not run", file=sys.stderr)
         return 1
     with host_lock(state_root):
-        problems = conflicts(plan, survey(), state_root)
-        if problems:
-            print("\n".join(problems) + "\nnothing was stopped on any node", file=sys.stderr)
+        if refused(plan, state_root):
             return 1
         claims = state_root / "claims"
         claims.mkdir(parents=True, exist_ok=True)
@@ -170,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("action", choices=("check", "activate"))
     parser.add_argument("--plan", required=True, type=Path)
     args = parser.parse_args(argv)
-    plan = NodePlan.from_dict(json.loads(args.plan.read_text(encoding="utf-8")))
+    plan = NodePlan.load(args.plan)
     return check(plan) if args.action == "check" else activate(plan)
 
 

@@ -58,19 +58,19 @@ readonly NODE_LAUNCH='{
  "model_dir": "/shared/tiny-chat-a"
 }'
 readonly NODE_PLAN='{
- "deployment": "across",
- "foreign_gpu_processes": "refuse",
- "gpus": [
-  2
- ],
- "head": "fleet-1",
- "head_address": "10.77.0.11",
- "host": "fleet-2",
- "python": "/opt/vllm-env/bin/python3",
- "rank": 1,
- "stack": "fleet",
- "state_dir": "/var/lib/vllm-fleet/deployments/fleet.across.node1",
- "tools_dir": "/usr/local/lib/vllm-fleet",
- "unit_name": "vllm-across-node1.service"
+  "deployment": "across",
+  "foreign_gpu_processes": "refuse",
+  "gpus": [
+    2
+  ],
+  "head": "fleet-1",
+  "head_address": "10.77.0.11",
+  "host": "fleet-2",
+  "python": "/opt/vllm-env/bin/python3",
+  "rank": 1,
+  "stack": "fleet",
+  "state_dir": "/var/lib/vllm-fleet/deployments/fleet.across.node1",
+  "tools_dir": "/usr/local/lib/vllm-fleet",
+  "unit_name": "vllm-across-node1.service"
 }'
 # <the body of components/files/stage.sh after line 1: 49 lines, 2664 bytes, sha256 b23da7d3e665e5acbff0762608d5f9353a6140f0064d55b521164f069c5d47e5>
