@@ -207,8 +207,14 @@ def run_launches(head: str, directory: Path, grace: float, poll: float) -> int:
     watch = Watch(grace)
     while child.poll() is None:
         time.sleep(poll)
-        if watch.observe(connected_to_head(child.pid, head), time.monotonic()):
+        connected = connected_to_head(child.pid, head)
+        if watch.observe(connected, time.monotonic()):
             print(f"node-watch: the engine lost the head at {head} {grace:g} s ago; stopping it", flush=True)
+            stop(child)
+            return 1
+        if watch.joined and not connected and not listens(head, chosen.master_port):
+            # No grace needed: the head's rendezvous port is closed too, so that head is gone.
+            print(f"node-watch: the engine lost the head at {head}, which listens no more; stopping it", flush=True)
             stop(child)
             return 1
         if not watch.joined and not listens(head, chosen.master_port):
