@@ -221,10 +221,15 @@ def adapter_lines(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> 
     return lines
 
 
+def surveyed_claims(found: Mapping[str, Any]) -> dict[str, Claims]:
+    """Every live deployment's claims on the surveyed host, as the host's own judgement reads them."""
+    return {name: Claims.from_dict(held) for name, held in (found.get("claims") or {}).items()}
+
+
 def judgement(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> Judgement:
     """What the host's swap will decide and refuse for this deployment, from the survey: the same call,
     with the same inputs, that host/transaction.py makes there."""
-    claims = {name: Claims.from_dict(held) for name, held in (found.get("claims") or {}).items()}
+    claims = surveyed_claims(found)
     old = ActiveRecord.from_survey(active_entry(stack, rd.deployment.name, found))
     # The stack's launch as the host reads the staged unit (host/transaction.py parses the same text).
     unit_text = render_unit(rd, stack).text
@@ -240,8 +245,7 @@ def node_conflicts(stack: str, rd: ResolvedDeployment, surveys: Mapping[str, Map
     for rank, node in enumerate(rd.node_hosts[1:], start=1):
         found = surveys.get(node.name)
         if found is not None:
-            claims = {name: Claims.from_dict(held) for name, held in (found.get("claims") or {}).items()}
-            problems += judge_node(node_plan(rd, stack, rank), found, claims)
+            problems += judge_node(node_plan(rd, stack, rank), found, surveyed_claims(found))
     return problems
 
 

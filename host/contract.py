@@ -297,7 +297,7 @@ NODE_CURRENT = "current"
 
 
 @dataclass(frozen=True)
-class NodeLaunch:
+class NodeLaunch(JsonFile):
     """A headless engine's launch on one node for one model. The head's rendezvous port is per model
     (models.config's master_port), so which launch the head runs is which of these ports it listens on:
     node-watch runs that one, whatever model the last `pulumi up` named (a rollback on the head takes
@@ -313,12 +313,8 @@ class NodeLaunch:
     def file_name(self) -> str:
         return f"{self.master_port}.json"
 
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1, sort_keys=True) + "\n"
-
     @classmethod
-    def from_json(cls, text: str) -> NodeLaunch:
-        data = json.loads(text)
+    def from_dict(cls, data: dict[str, Any]) -> NodeLaunch:
         return cls(
             model=str(data["model"]),
             master_port=int(data["master_port"]),

@@ -18,15 +18,23 @@ Standard library only.
 from __future__ import annotations
 
 import argparse
-import filecmp
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from host.contract import NODE_CURRENT, NODE_LAUNCHES, STATE_DIR, Claims, NodeLaunch, NodePlan, read_claims
+from host.contract import (
+    NODE_CURRENT,
+    NODE_LAUNCHES,
+    STATE_DIR,
+    ActiveRecord,
+    Claims,
+    NodeLaunch,
+    NodePlan,
+    read_claims,
+)
 from host.judgement import judge_node
 from host.survey import survey
+from host.swap_files import file_text, install_file, same_file, write_file
 
 UNIT_DIR = Path("/etc/systemd/system")
 ETC_DIR = Path("/etc/vllm-fleet")
@@ -37,7 +45,7 @@ def staged(plan: NodePlan) -> Path:
 
 
 def staged_launch(plan: NodePlan) -> NodeLaunch:
-    return NodeLaunch.from_json((staged(plan) / "launch.json").read_text(encoding="utf-8"))
+    return NodeLaunch.load(staged(plan) / "launch.json")
 
 
 def refused(plan: NodePlan, state_root: Path) -> bool:
@@ -77,12 +85,8 @@ def systemctl(*args: str) -> int:
 def replace_previous_unit(plan: NodePlan, tag: str) -> None:
     """A node unit of another name (from before node units were named by deployment, not model): stopped,
     disabled and removed, once."""
-    active = Path(plan.state_dir) / "active"
-    previous = ""
-    if active.is_file():
-        previous = next(
-            (line[5:] for line in active.read_text(encoding="utf-8").splitlines() if line.startswith("UNIT=")), ""
-        )
+    record = ActiveRecord.parse(file_text(Path(plan.state_dir) / "active") or "")
+    previous = record.unit if record is not None else ""
     if not previous or previous == plan.unit_name:
         return
     systemctl("stop", previous)
@@ -104,11 +108,8 @@ def activate(plan: NodePlan, state_root: Path = Path(STATE_DIR)) -> int:
     with host_lock(state_root):
         if refused(plan, state_root):
             return 1
-        claims = state_root / "claims"
-        claims.mkdir(parents=True, exist_ok=True)
         held = Claims(frozenset(plan.gpus), frozenset(), frozenset({plan.unit_name}))
-        (claims / f"{plan.owner}.json.tmp").write_text(held.to_json() + "\n", encoding="utf-8")
-        (claims / f"{plan.owner}.json.tmp").replace(claims / f"{plan.owner}.json")
+        write_file(state_root / "claims" / f"{plan.owner}.json", held.to_json() + "\n", 0o644)
 
         launch = staged_launch(plan)
         launches = Path(plan.state_dir) / NODE_LAUNCHES
@@ -119,15 +120,14 @@ def activate(plan: NodePlan, state_root: Path = Path(STATE_DIR)) -> int:
             current.is_file()
             and current.read_text(encoding="utf-8").strip() == str(launch.master_port)
             and same_port.is_file()
-            and not filecmp.cmp(same_port, staged(plan) / "launch.json", shallow=False)
+            and not same_file(same_port, staged(plan) / "launch.json")
         ):
             print(
                 f"{tag} warning: the new launch has the master port of the one this engine runs "
                 f"({launch.master_port}; ports are chosen by digest from {plan.config_key}.masterPort): should the "
                 "head roll back, this node would run the new launch against it. Change masterPort to avoid it."
             )
-        shutil.copyfile(staged(plan) / "launch.json", launches / f"{launch.file_name}.tmp")
-        (launches / f"{launch.file_name}.tmp").replace(launches / launch.file_name)
+        install_file(staged(plan) / "launch.json", same_port, 0o644)
         removed = keep_launches(launches, launch)
         if removed:
             print(f"{tag} removed launches no engine runs: {', '.join(removed)}")
@@ -135,15 +135,12 @@ def activate(plan: NodePlan, state_root: Path = Path(STATE_DIR)) -> int:
         replace_previous_unit(plan, tag)
         installed = UNIT_DIR / plan.unit_name
         env_name = f"{plan.unit_name.removesuffix('.service')}.env"
-        changed = not (installed.is_file() and filecmp.cmp(unit_file, installed, shallow=False)) or not (
-            (ETC_DIR / env_name).is_file() and filecmp.cmp(staged(plan) / env_name, ETC_DIR / env_name, shallow=False)
-        )
+        changed = not same_file(unit_file, installed) or not same_file(staged(plan) / env_name, ETC_DIR / env_name)
         if changed:
             ETC_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
-            shutil.copyfile(unit_file, installed)
-            installed.chmod(0o644)
-            shutil.copyfile(staged(plan) / env_name, ETC_DIR / env_name)
-            (ETC_DIR / env_name).chmod(0o600)
+            install_file(unit_file, installed, 0o644)
+            # The secrets' file is 0600 before it has its name (a copy then chmod would show it to all first).
+            install_file(staged(plan) / env_name, ETC_DIR / env_name, 0o600)
             systemctl("daemon-reload")
         systemctl("enable", "--quiet", plan.unit_name)
         running = systemctl("is-active", "--quiet", plan.unit_name) == 0

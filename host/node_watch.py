@@ -159,7 +159,7 @@ def read_launches(directory: Path) -> list[NodeLaunch]:
     found: list[tuple[float, NodeLaunch]] = []
     for path in directory.glob("*.json"):
         try:
-            found.append((path.stat().st_mtime, NodeLaunch.from_json(path.read_text(encoding="utf-8"))))
+            found.append((path.stat().st_mtime, NodeLaunch.load(path)))
         except (OSError, ValueError, KeyError, TypeError) as error:
             print(f"node-watch: skipping {path}: {error}", flush=True)
     return [launch for _, launch in sorted(found, key=lambda item: -item[0])]
@@ -203,28 +203,43 @@ def run_launches(head: str, directory: Path, grace: float, poll: float) -> int:
         flush=True,
     )
     child = subprocess.Popen(list(chosen.argv), env={**os.environ, **chosen.environment}, start_new_session=True)
+
+    def head_moved(joined: bool, connected: bool) -> str | None:
+        if connected or listens(head, chosen.master_port):
+            return None
+        if joined:
+            # No grace needed: the head's rendezvous port is closed too, so that head is gone.
+            return f"the engine lost the head at {head}, which listens no more"
+        other = head_runs(read_launches(directory), lambda port: listens(head, port))
+        if other is not None and other.master_port != chosen.master_port:
+            return f"the head at {head} now runs {other.model}, not {chosen.model}; switching"
+        return None
+
+    return supervise(child, head, grace, poll, head_moved)
+
+
+def supervise(
+    child: subprocess.Popen[bytes],
+    head: str,
+    grace: float,
+    poll: float,
+    head_moved: Callable[[bool, bool], str | None] = lambda joined, connected: None,
+) -> int:
+    """Watch the engine until it exits (its status) or must stop (1, for systemd to start a fresh watch):
+    it lost the head it joined for `grace` s, or `head_moved(joined, connected)` says why it must go."""
     handle_stop_signals(child)
     watch = Watch(grace)
     while child.poll() is None:
         time.sleep(poll)
         connected = connected_to_head(child.pid, head)
         if watch.observe(connected, time.monotonic()):
-            print(f"node-watch: the engine lost the head at {head} {grace:g} s ago; stopping it", flush=True)
+            reason: str | None = f"the engine lost the head at {head} {grace:g} s ago"
+        else:
+            reason = head_moved(watch.joined, connected)
+        if reason is not None:
+            print(f"node-watch: {reason}; stopping it so that systemd starts a fresh watch", flush=True)
             stop(child)
             return 1
-        if watch.joined and not connected and not listens(head, chosen.master_port):
-            # No grace needed: the head's rendezvous port is closed too, so that head is gone.
-            print(f"node-watch: the engine lost the head at {head}, which listens no more; stopping it", flush=True)
-            stop(child)
-            return 1
-        if not watch.joined and not listens(head, chosen.master_port):
-            other = head_runs(read_launches(directory), lambda port: listens(head, port))
-            if other is not None and other.master_port != chosen.master_port:
-                print(
-                    f"node-watch: the head at {head} now runs {other.model}, not {chosen.model}; switching", flush=True
-                )
-                stop(child)
-                return 1
     return child.returncode
 
 
@@ -256,20 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     if not command:
         parser.error("give --launches, or the engine's command after --")
     # Its own process group, so a stop reaches the engine's workers too.
-    child = subprocess.Popen(command, start_new_session=True)
-    handle_stop_signals(child)
-    watch = Watch(args.grace)
-    while child.poll() is None:
-        time.sleep(args.poll)
-        if watch.observe(connected_to_head(child.pid, head), time.monotonic()):
-            print(
-                f"node-watch: the engine lost the head at {head} {args.grace:g} s ago; stopping it so that "
-                "systemd starts a fresh one, which waits for the next head",
-                flush=True,
-            )
-            stop(child)
-            return 1
-    return child.returncode
+    return supervise(subprocess.Popen(command, start_new_session=True), head, args.grace, args.poll)
 
 
 if __name__ == "__main__":
