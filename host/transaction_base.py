@@ -215,13 +215,19 @@ class TransactionBase:
         started = now()
         last_report = 0.0
         while True:
-            props = self.host.show(unit, "ActiveState", "NRestarts")
+            props = self.host.show(unit, "ActiveState", "SubState", "NRestarts")
             state = props.get("ActiveState", "inactive")
             elapsed = now() - started
             if state == "active":
                 return True
             if state == "failed":
                 self.log(f"{unit} failed after {elapsed:.0f} s")
+                return False
+            # Its process exited and systemd waits RestartSec (15 s for our units) before the next attempt:
+            # the start has failed now, and every second waited for the restart is downtime in a
+            # stop-then-start swap.
+            if props.get("SubState") == "auto-restart":
+                self.log(f"{unit} failed after {elapsed:.0f} s (its process exited; systemd would restart it)")
                 return False
             if int(props.get("NRestarts", "0") or 0) > 0:
                 self.log(f"{unit} failed after {elapsed:.0f} s and systemd is restarting it")

@@ -22,11 +22,13 @@ from host.transaction import Transaction
 class FakeUnit:
     state: str = "inactive"
     enabled: bool = False
-    # What `systemctl start` leads to: "active" (serves) or "failed".
+    # What `systemctl start` leads to: "active" (serves), "failed", or "auto-restart" (the process exited
+    # and systemd waits RestartSec before the next attempt: ActiveState activating, SubState auto-restart).
     outcome: str = "active"
     start_timeout: str = "1min 30s"
     restarts: int = 0
     main_pid: int = 4242
+    sub_state: str = "dead"
 
 
 @dataclass
@@ -46,7 +48,8 @@ class RecordingSystemd(systemd.SystemdHost):
             verb, unit = args[1], args[-1]
             fake = self.units.setdefault(unit, FakeUnit())
             if verb == "start":
-                fake.state = fake.outcome
+                fake.state = "activating" if fake.outcome == "auto-restart" else fake.outcome
+                fake.sub_state = "auto-restart" if fake.outcome == "auto-restart" else "running"
             elif verb == "stop":
                 fake.state = "inactive"
             elif verb == "enable":
@@ -79,6 +82,7 @@ class RecordingSystemd(systemd.SystemdHost):
         path = self.unit_dir / unit
         values = {
             "ActiveState": fake.state,
+            "SubState": fake.sub_state,
             "NRestarts": str(fake.restarts),
             "FragmentPath": str(path) if path.is_file() else "",
             "TimeoutStartUSec": fake.start_timeout,
@@ -283,6 +287,18 @@ def test_rollback_that_fails_too_says_so(tmp_path: Path) -> None:
     world = World(tmp_path)
     result = failed_start_replacing(world, "vllm-old.service", outcome="failed")
     assert result.status == "rollback-failed" and "ROLLBACK FAILED" in result.message
+
+
+def test_an_engine_that_exits_is_a_failed_start_without_waiting_for_its_restart(tmp_path: Path) -> None:
+    # Its unit sits in auto-restart for RestartSec (15 s) before systemd counts a restart: the swap
+    # rolls back at once instead of keeping the old model down that long (or until the ready timeout).
+    world = World(tmp_path)
+    world.hand_made("vllm-old.service")
+    world.systemd.units["vllm-new.service"] = FakeUnit(outcome="auto-restart")
+    result = world.run(world.plan(replaces=("vllm-old.service",)))
+    assert result.status == "rolled-back", result.message
+    assert any("vllm-new.service failed after 0 s (its process exited" in line for line in world.lines), world.lines
+    assert world.systemd.units["vllm-old.service"].state == "active"
 
 
 def test_hand_made_unit_of_the_same_name_is_replaced_not_kept(tmp_path: Path) -> None:
