@@ -9,12 +9,11 @@ from typing import Any
 
 import pulumi
 
-from components.component import FleetComponent
+from components.component import DeploymentArgs, FleetComponent
 from components.front_door import FrontDoor
 from components.host import GpuHost
 from components.model_download import ModelDownload
 from components.outputs import plain_output
-from models.config import ResolvedDeployment
 from render.launch import engine_environment, vllm_arguments
 from render.paths import endpoint_url
 from render.plan import activation_timeout
@@ -32,10 +31,7 @@ from render.units import secret_env_file
 
 
 @dataclass(frozen=True)
-class VllmServiceArgs:
-    deployment: ResolvedDeployment
-    stack: str
-    host: GpuHost
+class VllmServiceArgs(DeploymentArgs):
     download: ModelDownload
     front_door: FrontDoor
     hf_token: pulumi.Input[str] | None

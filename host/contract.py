@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -83,13 +83,44 @@ class JsonFile:
         return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
 
 
+_Plan = TypeVar("_Plan", bound="DeploymentPlan")
+
+
 @dataclass(frozen=True)
-class Plan(JsonFile):
-    """Everything the swap transaction needs to know about one deployment, rendered by the controller
-    (render.plan.swap_plan) and written to the host as JSON."""
+class DeploymentPlan(JsonFile):
+    """What the controller renders for one deployment's steps on one host (the head's or single host's
+    Plan, a node's NodePlan), written there as JSON."""
 
     stack: str
     deployment: str
+
+    @property
+    def deployment_owner(self) -> str:
+        """The deployment's name on its hosts (owner_key), which its units' first line names."""
+        return owner_key(self.stack, self.deployment)
+
+    @property
+    def owner(self) -> str:
+        """The plan's name on its host (state directory, claims): the deployment's on the head or its one host."""
+        return self.deployment_owner
+
+    @property
+    def config_key(self) -> str:
+        """The deployment's key in the stack config, which messages name with the fix."""
+        return f"vllm-fleet:deployments[{self.deployment}]"
+
+    @classmethod
+    def from_dict(cls: type[_Plan], data: dict[str, Any]) -> _Plan:
+        """The plan from its JSON, whose arrays (absent: empty) are the plan's tuples."""
+        arrays = [f.name for f in fields(cls) if str(f.type).startswith("tuple[")]
+        return cls(**{**data, **{name: tuple(data.get(name, ())) for name in arrays}})
+
+
+@dataclass(frozen=True)
+class Plan(DeploymentPlan):
+    """Everything the swap transaction needs to know about one deployment, rendered by the controller
+    (render.plan.swap_plan) and written to the host as JSON."""
+
     state_dir: str
     unit_name: str
     unit_stem: str
@@ -127,29 +158,12 @@ class Plan(JsonFile):
         return self.load_dir if self.load_dir and self.load_dir != self.model_dir else None
 
     @property
-    def owner(self) -> str:
-        return owner_key(self.stack, self.deployment)
-
-    @property
-    def config_key(self) -> str:
-        """The deployment's key in the stack config, which messages name with the fix."""
-        return f"vllm-fleet:deployments[{self.deployment}]"
-
-    @property
     def transaction_unit(self) -> str:
         return f"vllm-fleet-swap-{self.owner}.service"
 
     @property
     def digest(self) -> str:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Plan:
-        data = dict(data)
-        data["gpus"] = tuple(data.get("gpus", ()))
-        data["replaces"] = tuple(data.get("replaces", ()))
-        data["backend_ports"] = tuple(data.get("backend_ports", ()))
-        return cls(**data)
 
 
 @dataclass
@@ -325,12 +339,10 @@ class NodeLaunch(JsonFile):
 
 
 @dataclass(frozen=True)
-class NodePlan(JsonFile):
+class NodePlan(DeploymentPlan):
     """What a node's steps check and install for node `rank` > 0 of a deployment across hosts, rendered by
     the controller (render.plan.node_plan)."""
 
-    stack: str
-    deployment: str
     rank: int
     host: str  # this node's host name, which every message names
     head: str  # the head's host name
@@ -348,21 +360,8 @@ class NodePlan(JsonFile):
         return owner_key(self.stack, f"{self.deployment}.node{self.rank}")
 
     @property
-    def deployment_owner(self) -> str:
-        """The owner its unit's first line names (the deployment's, as on the head)."""
-        return owner_key(self.stack, self.deployment)
-
-    @property
-    def config_key(self) -> str:
-        return f"vllm-fleet:deployments[{self.deployment}]"
-
-    @property
     def where(self) -> str:
         return f"node {self.rank} of deployment {self.deployment!r} on host {self.host!r}"
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> NodePlan:
-        return cls(**{**data, "gpus": tuple(data.get("gpus", ()))})
 
 
 # ---- a deployment's LoRA adapters (host/adapters.py applies them; render/steps.py renders them) ---------

@@ -22,6 +22,7 @@ from models.hosts import Host, Storage
 from models.monitoring import Monitoring
 from models.types import (
     AttentionBackend,
+    BindAddress,
     ClientModelId,
     EngineArg,
     EnvName,
@@ -35,7 +36,6 @@ from models.types import (
     ServedName,
     SystemdServiceName,
     UnitStem,
-    ip_address,
 )
 from models.vllm_flags import loader_config, no_managed_env, no_managed_flags
 
@@ -192,7 +192,7 @@ class Deployment(LocalBaseModel):
     # across swaps; the engines listen on loopback at backendPorts behind it.
     port: Annotated[int, Field(ge=1024, le=65535)] = 8000
     # Any IPv4 or IPv6 address of the host for the front door; 0.0.0.0 / :: listen on all of them.
-    bind_address: str = "0.0.0.0"
+    bind_address: BindAddress = "0.0.0.0"
     # Two loopback ports for the engines, one per side of a blue/green swap; default port+10000, port+20000.
     backend_ports: tuple[Annotated[int, Field(ge=1024, le=65535)], Annotated[int, Field(ge=1024, le=65535)]] | None = (
         None
@@ -246,11 +246,6 @@ class Deployment(LocalBaseModel):
     def served_names(self) -> tuple[str, ...]:
         """Every id the engine answers to: the served name first (vLLM reports it), then alsoServedAs."""
         return tuple(dict.fromkeys([self.served_model_name or self.model, *(self.also_served_as or ())]))
-
-    @field_validator("bind_address")
-    @classmethod
-    def _bind_address_is_an_ip(cls, value: str) -> str:
-        return ip_address(value, " (0.0.0.0 listens on all)")
 
     @property
     def readiness_address(self) -> str:

@@ -16,12 +16,12 @@ from models.types import (
     HOSTNAME_PATTERN,
     SSH_HOST_KEY_PATTERN,
     AbsPath,
+    IpAddress,
     Label,
     LocalBaseModel,
     Name,
     UnixUser,
     VersionString,
-    ip_address,
     not_a_system_directory,
 )
 
@@ -53,13 +53,8 @@ class ClusterNetwork(LocalBaseModel):
     """Where the other nodes of a multi-node deployment reach this host: an address on a private network
     (the engines' traffic is unencrypted and can run code) and the interface that carries it."""
 
-    address: str
+    address: IpAddress
     interface: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]{1,15}$")]
-
-    @field_validator("address")
-    @classmethod
-    def _address_is_an_ip(cls, value: str) -> str:
-        return ip_address(value, "")
 
 
 class Host(LocalBaseModel):

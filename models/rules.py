@@ -8,6 +8,8 @@ of its own, each naming the key and the fix.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from models.config import DistributedBackend, StackConfig, StackTier
 from models.hosts import Host, Storage
 from models.types import PINNED_REVISION
@@ -19,6 +21,16 @@ KV_CACHE_HEADROOM = 0.10
 
 def gpu_budget_gib(host: Host, gpu_count: int, utilization: float) -> float:
     return host.gpus.memory_gib * gpu_count * utilization
+
+
+_Thing = TypeVar("_Thing")
+
+
+def _claimed_before(claimed: dict[_Thing, str], thing: _Thing, deployment: str) -> str | None:
+    """The other deployment that claimed `thing` (a GPU, port or unit of a host) first, or None: it is now
+    `deployment`'s (or was already)."""
+    owner = claimed.setdefault(thing, deployment)
+    return owner if owner != deployment else None
 
 
 def stack_errors(stack: StackConfig) -> list[str]:
@@ -117,15 +129,13 @@ def _deployment_errors(stack: StackConfig, hosts: dict[str, Host], storage_by_ho
                         f"{hosts[node].gpus.count} (indices 0-{hosts[node].gpus.count - 1}); fix the index or "
                         "hosts[].gpus.count"
                     )
-                owner = claimed_gpus.setdefault((node, gpu), dep.name)
-                if owner != dep.name:
+                if (owner := _claimed_before(claimed_gpus, (node, gpu), dep.name)) is not None:
                     errors.append(
                         f"{key}.gpus: GPU {gpu} of host {node!r} is already given to deployment "
                         f"{owner!r}; two deployments cannot share a GPU, pick free indices"
                     )
         for port, field in ((dep.port, "port"), *((p, "backendPorts") for p in dep.engine_ports)):
-            port_owner = claimed_ports.setdefault((dep.host, port), dep.name)
-            if port_owner != dep.name:
+            if (port_owner := _claimed_before(claimed_ports, (dep.host, port), dep.name)) is not None:
                 errors.append(
                     f"{key}.{field}: port {port} of host {dep.host!r} is already used by deployment "
                     f"{port_owner!r} (its port or backendPorts); choose another port"
@@ -169,8 +179,7 @@ def _deployment_errors(stack: StackConfig, hosts: dict[str, Host], storage_by_ho
                     f"{removed[1]}"
                 )
         resolved_unit = dep.unit_name or "vllm-" + dep.model.replace(".", "")
-        unit_owner = claimed_units.setdefault((dep.host, resolved_unit), dep.name)
-        if unit_owner != dep.name:
+        if (unit_owner := _claimed_before(claimed_units, (dep.host, resolved_unit), dep.name)) is not None:
             errors.append(
                 f"{key}.unitName: unit {resolved_unit}.service on host {dep.host!r} is already "
                 f"used by deployment {unit_owner!r}; set deployments[{i}].unitName"

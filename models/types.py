@@ -116,3 +116,9 @@ def ip_address(value: str, hint: str) -> str:
         return str(ipaddress.ip_address(value))
     except ValueError:
         raise ValueError(f"{value!r} is not an IPv4 or IPv6 address{hint}") from None
+
+
+# An IP address of a host, kept in its canonical form.
+IpAddress = Annotated[str, AfterValidator(lambda value: ip_address(value, ""))]
+# The address a listener binds to: one of the host's, or 0.0.0.0 / :: for all of them.
+BindAddress = Annotated[str, AfterValidator(lambda value: ip_address(value, " (0.0.0.0 listens on all)"))]

@@ -203,7 +203,7 @@ flavor() {
 # hosts can change without rebuilding the image.
 build_key() {
   local files=(sandbox/nvidia-smi-standin) f
-  [[ "$(flavor)" == plain ]] || files+=(sandbox/install-vllm.sh sandbox/vllm-requirements.txt sandbox/vllm-wheelhouse.sh)
+  [[ "$(flavor)" == plain ]] || files+=(sandbox/install-vllm.sh sandbox/vllm-requirements.txt sandbox/vllm-wheelhouse.sh sandbox/vllm-env.sh)
   (
     cd "$VLLM_FLEET_ROOT"
     sed -n '/^# -* build$/,/^# -* processes$/p' sandbox/host.sh | sha256sum

@@ -16,8 +16,9 @@
 #   4. Smoke check in the chroot: import vllm and torch, load vLLM's CPU kernels (vllm._C*), `vllm --version`.
 # Everything mounted is unmounted on exit, also on failure or interruption.
 #
-# Idempotent: ROOTDIR/opt/vllm-env/.vllm-fleet-stamp holds the sha256 of the requirements file and both scripts;
-# when it matches, nothing is done. A venv without a matching stamp is deleted and installed again.
+# Idempotent: ROOTDIR/opt/vllm-env/.vllm-fleet-stamp holds the sha256 of the requirements file and the scripts
+# (this one, vllm-wheelhouse.sh and vllm-env.sh, which both source); when it matches, nothing is done. A venv
+# without a matching stamp is deleted and installed again.
 #
 # Serving it (see REFERENCE.md 2, "Real vLLM on a CPU"): /opt/vllm-env/bin/vllm serve MODEL --enforce-eager ...
 # (or python -m vllm.entrypoints.openai.api_server) with VLLM_CPU_KVCACHE_SPACE (GiB) or --kv-cache-memory-bytes,
@@ -25,11 +26,10 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source-path=SCRIPTDIR source=../scripts/env.sh disable=SC1091
-source "$HERE/../scripts/env.sh"
+LOG_AS=install-vllm
+# shellcheck source-path=SCRIPTDIR source=vllm-env.sh
+source "$HERE/vllm-env.sh"
 
-WHEELHOUSE="${VLLM_FLEET_WHEELHOUSE:-$VLLM_FLEET_CACHE/wheelhouse}"
-REQUIREMENTS="${VLLM_FLEET_VLLM_REQUIREMENTS:-$VLLM_FLEET_ROOT/sandbox/vllm-requirements.txt}"
 VENV=/opt/vllm-env # inside the root
 MNT_WHEELHOUSE=/mnt/wheelhouse # inside the root
 STAMP_NAME=.vllm-fleet-stamp
@@ -37,14 +37,6 @@ STAMP_NAME=.vllm-fleet-stamp
 # torchcodec) and triton, which the CPU backend does without (it falls back, with warnings).
 UNWANTED=(torchvision torchaudio torchcodec triton)
 
-say() { printf '[install-vllm %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
-die() {
-  say "ERROR: $*"
-  exit 1
-}
-elapsed() { # elapsed START_EPOCHREALTIME: seconds since then, one decimal
-  awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1fs", b - a }'
-}
 timed() { # timed LABEL CMD...: run CMD, then report how long it took
   local label="$1" t="$EPOCHREALTIME"
   shift
@@ -100,7 +92,7 @@ cleanup() {
 }
 
 install_key() {
-  cat "$REQUIREMENTS" "${BASH_SOURCE[0]}" "$HERE/vllm-wheelhouse.sh" | sha256sum | cut -d' ' -f1
+  cat "$REQUIREMENTS" "${BASH_SOURCE[0]}" "$HERE/vllm-wheelhouse.sh" "$HERE/vllm-env.sh" | sha256sum | cut -d' ' -f1
 }
 
 do_mounts() {

@@ -21,12 +21,9 @@
 #              VLLM_FLEET_VLLM_REQUIREMENTS (default sandbox/vllm-requirements.txt).
 set -euo pipefail
 
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source-path=SCRIPTDIR source=../scripts/env.sh disable=SC1091
-source "$HERE/../scripts/env.sh"
-
-WHEELHOUSE="${VLLM_FLEET_WHEELHOUSE:-$VLLM_FLEET_CACHE/wheelhouse}"
-REQUIREMENTS="${VLLM_FLEET_VLLM_REQUIREMENTS:-$VLLM_FLEET_ROOT/sandbox/vllm-requirements.txt}"
+LOG_AS=vllm-wheelhouse
+# shellcheck source-path=SCRIPTDIR source=vllm-env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/vllm-env.sh"
 # The sandbox root's interpreter and C library (Debian bookworm: CPython 3.11, glibc 2.36).
 TARGET_PYTHON_VERSION=3.11
 TARGET_ABI=cp311
@@ -36,15 +33,6 @@ DEBIAN_MIRROR="${VLLM_FLEET_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 DEBS=(
   "pool/main/n/numactl/libnuma1_2.0.16-1_amd64.deb 639e1ab6bd66ead40db8a22c332d7199679fa22db261cac34444eb8eb4c17dda"
 )
-
-say() { printf '[vllm-wheelhouse %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
-die() {
-  say "ERROR: $*"
-  exit 1
-}
-elapsed() { # elapsed START_EPOCHREALTIME: seconds since then, one decimal
-  awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1fs", b - a }'
-}
 
 fetch_debs() { # download the pinned .debs into $WHEELHOUSE/debs, verify them, drop unpinned ones
   local dir="$WHEELHOUSE/debs" spec path sum file keep=()

@@ -10,7 +10,6 @@ swap on its own."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -104,9 +103,7 @@ def brown(sandbox: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[B
     # Leave the sandbox as it was found for the tests after these, whatever happened above.
     stack = state.configure()
     try:
-        with contextlib.suppress(auto.CommandError):
-            stack.cancel()  # a lock left by a killed run
-        stack.destroy(on_output=state.output.append, continue_on_error=True)
+        state.destroy_left_over(stack, force_remove=True)
     finally:
         clean_host()
         on_host(
@@ -116,7 +113,6 @@ def brown(sandbox: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[B
             "/shared/brown-a /shared/brown-b",
             check=False,
         )
-        stack.workspace.remove_stack(STACK, force=True)
 
 
 def test_preview_refuses_what_it_would_have_to_stop_unasked(brown: Brownfield) -> None:

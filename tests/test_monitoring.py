@@ -159,6 +159,23 @@ def quiet_then_fires(name: str, quiet_at: str, fires_at: str, summary: str, **la
     ]
 
 
+def rule_test(name: str, series: dict[str, str], **checks: list[dict[str, Any]]) -> dict[str, Any]:
+    """promtool's rule test `name`: the input `series` (series: values, a sample a minute) and its checks
+    (alert_rule_test, promql_expr_test)."""
+    return {
+        "name": name,
+        "interval": "1m",
+        "input_series": [{"series": key, "values": values} for key, values in series.items()],
+        **checks,
+    }
+
+
+def recorded(series: str, value: float) -> dict[str, Any]:
+    """promtool's check that the recording rule `series` has `value` for the dev deployment at 10m."""
+    labels = 'stack="dev", deployment="chat", host="sandbox", model="tiny-chat-a"'
+    return {"expr": series, "eval_time": "10m", "exp_samples": [{"labels": f"{series}{{{labels}}}", "value": value}]}
+
+
 def rule_tests() -> list[dict[str, Any]]:
     """Dev stack thresholds (the defaults): 5m down, 10m stuck, 16 waiting for 10m, 95% KV for 15m, 2m drift."""
     down_labels = {
@@ -170,37 +187,26 @@ def rule_tests() -> list[dict[str, Any]]:
         "cordoned": "false",
     }
     return [
-        {
-            "name": "down after 5m, not before; a cordoned host's target never pages",
-            "interval": "1m",
-            "input_series": [
-                {"series": f"up{{{SERVING}}}", "values": "1 1 0x10"},
-                {"series": f'up{{{TARGET}, model="x", cordoned="true"}}', "values": "0x12"},
-            ],
-            "alert_rule_test": quiet_then_fires(
+        rule_test(
+            "down after 5m, not before; a cordoned host's target never pages",
+            {f"up{{{SERVING}}}": "1 1 0x10", f'up{{{TARGET}, model="x", cordoned="true"}}': "0x12"},
+            alert_rule_test=quiet_then_fires(
                 "VllmFleetDeploymentDown",
                 "6m",
                 "7m",
                 "chat (tiny-chat-a) on sandbox does not answer its /metrics for 5m",
                 **down_labels,
             ),
-        },
-        {
-            "name": "requests arrive, none succeeds: stuck for 10m; a success clears it",
-            "interval": "1m",
-            "input_series": [
-                {
-                    "series": f'http_requests_total{{{SERVING}, handler="/v1/completions", status="5xx"}}',
-                    "values": "0+5x30",
-                },
-                {
-                    "series": f'http_requests_total{{{SERVING}, handler="/v1/completions", status="2xx"}}',
-                    "values": "10x25 11 12 13 14 15",
-                },
+        ),
+        rule_test(
+            "requests arrive, none succeeds: stuck for 10m; a success clears it",
+            {
+                f'http_requests_total{{{SERVING}, handler="/v1/completions", status="5xx"}}': "0+5x30",
+                f'http_requests_total{{{SERVING}, handler="/v1/completions", status="2xx"}}': "10x25 11 12 13 14 15",
                 # /metrics scrapes succeed all along and are no API request.
-                {"series": f'http_requests_total{{{SERVING}, handler="/metrics", status="2xx"}}', "values": "0+1x30"},
-            ],
-            "alert_rule_test": [
+                f'http_requests_total{{{SERVING}, handler="/metrics", status="2xx"}}': "0+1x30",
+            },
+            alert_rule_test=[
                 # Arrivals and no success from the first minute on: pending at 1m, firing 10m later.
                 *quiet_then_fires(
                     "VllmFleetNoSuccessfulRequests",
@@ -211,18 +217,14 @@ def rule_tests() -> list[dict[str, Any]]:
                 ),
                 {"eval_time": "27m", "alertname": "VllmFleetNoSuccessfulRequests", "exp_alerts": []},
             ],
-        },
-        {
-            "name": "requests waiting above 16 for 10m",
-            "interval": "1m",
-            "input_series": [
-                {"series": f'vllm:num_requests_waiting{{{SERVING}, model_name="chat", engine="0"}}', "values": "20x20"},
-                {
-                    "series": f'vllm:kv_cache_usage_perc{{{SERVING}, model_name="chat", engine="0"}}',
-                    "values": "0.97x20",
-                },
-            ],
-            "alert_rule_test": [
+        ),
+        rule_test(
+            "requests waiting above 16 for 10m",
+            {
+                f'vllm:num_requests_waiting{{{SERVING}, model_name="chat", engine="0"}}': "20x20",
+                f'vllm:kv_cache_usage_perc{{{SERVING}, model_name="chat", engine="0"}}': "0.97x20",
+            },
+            alert_rule_test=[
                 *quiet_then_fires(
                     "VllmFleetRequestsWaiting",
                     "9m",
@@ -238,26 +240,19 @@ def rule_tests() -> list[dict[str, Any]]:
                     severity="warning",
                 ),
             ],
-        },
-        {
-            "name": "drift: the engine serves another name than the stack applied; a blue/green swap does not",
-            "interval": "1m",
-            "input_series": [
-                {"series": f'vllm:num_requests_running{{{SERVING}, model_name="chat", engine="0"}}', "values": "0x4"},
+        ),
+        rule_test(
+            "drift: the engine serves another name than the stack applied; a blue/green swap does not",
+            {
+                f'vllm:num_requests_running{{{SERVING}, model_name="chat", engine="0"}}': "0x4",
                 # After the swap the target's model label changes; the served name stays: no drift.
-                {
-                    "series": f'vllm:num_requests_running{{{TARGET}, model="tiny-chat-b", served_name="chat", '
-                    'cordoned="false", model_name="chat", engine="0"}',
-                    "values": "_x5 0x10",
-                },
-                {
-                    "series": 'vllm:num_requests_running{job="vllm-fleet", stack="dev", deployment="other", host="sandbox", '
-                    'instance="127.0.0.1:18001", model="x", served_name="other", cordoned="false", '
-                    'model_name="hand-started", engine="0"}',
-                    "values": "0x10",
-                },
-            ],
-            "alert_rule_test": [
+                f'vllm:num_requests_running{{{TARGET}, model="tiny-chat-b", served_name="chat", '
+                'cordoned="false", model_name="chat", engine="0"}': "_x5 0x10",
+                'vllm:num_requests_running{job="vllm-fleet", stack="dev", deployment="other", host="sandbox", '
+                'instance="127.0.0.1:18001", model="x", served_name="other", cordoned="false", '
+                'model_name="hand-started", engine="0"}': "0x10",
+            },
+            alert_rule_test=[
                 {"eval_time": "1m", "alertname": "VllmFleetModelDrift", "exp_alerts": []},
                 {
                     "eval_time": "3m",
@@ -280,42 +275,21 @@ def rule_tests() -> list[dict[str, Any]]:
                     ],
                 },
             ],
-        },
-        {
-            "name": "recording rules: rates and percentiles from vLLM's counters and histograms",
-            "interval": "1m",
-            "input_series": [
-                {"series": f'vllm:request_success_total{{{SERVING}, finished_reason="stop"}}', "values": "0+60x10"},
+        ),
+        rule_test(
+            "recording rules: rates and percentiles from vLLM's counters and histograms",
+            {
+                f'vllm:request_success_total{{{SERVING}, finished_reason="stop"}}': "0+60x10",
                 # 60 requests a minute, all first tokens within 0.1 s and half within 0.05 s.
-                {"series": f'vllm:time_to_first_token_seconds_bucket{{{SERVING}, le="0.05"}}', "values": "0+30x10"},
-                {"series": f'vllm:time_to_first_token_seconds_bucket{{{SERVING}, le="0.1"}}', "values": "0+60x10"},
-                {"series": f'vllm:time_to_first_token_seconds_bucket{{{SERVING}, le="+Inf"}}', "values": "0+60x10"},
+                f'vllm:time_to_first_token_seconds_bucket{{{SERVING}, le="0.05"}}': "0+30x10",
+                f'vllm:time_to_first_token_seconds_bucket{{{SERVING}, le="0.1"}}': "0+60x10",
+                f'vllm:time_to_first_token_seconds_bucket{{{SERVING}, le="+Inf"}}': "0+60x10",
+            },
+            promql_expr_test=[
+                recorded("deployment:vllm_request_success:rate5m", 1),
+                recorded("deployment:vllm_time_to_first_token_seconds:p50_5m", 0.05),
             ],
-            "promql_expr_test": [
-                {
-                    "expr": "deployment:vllm_request_success:rate5m",
-                    "eval_time": "10m",
-                    "exp_samples": [
-                        {
-                            "labels": 'deployment:vllm_request_success:rate5m{stack="dev", deployment="chat", '
-                            'host="sandbox", model="tiny-chat-a"}',
-                            "value": 1,
-                        }
-                    ],
-                },
-                {
-                    "expr": "deployment:vllm_time_to_first_token_seconds:p50_5m",
-                    "eval_time": "10m",
-                    "exp_samples": [
-                        {
-                            "labels": 'deployment:vllm_time_to_first_token_seconds:p50_5m{stack="dev", '
-                            'deployment="chat", host="sandbox", model="tiny-chat-a"}',
-                            "value": 0.05,
-                        }
-                    ],
-                },
-            ],
-        },
+        ),
     ]
 
 

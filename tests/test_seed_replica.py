@@ -15,7 +15,6 @@ phase's requests, failures and longest gap go to .run/seed-replica-phases.json.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -183,9 +182,7 @@ def seed(sandbox: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Se
     state.client.stop()
     stack = state.stack_of()
     try:
-        with contextlib.suppress(auto.CommandError):
-            stack.cancel()
-        state.destroy(stack, continue_on_error=True)
+        state.destroy_left_over(stack)
     finally:
         clean_host()
 

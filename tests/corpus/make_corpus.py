@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -15,115 +15,82 @@ from tests.support.sandbox_env import dev_config
 
 OUT = Path(__file__).with_name("invalid")
 
-Case = tuple[str, str, tuple[Any, ...], Any]  # name, expected key, path, value ("<delete>" removes)
+
+def config_key(path: tuple[Any, ...]) -> str:
+    """The stack config key of the value at `path`, as errors name it: vllm-fleet:hosts[0].port."""
+    return f"vllm-fleet:{path[0]}" + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in path[1:])
+
+
+class Case(NamedTuple):
+    """A stack file that sets the value at `path` to `value`, whose error must name `key` (by default the
+    key of that value)."""
+
+    name: str
+    path: tuple[Any, ...]
+    value: Any
+    key: str = ""
+
+
+# The error of a bad extra argument names the argument by its index.
+FIRST_EXTRA_ARG = "vllm-fleet:models.tiny-chat-a.serving.extraArgs[0]"
 
 CASES: list[Case] = [
-    ("port-is-a-string", "vllm-fleet:hosts[0].port", ("hosts", 0, "port"), "twenty-two"),
-    ("port-out-of-range", "vllm-fleet:hosts[0].port", ("hosts", 0, "port"), 70000),
-    ("gpu-count-negative", "vllm-fleet:hosts[0].gpus.count", ("hosts", 0, "gpus", "count"), -1),
-    ("gpus-not-a-mapping", "vllm-fleet:hosts[0].gpus", ("hosts", 0, "gpus"), "two"),
-    ("unknown-host-key", "vllm-fleet:hosts[0].gpuCount", ("hosts", 0, "gpuCount"), 2),
-    ("unknown-top-level-key", "vllm-fleet:deployment", ("deployment",), []),
-    ("host-name-with-semicolon", "vllm-fleet:hosts[0].name", ("hosts", 0, "name"), "sandbox;reboot"),
-    ("host-name-dotdot", "vllm-fleet:hosts[0].name", ("hosts", 0, "name"), "../sandbox"),
-    ("address-with-command", "vllm-fleet:hosts[0].address", ("hosts", 0, "address"), "127.0.0.1 $(reboot)"),
-    ("user-with-backticks", "vllm-fleet:hosts[0].user", ("hosts", 0, "user"), "root`id`"),
-    (
-        "python-path-relative",
-        "vllm-fleet:hosts[0].runtime.python",
-        ("hosts", 0, "runtime", "python"),
-        "opt/vllm-env/bin/python3",
-    ),
-    (
-        "python-path-dotdot",
-        "vllm-fleet:hosts[0].runtime.python",
-        ("hosts", 0, "runtime", "python"),
-        "/opt/../bin/python3",
-    ),
-    (
-        "storage-path-newline",
-        "vllm-fleet:storage[0].path",
-        ("storage", 0, "path"),
-        "/shared\nExecStartPre=/bin/rm -rf /",
-    ),
-    ("storage-path-space", "vllm-fleet:storage[0].path", ("storage", 0, "path"), "/shared models"),
-    ("storage-unknown-host", "vllm-fleet:storage[0].host", ("storage", 0, "host"), "elsewhere"),
-    ("storage-too-small", "vllm-fleet:storage[0].capacityGb", ("storage", 0, "capacityGb"), 0.0015),
-    ("capacity-negative", "vllm-fleet:storage[0].capacityGb", ("storage", 0, "capacityGb"), -5),
-    (
-        "model-preset-unknown",
-        "vllm-fleet:models.tiny-chat-a.preset",
-        ("models", "tiny-chat-a", "preset"),
-        "tiny-chat-z",
-    ),
-    ("model-name-dotdot", "vllm-fleet:models.../etc", ("models", "../etc"), {"preset": "tiny-chat-a"}),
-    ("model-repo-traversal", "vllm-fleet:models.tiny-chat-a.repo", ("models", "tiny-chat-a", "repo"), "acme/../../etc"),
-    (
-        "model-revision-injection",
-        "vllm-fleet:models.tiny-chat-a.revision",
-        ("models", "tiny-chat-a", "revision"),
-        "main; curl x",
-    ),
-    ("model-dir-slash", "vllm-fleet:models.tiny-chat-a.dir", ("models", "tiny-chat-a", "dir"), "a/../../root"),
-    ("model-size-zero", "vllm-fleet:models.tiny-chat-a.sizeGb", ("models", "tiny-chat-a", "sizeGb"), 0),
-    (
-        "utilization-above-one",
-        "vllm-fleet:models.tiny-chat-a.serving.gpuMemoryUtilization",
-        ("models", "tiny-chat-a", "serving", "gpuMemoryUtilization"),
-        1.5,
-    ),
-    (
-        "extra-arg-subshell",
-        "vllm-fleet:models.tiny-chat-a.serving.extraArgs[0]",
-        ("models", "tiny-chat-a", "serving", "extraArgs"),
-        ["$(reboot)"],
-    ),
-    (
+    Case("port-is-a-string", ("hosts", 0, "port"), "twenty-two"),
+    Case("port-out-of-range", ("hosts", 0, "port"), 70000),
+    Case("gpu-count-negative", ("hosts", 0, "gpus", "count"), -1),
+    Case("gpus-not-a-mapping", ("hosts", 0, "gpus"), "two"),
+    Case("unknown-host-key", ("hosts", 0, "gpuCount"), 2),
+    Case("unknown-top-level-key", ("deployment",), []),
+    Case("host-name-with-semicolon", ("hosts", 0, "name"), "sandbox;reboot"),
+    Case("host-name-dotdot", ("hosts", 0, "name"), "../sandbox"),
+    Case("address-with-command", ("hosts", 0, "address"), "127.0.0.1 $(reboot)"),
+    Case("user-with-backticks", ("hosts", 0, "user"), "root`id`"),
+    Case("python-path-relative", ("hosts", 0, "runtime", "python"), "opt/vllm-env/bin/python3"),
+    Case("python-path-dotdot", ("hosts", 0, "runtime", "python"), "/opt/../bin/python3"),
+    Case("storage-path-newline", ("storage", 0, "path"), "/shared\nExecStartPre=/bin/rm -rf /"),
+    Case("storage-path-space", ("storage", 0, "path"), "/shared models"),
+    Case("storage-unknown-host", ("storage", 0, "host"), "elsewhere"),
+    Case("storage-too-small", ("storage", 0, "capacityGb"), 0.0015),
+    Case("capacity-negative", ("storage", 0, "capacityGb"), -5),
+    Case("model-preset-unknown", ("models", "tiny-chat-a", "preset"), "tiny-chat-z"),
+    Case("model-name-dotdot", ("models", "../etc"), {"preset": "tiny-chat-a"}),
+    Case("model-repo-traversal", ("models", "tiny-chat-a", "repo"), "acme/../../etc"),
+    Case("model-revision-injection", ("models", "tiny-chat-a", "revision"), "main; curl x"),
+    Case("model-dir-slash", ("models", "tiny-chat-a", "dir"), "a/../../root"),
+    Case("model-size-zero", ("models", "tiny-chat-a", "sizeGb"), 0),
+    Case("utilization-above-one", ("models", "tiny-chat-a", "serving", "gpuMemoryUtilization"), 1.5),
+    Case("extra-arg-subshell", ("models", "tiny-chat-a", "serving", "extraArgs"), ["$(reboot)"], key=FIRST_EXTRA_ARG),
+    Case(
         "extra-arg-newline",
-        "vllm-fleet:models.tiny-chat-a.serving.extraArgs[0]",
         ("models", "tiny-chat-a", "serving", "extraArgs"),
         ["--x\nExecStart=/bin/sh"],
+        key=FIRST_EXTRA_ARG,
     ),
-    (
-        "extra-env-backtick",
-        "vllm-fleet:models.tiny-chat-a.serving.extraEnv.VLLM_CPU_KVCACHE_SPACE",
-        ("models", "tiny-chat-a", "serving", "extraEnv", "VLLM_CPU_KVCACHE_SPACE"),
-        "1`id`",
-    ),
-    (
+    Case("extra-env-backtick", ("models", "tiny-chat-a", "serving", "extraEnv", "VLLM_CPU_KVCACHE_SPACE"), "1`id`"),
+    Case(
         "env-name-lowercase",
-        "vllm-fleet:deployments[0].environment.nccl_proto",
         ("deployments", 0, "environment"),
         {"nccl_proto": "LL"},
+        key="vllm-fleet:deployments[0].environment.nccl_proto",
     ),
-    (
-        "env-token-in-plaintext",
-        "vllm-fleet:deployments[0].environment",
-        ("deployments", 0, "environment"),
-        {"HF_TOKEN": "hf_x"},
+    Case("env-token-in-plaintext", ("deployments", 0, "environment"), {"HF_TOKEN": "hf_x"}),
+    Case("deployment-unknown-host", ("deployments", 0, "host"), "gpu-99"),
+    Case("deployment-unknown-model", ("deployments", 0, "model"), "glm-5"),
+    Case("deployment-gpu-missing", ("deployments", 0, "gpus"), [7]),
+    Case("deployment-gpus-repeat", ("deployments", 0, "gpus"), [0, 0]),
+    Case("deployment-port-privileged", ("deployments", 0, "port"), 80),
+    Case("deployment-served-name-quote", ("deployments", 0, "servedModelName"), "tiny'; rm -rf /"),
+    Case("deployment-unit-name-bad", ("deployments", 0, "unitName"), "sshd"),
+    Case("deployment-managed-flag", ("deployments", 0, "overrides", "extraArgs"), ["--port=9999"]),
+    Case(
+        "deployment-tp-mismatch",
+        ("deployments", 0, "overrides", "tensorParallel"),
+        2,
+        key="vllm-fleet:deployments[0].gpus",
     ),
-    ("deployment-unknown-host", "vllm-fleet:deployments[0].host", ("deployments", 0, "host"), "gpu-99"),
-    ("deployment-unknown-model", "vllm-fleet:deployments[0].model", ("deployments", 0, "model"), "glm-5"),
-    ("deployment-gpu-missing", "vllm-fleet:deployments[0].gpus", ("deployments", 0, "gpus"), [7]),
-    ("deployment-gpus-repeat", "vllm-fleet:deployments[0].gpus", ("deployments", 0, "gpus"), [0, 0]),
-    ("deployment-port-privileged", "vllm-fleet:deployments[0].port", ("deployments", 0, "port"), 80),
-    (
-        "deployment-served-name-quote",
-        "vllm-fleet:deployments[0].servedModelName",
-        ("deployments", 0, "servedModelName"),
-        "tiny'; rm -rf /",
-    ),
-    ("deployment-unit-name-bad", "vllm-fleet:deployments[0].unitName", ("deployments", 0, "unitName"), "sshd"),
-    (
-        "deployment-managed-flag",
-        "vllm-fleet:deployments[0].overrides.extraArgs",
-        ("deployments", 0, "overrides", "extraArgs"),
-        ["--port=9999"],
-    ),
-    ("deployment-tp-mismatch", "vllm-fleet:deployments[0].gpus", ("deployments", 0, "overrides", "tensorParallel"), 2),
-    ("hf-endpoint-not-url", "vllm-fleet:hfEndpoint", ("hfEndpoint",), "file:///etc/passwd"),
-    ("tier-unknown", "vllm-fleet:tier", ("tier",), "staging"),
-    ("token-in-plaintext", "vllm-fleet:hfToken", ("hfToken",), "hf_plaintext_token"),
+    Case("hf-endpoint-not-url", ("hfEndpoint",), "file:///etc/passwd"),
+    Case("tier-unknown", ("tier",), "staging"),
+    Case("token-in-plaintext", ("hfToken",), "hf_plaintext_token"),
 ]
 
 # Cases that need a second deployment: conflicts between deployments of one host.
@@ -156,13 +123,13 @@ def main() -> None:
     OUT.mkdir(exist_ok=True)
     for old in OUT.glob("*.yaml"):
         old.unlink()
-    for name, key, path, value in CASES:
+    for name, path, value, key in CASES:
         raw = copy.deepcopy(base)
         node: Any = raw
         for part in path[:-1]:
             node = node.setdefault(part, {}) if isinstance(node, dict) else node[part]
         node[path[-1]] = value
-        write(name, key, raw)
+        write(name, key or config_key(path), raw)
     for name, key, second in PAIR_CASES:
         raw = copy.deepcopy(base)
         raw["deployments"].append(second)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from host import node_watch
 from host.contract import NodeLaunch
+from tests.support.processes import free_port
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 # A line of /proc/net/tcp: 10.99.0.2:34931 -> 10.99.0.1:41278, established, inode 4242.
@@ -89,12 +90,6 @@ def test_an_engine_that_exits_ends_the_watch_with_its_status() -> None:
 
 
 # -- launches: the node runs the launch of the model its head runs ---------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def write_launch(directory: Path, model: str, port: int, engine: str, mtime: float) -> None:

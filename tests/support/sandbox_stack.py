@@ -5,6 +5,7 @@ adds a client that sends requests throughout the module's tests, its view kept p
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -61,12 +62,20 @@ class SandboxStack:
         assert result is not None and result.summary.result == "succeeded", self.log()[-3000:]
         return result
 
-    def destroy(self, stack: auto.Stack, **options: Any) -> None:
-        """Destroy `stack`, its output collected, then remove it from the backend even when that failed."""
+    def destroy(self, stack: auto.Stack, *, force_remove: bool = False, **options: Any) -> None:
+        """Destroy `stack`, its output collected, then remove it from the backend even when that failed
+        (with force_remove, even when resources are left)."""
         try:
             stack.destroy(on_output=self.output.append, **options)
         finally:
-            stack.workspace.remove_stack(stack.name)
+            stack.workspace.remove_stack(stack.name, force=force_remove)
+
+    def destroy_left_over(self, stack: auto.Stack, *, force_remove: bool = False) -> None:
+        """The module's last destroy, whatever its tests left: a lock of a killed run is cancelled first,
+        and a resource that fails to go does not stop the others."""
+        with contextlib.suppress(auto.CommandError):
+            stack.cancel()  # a lock left by a killed run
+        self.destroy(stack, force_remove=force_remove, continue_on_error=True)
 
 
 class WatchedStack(SandboxStack):
