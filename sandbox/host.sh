@@ -21,8 +21,8 @@
 #
 # Design (see REFERENCE.md 2, "A throwaway host with real systemd"):
 #   * The base root $VLLM_FLEET_CACHE/sandbox/base-<flavour>-<key>/root is built once per key (hash of the build
-#     section of this script, nvidia-smi-standin and, for flavour "vllm", install-vllm.sh, vllm-requirements.txt and
-#     vllm-wheelhouse.sh) in a temp dir and renamed into place, under a lock, in the machine-wide cache of
+#     section of this script, nvidia-smi-standin and, for flavour "vllm", install-vllm.sh, vllm-requirements.txt,
+#     vllm-wheelhouse.sh and vllm-env.sh, which both source) in a temp dir and renamed into place, under a lock, in the machine-wide cache of
 #     scripts/env.sh (/var/cache/vllm-fleet for root): every checkout on the machine shares it. The plain
 #     debootstrap result is cached too, as a tarball. Flavour "plain" (no vLLM): VLLM_FLEET_SANDBOX_SKIP_VLLM=1
 #     or no install-vllm.sh.
