@@ -10,7 +10,12 @@ the function the swap calls on the host right before it stops anything. pulumi-c
 `probe_ssh`. The swap transaction and the GPU guard check again on the host right before they act.
 
 A survey is cached per stack and host under .cache/, keyed on that host's config and the survey's
-source, for an hour: a no-op `pulumi up` opens no SSH session, and a config change surveys afresh.
+source: a config change surveys afresh. A survey that found every deployment of the host active in the
+unit the config names (nothing left to do) is kept for an hour, so a no-op `pulumi up` opens no SSH
+session. One that found work to do (a swap, a first deployment) is kept only for PENDING_SECONDS, from
+the preview to the update of one `pulumi up --yes` (an up that waits longer at its prompt reads the host
+again, which costs one SSH session and changes nothing): once that up has done the work, the next run reads the host
+again instead of forecasting, from what ran before it, a swap that has already happened.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from render.plan import node_plan, swap_plan
 from render.units import render_unit
 
 CACHE_SECONDS = 3600
+PENDING_SECONDS = 30
 # A deployment's unit in one of these serves nothing: drift that the next activation repairs.
 STOPPED_STATES = frozenset({"inactive", "failed"})
 # Surveys at once: each is one `ssh` process, so a fleet's surveys take about as long as its slowest.
@@ -123,16 +129,23 @@ def survey(
     path = cache_dir / f"{stack}.{host.name}.json"
     try:
         cached = json.loads(path.read_text())
-        if cached["key"] == key and time.time() - cached["at"] < CACHE_SECONDS:
+        kept_for = CACHE_SECONDS if cached["converged"] else PENDING_SECONDS
+        if cached["key"] == key and time.time() - cached["at"] < kept_for:
             return dict(cached["survey"])
     except (OSError, ValueError, KeyError):
         pass
     found = ssh_survey(host, private_key)
     cache_dir.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(f".{os.getpid()}.tmp")
-    temporary.write_text(json.dumps({"key": key, "at": time.time(), "survey": found}))
+    record = {"key": key, "at": time.time(), "converged": converged(stack, deployments, found), "survey": found}
+    temporary.write_text(json.dumps(record))
     temporary.replace(path)
     return found
+
+
+def converged(stack: str, deployments: Sequence[ResolvedDeployment], found: Mapping[str, Any]) -> bool:
+    """Whether `found` shows every deployment active in the unit its config names: nothing to swap."""
+    return all(active_entry(stack, rd.deployment.name, found).get("unit") == rd.unit_name for rd in deployments)
 
 
 def survey_all(

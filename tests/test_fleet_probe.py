@@ -15,6 +15,7 @@ import pytest
 from controller import survey as host_survey
 from controller.probe import HostUnreachable, probe_all
 from models.hosts import Host
+from models.loader import parse_stack_config
 from tests.support.processes import free_port
 
 DELAY = 1.0
@@ -85,3 +86,34 @@ def test_surveys_run_at_once_and_every_failure_is_named(monkeypatch: pytest.Monk
     with pytest.raises(host_survey.SurveyFailed) as raised:
         host_survey.survey_all("fleet", [host("bad-a", 22), *good, host("bad-b", 22)], [], "", tmp_path)
     assert "'bad-a'" in str(raised.value) and "'bad-b'" in str(raised.value)
+
+
+def test_a_survey_that_found_work_to_do_is_read_again_once_that_work_is_done(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, dev_raw: dict[str, Any]
+) -> None:
+    # The dev stack's deployment `chat`; the host first runs another unit for it (a swap to do), then its own.
+    (rd,) = parse_stack_config(dev_raw).resolved_deployments()
+    active_unit = ["vllm-before.service"]
+    surveys: list[float] = []
+
+    def fake_ssh_survey(h: Host, private_key: str, timeout: float = 60) -> dict[str, Any]:
+        surveys.append(time.time())
+        return {"active": {"dev.chat": {"unit": active_unit[0]}}, "units": []}
+
+    monkeypatch.setattr(host_survey, "ssh_survey", fake_ssh_survey)
+    clock = [1_000_000.0]
+    monkeypatch.setattr(time, "time", lambda: clock[0])
+
+    def survey() -> dict[str, Any]:
+        return host_survey.survey("dev", rd.host, [rd], "", tmp_path)
+
+    survey()
+    clock[0] += 10  # the same `pulumi up`'s update run, seconds later: the preview's survey serves it
+    survey()
+    assert len(surveys) == 1
+    active_unit[0] = rd.unit_name  # the up swapped the host
+    clock[0] += host_survey.PENDING_SECONDS
+    assert survey()["active"]["dev.chat"]["unit"] == rd.unit_name and len(surveys) == 2
+    clock[0] += host_survey.CACHE_SECONDS - 1  # converged: a no-op reads the cache for an hour
+    survey()
+    assert len(surveys) == 2
