@@ -14,7 +14,7 @@ source: a config change surveys afresh. A survey that found every deployment of 
 unit the config names (nothing left to do) is kept for an hour, so a no-op `pulumi up` opens no SSH
 session. One that found work to do (a swap, a first deployment) is kept only for PENDING_SECONDS, from
 the preview to the update of one `pulumi up --yes` (an up that waits longer at its prompt reads the host
-again, which costs one SSH session and changes nothing): once that up has done the work, the next run reads the host
+again: one SSH session, the same facts). Once that up has done the work, the next run reads the host
 again instead of forecasting, from what ran before it, a swap that has already happened.
 """
 

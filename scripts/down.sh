@@ -14,10 +14,6 @@ if [ -x .tools/bin/pulumi ] && sandbox/host.sh status >/dev/null 2>&1; then
 fi
 rm -f .state/dev-sandbox-instance
 scripts/mirror.sh down
-# scripts/test.sh's second mirror (its fleet lane's), on a port of its own.
-for run in .run/mirror-*; do
-  if [ -d "$run" ]; then VLLM_FLEET_MIRROR_PORT="${run##*-}" scripts/mirror.sh down; fi
-done
 # The fleet's hosts too (`sandbox/host.sh fleet-up`, the fleet stack): they are thrown away with their state.
 sandbox/host.sh fleet-down
 sandbox/host.sh down

@@ -10,10 +10,7 @@ port=${VLLM_FLEET_MIRROR_PORT:-18080}
 # The sandbox mirror's token: not a secret of anyone's, but it travels as one (Pulumi.dev.yaml hfToken).
 token=${VLLM_FLEET_MIRROR_TOKEN:-hf_sandboxMirrorToken0000000000000000}
 repos=.cache/mirror/repos
-# A mirror on another port (scripts/test.sh runs a second one for its second lane of end-to-end tests) keeps
-# its pid and logs apart.
 run=.run/mirror
-[ "$port" = 18080 ] || run=".run/mirror-$port"
 pid_file=$run/pid
 
 running() { [ -f "$pid_file" ] && kill -0 "$(cat "$pid_file")" 2>/dev/null; }
@@ -22,10 +19,6 @@ case "${1:-}" in
   up)
     if running; then echo "[mirror] already serving on 127.0.0.1:$port (pid $(cat "$pid_file"))"; exit 0; fi
     stamp=$(cat sandbox/tiny_models.py sandbox/tiny_adapters.py | sha256sum | cut -c1-16)
-    # Two mirrors starting at once generate the repos once: the second waits on this lock.
-    mkdir -p .cache/mirror
-    exec 7>.cache/mirror/.generate.lock
-    flock 7
     if [ "$(cat "$repos/.stamp" 2>/dev/null)" != "$stamp" ]; then
       rm -rf "$repos"
       progress mirror "generating the tiny chat models" "their LoRA adapters" "$VLLM_FLEET_LOGS/mirror.log" \
@@ -34,7 +27,6 @@ case "${1:-}" in
         "$VENV/python" -m sandbox.tiny_adapters --out "$repos"
       echo "$stamp" > "$repos/.stamp"
     fi
-    exec 7>&-
     mkdir -p "$run"
     setsid "$VENV/python" -m sandbox.hf_mirror --root "$repos" --host 127.0.0.1 --port "$port" --token "$token" \
       --gated acme/tiny-chat-b --log-file "$run/requests.jsonl" > "$run/mirror.log" 2>&1 < /dev/null &

@@ -51,7 +51,7 @@ class RecordingSystemd(systemd.SystemdHost):
                 fake.state = "activating" if fake.outcome == "auto-restart" else fake.outcome
                 fake.sub_state = "auto-restart" if fake.outcome == "auto-restart" else "running"
             elif verb == "stop":
-                fake.state = "inactive"
+                fake.state, fake.sub_state = "inactive", "dead"
             elif verb == "enable":
                 fake.enabled = True
             elif verb == "disable":

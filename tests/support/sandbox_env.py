@@ -296,8 +296,8 @@ def e2e_stack_file(
 
 def fleet_config(models: dict[str, Any]) -> dict[str, Any]:
     """Pulumi.fleet.yaml's config for the sandbox's fleet hosts with `models`: its encrypted token left out
-    (the tests set the mirror's through the engine), the sandbox's SSH key in place of the operator's, the
-    tests' mirror (another port when scripts/test.sh runs the fleet modules in a lane of their own)."""
+    (the tests set the mirror's through the engine), the sandbox's SSH key in place of the operator's, and the
+    tests' mirror (MIRROR_URL, as every other stack file of the tests names it)."""
     raw: dict[str, Any] = yaml.safe_load((ROOT / "Pulumi.fleet.yaml").read_text())["config"]
     raw.pop("vllm-fleet:hfToken")
     raw["vllm-fleet:hfEndpoint"] = MIRROR_URL
