@@ -140,7 +140,7 @@ def test_key_rotation_restarts_nothing_and_fails_no_request(access: Access) -> N
         probe.stop()
     report = probe.report()
     print(f"rotation: {report}")
-    assert report["requests"] > 20 and report["failed"] == 0, report
+    assert report["requests"] > 20 and report["failed"] == 0, repr(report)
     assert engine_pid() == pid
     assert on_host(f"systemctl show -p ActiveEnterTimestampMonotonic --value {UNIT}").strip() == since
     stack.preview(expect_no_changes=True)

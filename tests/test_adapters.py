@@ -99,7 +99,7 @@ class Adapters(SandboxStack):
         # Only downloads and the adapters step ran: the unit and the serving step stayed as they were.
         assert set(result.summary.resource_changes or {}) <= {"same", "create", "update", "delete"}, result.summary
         assert main_pid(unit) == pid
-        assert seen["base"]["requests"] > 20 and seen["base"]["failed"] == 0, seen
+        assert seen["base"]["requests"] > 20 and seen["base"]["failed"] == 0, repr(seen)
         return seen
 
 
@@ -190,7 +190,7 @@ def test_drift_is_reported_and_repaired(lora: Adapters) -> None:
     assert "adapter terse is wanted but not loaded" in preview.stdout, preview.stdout[-3000:]
     result, seen = lora.up("repair", "lt-tiny-a", "shorter")
     assert result.summary.result == "succeeded", lora.log()[-3000:]
-    assert seen["base"]["failed"] == 0, seen
+    assert seen["base"]["failed"] == 0, repr(seen)
     assert answer("terse") == TERSE["shorter"].sentence("acme/tiny-chat-a")
 
 
@@ -217,7 +217,7 @@ def test_blue_green_swap_keeps_the_adapters_the_new_model_fits(lora: Adapters) -
     result, seen = lora.up("blue_green", "lt-tiny-b", "shorter")
     assert result.summary.result == "succeeded", lora.log()[-3000:]
     assert "swap mode: blue-green" in lora.log()
-    assert seen["base"]["requests"] > 50 and seen["base"]["failed"] == 0, seen
+    assert seen["base"]["requests"] > 50 and seen["base"]["failed"] == 0, repr(seen)
     assert answer("terse") == TERSE["shorter"].sentence("acme/tiny-chat-b")
     # The new engine loaded it as it started (wait-ready), before it took requests.
     journal = on_host("journalctl -u vllm-lt-tiny-b.service -b --no-pager -o cat", check=False)

@@ -171,7 +171,7 @@ def test_swap_the_hosts_vllm_rejects_fails_before_the_stop(brown: Brownfield) ->
     assert "on this host rejects the launch of vllm-brown-a.service" in message
     assert "--num-scheduler-steps (from vllm-fleet:deployments[chat].overrides.extraArgs)" in message
     stats = brown.record("rejected", start)
-    assert stats["failed"] == 0, stats
+    assert stats["failed"] == 0, repr(stats)
     assert on_host("systemctl is-active vllm-brown-a.service").strip() == "active"
     assert serving_root(ENDPOINT) == "/shared/brown-a"
 

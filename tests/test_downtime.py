@@ -101,13 +101,13 @@ def test_blue_green_swap_and_back_fail_no_request(downtime: Downtime) -> None:
     assert result is not None and result.summary.result == "succeeded", downtime.log()[-3000:]
     assert "swap mode: blue-green" in downtime.log()
     assert unit_on_gpu("vllm-dt-tiny-b.service").strip() == "3"
-    assert there["requests"] > 50 and there["failed"] == 0, there
+    assert there["requests"] > 50 and there["failed"] == 0, repr(there)
     # It serves from the staging copy, which the swap made; the old model's copy is gone.
     assert f"{STAGING}/dt-tiny-b" in on_host(f"curl -s http://127.0.0.1:{E2E_PORT}/v1/models")
     assert on_host(f"ls {STAGING}").split() == ["dt-tiny-b"]
     result, back = downtime.swap("blue_green_back", "dt-tiny-a")
     assert result is not None and result.summary.result == "succeeded", downtime.log()[-3000:]
-    assert back["requests"] > 50 and back["failed"] == 0, back
+    assert back["requests"] > 50 and back["failed"] == 0, repr(back)
     assert unit_on_gpu("vllm-dt-tiny-a.service").strip() == "2"
 
 
@@ -116,7 +116,7 @@ def test_new_model_that_never_answers_leaves_the_old_one_serving(downtime: Downt
     assert result is None, "the swap to a model that cannot start must fail"
     log = downtime.log()
     assert "swap mode: blue-green" in log and "vllm-dt-tiny-a.service kept serving throughout" in log, log[-3000:]
-    assert report["failed"] == 0, report
+    assert report["failed"] == 0, repr(report)
     assert on_host("systemctl is-active vllm-dt-tiny-a.service").strip() == "active"
     assert on_host("test -e /etc/systemd/system/vllm-dt-tiny-b.service || echo gone").strip() == "gone"
 

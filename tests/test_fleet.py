@@ -118,7 +118,7 @@ def test_deploy_to_two_hosts(fleet_stack: Fleet) -> None:
         fleet_stack.probes[host] = DowntimeProbe(url, SERVED, timeout=10.0).start()
     time.sleep(3)
     for host, probe in fleet_stack.probes.items():
-        assert probe.report()["failed"] == 0, (host, probe.report())
+        assert probe.report()["failed"] == 0, repr((host, probe.report()))
 
 
 def test_rolling_swap_keeps_one_host_answering(fleet_stack: Fleet) -> None:

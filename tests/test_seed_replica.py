@@ -221,7 +221,7 @@ def test_first_up_adopts_the_serving_engine_in_place_and_no_client_notices(seed:
     output = seed.up("seed-a")
     stats = seed.record("take-over", start)
     assert f"adopted {SERVING} in place" in output, output[-3000:]
-    assert stats["failed"] == 0 and stats["requests"] > 0, stats
+    assert stats["failed"] == 0 and stats["requests"] > 0, repr(stats)
     assert unit_props(SERVING, "MainPID", "NRestarts") == before, "the take-over restarted the engine"
     # The managed unit (enabled) runs the adopted launch through its drop-in; the hand-made files are put away.
     assert on_host(f"head -n 1 /etc/systemd/system/{SERVING}").startswith("# Managed by vllm-fleet")
@@ -246,7 +246,7 @@ def test_a_swap_to_the_model_whose_unit_a_replaced_unit_named_and_back_keeps_the
     output = seed.up("seed-a")
     stats = seed.record("swap-back-to-a", start)
     assert "swap mode: blue-green" in output, output[-3000:]
-    assert stats["failed"] == 0, stats
+    assert stats["failed"] == 0, repr(stats)
     assert set(served_ids(ENDPOINT)) == {"seed-a", OLD_ID}
     seed.stack_of().preview(expect_no_changes=True)
 

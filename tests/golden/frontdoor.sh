@@ -22,6 +22,11 @@ events {
 http {
     access_log off;
     server_tokens off;
+    # No idle client connections: a reload (every swap's switch) closes the idle keep-alive connections
+    # of the old workers, and a client whose next request crosses that close gets a connection error
+    # (measured: 3 of 922 requests failed across 300 reloads with keep-alive, 0 of 946 without). Each
+    # request opens its own connection instead, which new workers accept.
+    keepalive_timeout 0;
     client_max_body_size 64m;
     # Streamed answers (stream: true) reach the client token by token.
     proxy_buffering off;

@@ -96,4 +96,4 @@ def start_without_failures(client: DowntimeProbe, seconds: float) -> None:
     """Start `client`, and check that none of its requests fails in its first `seconds`."""
     client.start()
     time.sleep(seconds)
-    assert client.report()["failed"] == 0, client.report()
+    assert client.report()["failed"] == 0, repr(client.report())
