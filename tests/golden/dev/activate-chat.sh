@@ -3,7 +3,7 @@
 readonly STATE_DIR=/var/lib/vllm-fleet/deployments/dev.chat
 readonly PYTHON=/opt/vllm-env/bin/python3
 readonly TOOLS_DIR=/usr/local/lib/vllm-fleet
-readonly UNIT_SHA256=b617508586512d68d56b6a9cb46e7dfd3b4a9f3f90e4715d2e9b66a89402e251
+readonly UNIT_SHA256=d4cad1dcfa09a1580d45c083c0a768468cb63ddd53eabd415062326f6ded3f05
 readonly REPAIRS=0
 readonly PLAN='{
  "access_dir": "/etc/vllm-fleet/frontdoor/access/dev.chat",
@@ -37,7 +37,7 @@ readonly PLAN='{
  "swap_mode": "auto",
  "tools_dir": "/usr/local/lib/vllm-fleet",
  "unit_name": "vllm-tiny-chat-a.service",
- "unit_sha256": "b617508586512d68d56b6a9cb46e7dfd3b4a9f3f90e4715d2e9b66a89402e251",
+ "unit_sha256": "d4cad1dcfa09a1580d45c083c0a768468cb63ddd53eabd415062326f6ded3f05",
  "unit_stem": "vllm-tiny-chat-a"
 }'
 # <the body of components/files/activate.sh after line 1: 19 lines, 1255 bytes, sha256 6af6ca76c507decf8c3364fbde0f1c38e4df85ba3d06d9b865348b0f285f2559>

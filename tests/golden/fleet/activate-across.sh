@@ -3,7 +3,7 @@
 readonly STATE_DIR=/var/lib/vllm-fleet/deployments/fleet.across
 readonly PYTHON=/opt/vllm-env/bin/python3
 readonly TOOLS_DIR=/usr/local/lib/vllm-fleet
-readonly UNIT_SHA256=7685278401acd0d8352033030e93b81ac5b4b31f691c8ce4f7ff01984bfa430c
+readonly UNIT_SHA256=d9991fd2e6fd3ab7d2730ce7745e28e644f76a4dce3fb5cc41fcdfa14039e693
 readonly REPAIRS=0
 readonly PLAN='{
  "access_dir": "/etc/vllm-fleet/frontdoor/access/fleet.across",
@@ -36,7 +36,7 @@ readonly PLAN='{
  "swap_mode": "stop-start",
  "tools_dir": "/usr/local/lib/vllm-fleet",
  "unit_name": "vllm-across.service",
- "unit_sha256": "7685278401acd0d8352033030e93b81ac5b4b31f691c8ce4f7ff01984bfa430c",
+ "unit_sha256": "d9991fd2e6fd3ab7d2730ce7745e28e644f76a4dce3fb5cc41fcdfa14039e693",
  "unit_stem": "vllm-across"
 }'
 # <the body of components/files/activate.sh after line 1: 19 lines, 1255 bytes, sha256 6af6ca76c507decf8c3364fbde0f1c38e4df85ba3d06d9b865348b0f285f2559>

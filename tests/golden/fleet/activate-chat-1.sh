@@ -3,7 +3,7 @@
 readonly STATE_DIR=/var/lib/vllm-fleet/deployments/fleet.chat-1
 readonly PYTHON=/opt/vllm-env/bin/python3
 readonly TOOLS_DIR=/usr/local/lib/vllm-fleet
-readonly UNIT_SHA256=a2191fc44d0a63b223f892fb5db5f6915d163212984a9840f2937d71b40fe035
+readonly UNIT_SHA256=fab81f238e6c6f5006d5f9a80f090cc5dc1ddc47c5bea7c2c498c7d77fdf2e48
 readonly REPAIRS=0
 readonly PLAN='{
  "access_dir": "/etc/vllm-fleet/frontdoor/access/fleet.chat-1",
@@ -37,7 +37,7 @@ readonly PLAN='{
  "swap_mode": "auto",
  "tools_dir": "/usr/local/lib/vllm-fleet",
  "unit_name": "vllm-tiny-chat-a.service",
- "unit_sha256": "a2191fc44d0a63b223f892fb5db5f6915d163212984a9840f2937d71b40fe035",
+ "unit_sha256": "fab81f238e6c6f5006d5f9a80f090cc5dc1ddc47c5bea7c2c498c7d77fdf2e48",
  "unit_stem": "vllm-tiny-chat-a"
 }'
 # <the body of components/files/activate.sh after line 1: 19 lines, 1255 bytes, sha256 6af6ca76c507decf8c3364fbde0f1c38e4df85ba3d06d9b865348b0f285f2559>

@@ -3,7 +3,7 @@
 readonly STATE_DIR=/var/lib/vllm-fleet/deployments/fleet.chat-2
 readonly PYTHON=/opt/vllm-env/bin/python3
 readonly TOOLS_DIR=/usr/local/lib/vllm-fleet
-readonly UNIT_SHA256=2afcf331d733040bf30dcb5bf1fe18dbec1405a5beac9f414dc76fb0fce917bb
+readonly UNIT_SHA256=096b56a5a9e47e51a6c76d6f431d239edfacd65cba9beb18408396546f315635
 readonly REPAIRS=0
 readonly PLAN='{
  "access_dir": "/etc/vllm-fleet/frontdoor/access/fleet.chat-2",
@@ -37,7 +37,7 @@ readonly PLAN='{
  "swap_mode": "auto",
  "tools_dir": "/usr/local/lib/vllm-fleet",
  "unit_name": "vllm-tiny-chat-a.service",
- "unit_sha256": "2afcf331d733040bf30dcb5bf1fe18dbec1405a5beac9f414dc76fb0fce917bb",
+ "unit_sha256": "096b56a5a9e47e51a6c76d6f431d239edfacd65cba9beb18408396546f315635",
  "unit_stem": "vllm-tiny-chat-a"
 }'
 # <the body of components/files/activate.sh after line 1: 19 lines, 1255 bytes, sha256 6af6ca76c507decf8c3364fbde0f1c38e4df85ba3d06d9b865348b0f285f2559>
