@@ -142,29 +142,30 @@ def download_and_verify(
     return 0
 
 
-def complain(message: str) -> int:
-    """What check and verify say when the model directory fails them: a line on stderr, exit status 1."""
-    print(f"model-sync: {message}", file=sys.stderr)
-    return 1
+class Refused(Exception):
+    """The model directory fails check or verify: main prints the reason on stderr and exits 1."""
+
+
+def manifest_of(directory: Path, missing: str) -> dict[str, Any]:
+    manifest = read_manifest(directory)
+    if manifest is None:
+        raise Refused(f"{directory} has no {missing}")
+    return manifest
 
 
 def check(args: argparse.Namespace) -> int:
     directory = Path(args.dir)
-    manifest = read_manifest(directory)
-    if manifest is None:
-        return complain(f"{directory} has no verified manifest; run `pulumi up` to download it")
+    manifest = manifest_of(directory, "verified manifest; run `pulumi up` to download it")
     changed = changed_files(directory, manifest)
     if changed:
-        return complain(changed_since_verified(directory, changed) + " to re-check and re-fetch them.")
+        raise Refused(changed_since_verified(directory, changed) + " to re-check and re-fetch them.")
     print(f"model-sync: {manifest['repo']}@{manifest['revision']}: {len(manifest['files'])} files unchanged")
     return 0
 
 
 def verify(args: argparse.Namespace) -> int:
     directory = Path(args.dir)
-    manifest = read_manifest(directory)
-    if manifest is None:
-        return complain(f"{directory} has no manifest to verify against")
+    manifest = manifest_of(directory, "manifest to verify against")
     bad = []
     for rel, recorded in sorted(manifest["files"].items()):
         path = directory / rel
@@ -215,7 +216,11 @@ def main(argv: list[str] | None = None) -> int:
     p_verify.add_argument("--progress-every", type=float, default=10.0)
     args = parser.parse_args(argv)
     handlers = {"sync": sync, "check": check, "verify": verify}
-    return handlers[args.command](args)
+    try:
+        return handlers[args.command](args)
+    except Refused as refused:
+        print(f"model-sync: {refused}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
