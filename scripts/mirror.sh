@@ -21,10 +21,8 @@ case "${1:-}" in
     stamp=$(cat sandbox/tiny_models.py sandbox/tiny_adapters.py | sha256sum | cut -c1-16)
     if [ "$(cat "$repos/.stamp" 2>/dev/null)" != "$stamp" ]; then
       rm -rf "$repos"
-      progress mirror "generating the tiny chat models" "their LoRA adapters" "$VLLM_FLEET_LOGS/mirror.log" \
+      progress mirror "generating the tiny chat models and their LoRA adapters" "" "$VLLM_FLEET_LOGS/mirror.log" \
         "$VENV/python" -m sandbox.tiny_models --out "$repos"
-      progress mirror "generating their LoRA adapters" "" "$VLLM_FLEET_LOGS/mirror.log" \
-        "$VENV/python" -m sandbox.tiny_adapters --out "$repos"
       echo "$stamp" > "$repos/.stamp"
     fi
     mkdir -p "$run"

@@ -44,7 +44,7 @@ def tree_bytes(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def test_cli_writes_both_repos_deterministically(tmp_path: Path) -> None:
+def test_cli_writes_the_mirrors_repos_deterministically(tmp_path: Path) -> None:
     outputs = []
     for run in ("one", "two"):
         out = tmp_path / run
@@ -52,7 +52,8 @@ def test_cli_writes_both_repos_deterministically(tmp_path: Path) -> None:
         outputs.append(tree_bytes(out))
     assert outputs[0] == outputs[1], "two runs must give byte-identical files"
     names = {name.split("/")[0] + "/" + name.split("/")[1] for name in outputs[0]}
-    assert names == {"acme/tiny-chat-a", "acme/tiny-chat-b"}
+    # The models, then the adapters built on them (sandbox/tiny_adapters.py checks those).
+    assert names == {"acme/tiny-chat-a", "acme/tiny-chat-b", "acme/tiny-chat-terse", "acme/tiny-chat-a-only"}
     a = {k.split("/", 2)[2]: v for k, v in outputs[0].items() if k.startswith("acme/tiny-chat-a/")}
     b = {k.split("/", 2)[2]: v for k, v in outputs[0].items() if k.startswith("acme/tiny-chat-b/")}
     assert set(a) == set(b)
