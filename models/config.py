@@ -12,9 +12,10 @@ import hashlib
 import json
 from enum import StrEnum
 from functools import cached_property
-from typing import Annotated, Any, Self
+from typing import TYPE_CHECKING, Annotated, Any, Optional, Self
 
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, create_model, field_validator, model_validator
+from pydantic.fields import FieldInfo
 
 from models.access import Access
 from models.adapters import AdapterSpec, LoraLimits, ResolvedAdapter, adapter_download_name
@@ -106,29 +107,34 @@ class ServingDefaults(LocalBaseModel):
     lora: LoraLimits | None = None
 
 
-class ServingOverrides(LocalBaseModel):
-    """The same fields as ServingDefaults, all optional: a deployment changes only what it names."""
-
-    tensor_parallel: Annotated[int, Field(ge=1, le=64)] | None = None
-    pipeline_parallel: Annotated[int, Field(ge=1, le=64)] | None = None
-    expert_parallel: bool | None = None
-    max_model_len: Annotated[int, Field(ge=16, le=10_000_000)] | None = None
-    gpu_memory_utilization: Annotated[float, Field(gt=0.05, le=0.99)] | None = None
-    tool_call_parser: ParserName | None = None
-    reasoning_parser: ParserName | None = None
-    enable_auto_tool_choice: bool | None = None
-    trust_remote_code: bool | None = None
-    attention_backend: AttentionBackend | None = None
-    safetensors_load_strategy: LoadStrategy | None = None
-    load_format: LoadFormat | None = None
-    model_loader_extra_config: LoaderConfig | None = None
-    extra_args: ExtraArgs | None = None
-    extra_env: Environment | None = None
-    lora: LoraLimits | None = None
+class _ServingOverridesBase(LocalBaseModel):
+    if TYPE_CHECKING:
+        # The one field the controller reads by name (it says where an engine flag came from).
+        extra_args: ExtraArgs | None
 
     def apply(self, defaults: ServingDefaults) -> ServingDefaults:
         changes = self.model_dump(exclude_none=True)
         return ServingDefaults.model_validate({**defaults.model_dump(), **changes})
+
+
+def _optional(field: FieldInfo) -> tuple[Any, None]:
+    """A ServingDefaults field as an override: the same type and rules, or None (not overridden)."""
+    annotation = Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+    return Optional[annotation], None  # noqa: UP045 (a runtime type, not an annotation)
+
+
+# The same fields as ServingDefaults, all optional: a deployment changes only what it names. Built from
+# ServingDefaults so that a new serving field is declared once.
+if TYPE_CHECKING:
+    ServingOverrides = _ServingOverridesBase
+else:
+    ServingOverrides = create_model(
+        "ServingOverrides",
+        __base__=_ServingOverridesBase,
+        __doc__="The fields of ServingDefaults, all optional: a deployment changes only what it names.",
+        __module__=__name__,
+        **{name: _optional(field) for name, field in ServingDefaults.model_fields.items()},
+    )
 
 
 class ModelSpec(LocalBaseModel):
