@@ -30,9 +30,19 @@ def fleet_raw() -> dict[str, Any]:
     return stack_values("fleet")
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that needs the sandbox is an end-to-end test (`-m e2e`, the lane that runs alone): said once
+    here, before `-m` selects, so that no module can forget it."""
+    for item in items:
+        if "sandbox" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.e2e)
+
+
 @pytest.fixture(scope="session")
-def sandbox() -> Iterator[None]:
-    """The sandbox host and the mirror; started here (and stopped at the end) unless already up."""
+def sandbox(pulumi_engine: None) -> Iterator[None]:
+    """The sandbox host and the mirror; started here (and stopped at the end) unless already up. Its tests
+    drive stacks, so the engine must be there too."""
     started = []
     for script, timeout in ((sandbox_env.HOST_SH, 3000), (sandbox_env.MIRROR_SH, 120)):
         if not sandbox_env.is_up(script):

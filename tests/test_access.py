@@ -25,8 +25,6 @@ from tests.support.processes import run_captured
 from tests.support.sandbox_env import E2E_PORT, on_host
 from tests.support.sandbox_stack import SandboxStack
 
-pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
-
 STACK = "access"
 ENDPOINT = sandbox_env.api_url(E2E_PORT).replace("http://", "https://")
 UNIT = "vllm-e2e-tiny-a.service"

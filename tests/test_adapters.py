@@ -32,8 +32,6 @@ from tests.support.paths import ROOT
 from tests.support.sandbox_env import on_host
 from tests.support.sandbox_stack import SandboxStack, start_without_failures
 
-pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
-
 STACK = "lora"
 PORT = sandbox_env.E2E_PORT
 ENDPOINT = sandbox_env.api_url(PORT)

@@ -25,8 +25,6 @@ from tests.support import engine, sandbox_env
 from tests.support.sandbox_env import E2E_PORT, on_host, serving_root, wait_serving
 from tests.support.sandbox_stack import WatchedStack
 
-pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
-
 STACK = "brown"
 ENDPOINT = f"http://127.0.0.1:{E2E_PORT + 10000}/v1"
 SERVED = "brown"

@@ -24,8 +24,6 @@ from tests.support import sandbox_env
 from tests.support.sandbox_env import E2E_PORT, on_host
 from tests.support.sandbox_stack import WatchedStack, start_without_failures
 
-pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
-
 STACK = "downtime"
 ENDPOINT = sandbox_env.api_url(E2E_PORT)
 SERVED = "dt-chat"

@@ -16,8 +16,6 @@ from tests.support import sandbox_env
 from tests.support.sandbox_env import on_host, served_ids
 from tests.support.sandbox_stack import SandboxStack
 
-pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
-
 STACK = "e2e"
 ENDPOINT = sandbox_env.api_url(sandbox_env.E2E_PORT)
 

@@ -19,8 +19,6 @@ from tests.support import engine, sandbox_env
 from tests.support.sandbox_env import on_host, served_ids
 from tests.support.sandbox_stack import SandboxStack
 
-pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
-
 STACK = "faults"
 ENDPOINT = sandbox_env.api_url(sandbox_env.E2E_PORT)
 PYTHON = "/opt/vllm-env/bin/python3"

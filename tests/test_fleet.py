@@ -22,8 +22,6 @@ from tests.support import sandbox_env
 from tests.support.sandbox_env import E2E_PORT, on_host
 from tests.support.sandbox_stack import SandboxStack
 
-pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
-
 STACK = "fleet-e2e"
 SERVED = "fl-chat"
 HOSTS = ("fleet-1", "fleet-2")

@@ -33,8 +33,6 @@ from tests.support.processes import answers, free_port
 from tests.support.sandbox_env import E2E_PORT, on_host
 from tests.support.sandbox_stack import SandboxStack
 
-pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
-
 STACK = "monitor"
 ENDPOINT = sandbox_env.api_url(E2E_PORT).replace("http://", "https://")
 CA = sandbox_env.TLS_DIR / "ca.pem"

@@ -20,8 +20,6 @@ from tests.support import sandbox_env
 from tests.support.sandbox_env import E2E_PORT, on_host
 from tests.support.sandbox_stack import SandboxStack
 
-pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
-
 STACK = "multinode-e2e"
 ENDPOINT = "http://127.0.0.1:18101/v1"
 SERVED = "mn-chat"

@@ -17,7 +17,7 @@ from pulumi import automation as auto
 from tests.support import engine, sandbox_env
 from tests.support.paths import ROOT
 
-pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine", "sandbox")]
+pytestmark = pytest.mark.usefixtures("sandbox")
 
 MARKER_DIR = "/run/vllm-fleet-step-tests"
 

@@ -33,8 +33,6 @@ from tests.support.paths import ROOT
 from tests.support.sandbox_env import E2E_PORT, on_host, served_ids, wait_serving
 from tests.support.sandbox_stack import WatchedStack
 
-pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
-
 STACK = "seed"
 ENDPOINT = sandbox_env.api_url(E2E_PORT)
 MODEL_DIR = "/shared/seed-a"

@@ -26,7 +26,8 @@ from tests.support import engine, sandbox_env
 from tests.support.processes import run_captured
 from tests.support.sandbox_env import on_host
 
-pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("pulumi_engine")]
+# The module's PostgreSQL test needs no sandbox, but starts a real server: it runs with the others.
+pytestmark = pytest.mark.e2e
 
 STACK = "team"
 # The team's passphrase (in real life from a secret store, shared by the operators of the stack).
