@@ -158,10 +158,12 @@ def test_swap_that_cannot_start_rolls_back(faults: Faults) -> None:
 
 
 def test_guard_stops_an_engine_that_outlived_its_server(faults: Faults) -> None:
-    """A hand-started vLLM on GPU 3 whose API server is killed with SIGKILL leaves its engine core and
-    worker holding the GPU; the next start's guard finds and stops them within its bound."""
+    """A hand-started vLLM on GPU 3 whose API server is killed with SIGKILL leaves its engine core (with
+    its worker inside: multiprocessing off, as the tiny models run) holding the GPU; the next start's
+    guard finds and stops it within its bound."""
     on_host(
-        "mkdir -p /tmp/stray; cd /tmp/stray; CUDA_VISIBLE_DEVICES=3 VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind TMPDIR=/tmp/stray "
+        "mkdir -p /tmp/stray; cd /tmp/stray; CUDA_VISIBLE_DEVICES=3 VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind "
+        "VLLM_ENABLE_V1_MULTIPROCESSING=0 TMPDIR=/tmp/stray "
         f"setsid nohup {PYTHON} -m vllm.entrypoints.openai.api_server --model /shared/e2e-tiny-a --port 8011 "
         "--enforce-eager --dtype float32 --max-model-len 256 > stray.log 2>&1 < /dev/null & echo $! > stray.pid"
     )
