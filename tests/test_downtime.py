@@ -89,6 +89,9 @@ def test_first_deploy_serves_through_the_front_door(downtime: Downtime) -> None:
     # The engine listens on loopback behind nginx; clients reach the deployment's port.
     assert on_host("systemctl is-active vllm-fleet-frontdoor.service").strip() == "active"
     assert "proxy_pass http://127.0.0.1:18001;" in on_host(f"cat /etc/vllm-fleet/frontdoor/sites/{STACK}.chat.conf")
+    # No idle keep-alive connection for a switch's reload to close under a client's next request.
+    headers = on_host(f"curl -s -D - -o /dev/null http://127.0.0.1:{E2E_PORT}/v1/models").lower()
+    assert "connection: close" in headers, headers
     start_without_failures(downtime.client, 3)
 
 
