@@ -1,7 +1,7 @@
-"""`make bench`: converge overhead, swap overhead, download throughput and fleet-scale preview, measured
-side by side in one run on this machine, medians of at least 5 runs, written to bench/RESULTS.md with
-PNG plots. Needs `make up` first (the dev stack deployed on the sandbox, the mirror running).
-Never part of `make test`."""
+"""`make bench`: converge overhead, swap overhead, front-door reloads under a client, download throughput
+and fleet-scale preview, measured side by side in one run on this machine, medians of at least 5 runs,
+written to bench/RESULTS.md with PNG plots. Needs `make up` first (the dev stack deployed on the sandbox,
+the mirror running). Never part of `make test`."""
 
 from __future__ import annotations
 
@@ -291,6 +291,31 @@ def load_once(prewarmed: bool) -> dict[str, float]:
     finally:
         on_host(f"systemctl stop {LOAD_UNIT}", check=False)
     return {"start_to_health_s": ready_s, "read_bytes": float(read.strip() or 0), "prewarm_s": prewarm_s}
+
+
+RELOADS = int(os.environ.get("BENCH_RELOADS", "300"))
+
+
+def bench_reloads() -> dict[str, Any]:
+    """The front door reloaded RELOADS times (each swap's switch is one reload) at random 0.1-0.4 s
+    intervals while the downtime probe sends a completion every 100 ms through it: the requests that
+    fail. With keep-alive, a reload closes the old workers' idle client connections, and a request sent
+    on one as it closes fails; the front door keeps none (keepalive_timeout 0)."""
+    from scripts.downtime_probe import DowntimeProbe
+
+    served = read_stack_file(STACK_FILE)["deployments"][0].get("servedModelName", "chat")
+    probe = DowntimeProbe(PUBLIC_URL, served).start()
+    try:
+        time.sleep(2)
+        on_host(
+            f"for i in $(seq {RELOADS}); do systemctl reload vllm-fleet-frontdoor.service; "
+            "sleep 0.$((RANDOM % 4 + 1)); done",
+            timeout=RELOADS * 2 + 60,
+        )
+        time.sleep(1)
+    finally:
+        probe.stop()
+    return {"reloads": RELOADS, **probe.report()}
 
 
 def bench_prewarm() -> dict[str, Any]:
@@ -630,6 +655,13 @@ def report(results: dict[str, Any], files: list[str]) -> str:
                 f"| swap overhead, {mode} (total - engine start-to-ready) | {m['median_overhead']:.2f} s of "
                 f"{m['median_total']:.2f} s total | {m['swaps']} | < 5 s | {yes(m['median_overhead'] < 5)} |"
             )
+    if "reloads" in results:
+        rl = results["reloads"]
+        lines.append(
+            f"| front door reloads under a client (a completion every 100 ms) | {rl['failed']} of {rl['requests']} "
+            f"requests failed, longest gap {rl['longest_gap_s']:.2f} s | {rl['reloads']} reloads | 0 failed "
+            f"| {yes(rl['failed'] == 0)} |"
+        )
     if "prewarm" in results:
         pw = results["prewarm"]
         cold, warm = pw["median"]["cold"], pw["median"]["prewarmed"]
@@ -735,6 +767,7 @@ def main() -> int:
     steps: dict[str, Callable[[Path], Any]] = {
         "noop": bench_noop,
         "swap": lambda _t: bench_swap(),
+        "reloads": lambda _t: bench_reloads(),
         "prewarm": lambda _t: bench_prewarm(),
         "download": lambda _t: bench_download(),
         "fleet": bench_fleet,
