@@ -125,6 +125,12 @@ def timings(out: str) -> dict[str, float]:
     return {k: float(v.rstrip("s")) for k, v in (pair.split("=") for pair in match.group(1).split())}
 
 
+def served_name() -> str:
+    """The name the dev stack's deployment serves under (its model's name unless it names one)."""
+    deployment = read_stack_file(STACK_FILE)["deployments"][0]
+    return str(deployment.get("servedModelName", deployment["model"]))
+
+
 def bench_swap() -> dict[str, Any]:
     """Swaps of the dev stack between the two tiny models (both kept on disk, so no swap downloads), with
     the downtime probe sending a completion every 100 ms through the front door: first blue/green (the
@@ -135,7 +141,7 @@ def bench_swap() -> dict[str, Any]:
     original = stack_file.read_text()
     current = read_stack_file(stack_file)["deployments"][0]["model"]
     other = "tiny-chat-b" if current == "tiny-chat-a" else "tiny-chat-a"
-    served = read_stack_file(stack_file)["deployments"][0].get("servedModelName", current)
+    served = served_name()
 
     def up_with(model: str, mode: str) -> tuple[str, float]:
         text = original.replace(f"      model: {current}\n", f"      model: {model}\n")
@@ -303,8 +309,7 @@ def bench_reloads() -> dict[str, Any]:
     on one as it closes fails; the front door keeps none (keepalive_timeout 0)."""
     from scripts.downtime_probe import DowntimeProbe
 
-    served = read_stack_file(STACK_FILE)["deployments"][0].get("servedModelName", "chat")
-    probe = DowntimeProbe(PUBLIC_URL, served).start()
+    probe = DowntimeProbe(PUBLIC_URL, served_name()).start()
     try:
         time.sleep(2)
         on_host(
