@@ -92,3 +92,14 @@ def test_deploying_targets_are_wired_to_scripts_that_exist(clone: Path, target: 
     for script in re.findall(r"scripts/[\w.-]+\.sh", plan.stdout):
         # env.sh is sourced; the others run
         assert (clone / script).is_file() and (script.endswith("env.sh") or os.access(clone / script, os.X_OK))
+
+
+def test_make_test_runs_a_test_that_needs_the_sandbox_only_in_the_end_to_end_lane() -> None:
+    """The two lanes of `make test` split on the e2e mark, which tests/conftest.py gives every test that uses
+    the sandbox: none of tests/test_downtime.py's (no module mark of its own) may land in the lane beside."""
+    pytest_bin = ROOT / ".venv" / "bin" / "pytest"
+    args = [str(pytest_bin), "-p", "no:cacheprovider", "--collect-only", "-q", "tests/test_downtime.py"]
+    beside = run_captured([*args, "-m", "not e2e"], cwd=ROOT, timeout=120)
+    alone = run_captured([*args, "-m", "e2e"], cwd=ROOT, timeout=120)
+    assert "test_blue_green_swap_and_back_fail_no_request" not in beside.stdout, beside.stdout
+    assert "test_blue_green_swap_and_back_fail_no_request" in alone.stdout, alone.stdout
