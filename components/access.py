@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import pulumi
 
-from components.component import DeploymentArgs, FleetComponent
+from components.component import FleetComponent
+from components.deployment_args import DeploymentArgs
 from components.front_door import FrontDoor
 from components.host import GpuHost
 from models.config import ResolvedDeployment

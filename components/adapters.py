@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import pulumi
 
-from components.component import DeploymentArgs, FleetComponent
+from components.component import FleetComponent
+from components.deployment_args import DeploymentArgs
 from components.model_download import ModelDownload
 from components.vllm_service import VllmService
 from render.steps import adapters_delete_script, adapters_script

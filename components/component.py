@@ -4,17 +4,12 @@ components/remote.py makes every step."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Unpack
+from typing import ClassVar, Unpack
 
 import pulumi
 from pulumi_command import remote
 
 from components.remote import StepOptions, Target, remote_step
-from models.config import ResolvedDeployment
-
-if TYPE_CHECKING:
-    from components.host import GpuHost  # which is a FleetComponent itself
 
 
 class FleetComponent(pulumi.ComponentResource):
@@ -27,13 +22,3 @@ class FleetComponent(pulumi.ComponentResource):
     def add_step(self, part: str, target: Target, **options: Unpack[StepOptions]) -> remote.Command:
         """This component's step `<name>-<part>` on `target`'s host (components.remote.remote_step)."""
         return remote_step(f"{self.pulumi_resource_name}-{part}", target, parent=self, **options)
-
-
-@dataclass(frozen=True)
-class DeploymentArgs:
-    """What each component of one deployment starts from (its Args add the rest): the deployment, the
-    stack and the host its steps run on."""
-
-    deployment: ResolvedDeployment
-    stack: str
-    host: GpuHost

@@ -8,7 +8,8 @@ from typing import Any
 
 import pulumi
 
-from components.component import DeploymentArgs, FleetComponent
+from components.component import FleetComponent
+from components.deployment_args import DeploymentArgs
 from components.outputs import plain_output
 from components.vllm_service import VllmService
 from render import report

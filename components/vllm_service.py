@@ -9,7 +9,8 @@ from typing import Any
 
 import pulumi
 
-from components.component import DeploymentArgs, FleetComponent
+from components.component import FleetComponent
+from components.deployment_args import DeploymentArgs
 from components.front_door import FrontDoor
 from components.host import GpuHost
 from components.model_download import ModelDownload
