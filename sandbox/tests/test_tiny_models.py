@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 
-from sandbox import tiny_models
+from sandbox import tiny_models, tiny_repos
 from sandbox.tiny_models import ModelShape, generate
 
-# Run the module the way a developer would (python -m), from the folder its package lives in, wherever
-# these tests and the module end up being moved to.
-MODULE = tiny_models.__name__
-REPO_ROOT = Path(tiny_models.__file__).resolve().parents[MODULE.count(".")]
+# Run the mirror's command the way scripts/mirror.sh does (python -m), from the folder its package lives
+# in, wherever these tests and the module end up being moved to.
+MODULE = tiny_repos.__name__
+REPO_ROOT = Path(tiny_repos.__file__).resolve().parents[MODULE.count(".")]
 
 
 def read_safetensors(path: Path) -> tuple[dict[str, Any], bytes, int]:
