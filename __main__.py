@@ -36,28 +36,6 @@ fleet = build_fleet(
 # Every step is declared now: a step of a cordoned host's state that none declares would be deleted there.
 cordoned.check_removals(stack.config.hosts)
 
-pulumi.export(
-    "deployments",
-    {
-        name: {
-            "endpoint": s.endpoint,
-            "servedModelName": s.served_model_name,
-            "unitName": s.unit_name,
-            "modelPath": s.model_path,
-            "launch": s.launch,
-            "report": fleet.reports[name].numbers,
-            "status": fleet.reports[name].status,
-        }
-        for name, s in fleet.services.items()
-    },
-)
-pulumi.export(
-    "storage",
-    {
-        name: {"path": s.path, "bytesUsed": s.bytes_used, "bytesFree": s.bytes_free}
-        for name, s in fleet.storages.items()
-    },
-)
-pulumi.export("hosts", {name: h.facts for name, h in fleet.hosts.items()})
+fleet.export()
 # What Prometheus scrapes and the thresholds of its rules (`make monitoring` writes the files from this).
 pulumi.export("monitoring", monitoring_output(stack.deployments, stack.name, stack.config.monitoring))

@@ -47,6 +47,29 @@ class Fleet:
     reports: dict[str, DeployReport]
     adapters: dict[str, DeploymentAdapters] = field(default_factory=dict)
 
+    def export(self) -> None:
+        """The stack's outputs: what each deployment serves and its report, each storage's use, each host's
+        facts (`pulumi stack output`, scripts/status.py and the tests read them by these names)."""
+        deployments = {
+            name: {
+                "endpoint": s.endpoint,
+                "servedModelName": s.served_model_name,
+                "unitName": s.unit_name,
+                "modelPath": s.model_path,
+                "launch": s.launch,
+                "report": self.reports[name].numbers,
+                "status": self.reports[name].status,
+            }
+            for name, s in self.services.items()
+        }
+        pulumi.export("deployments", deployments)
+        storage = {
+            name: {"path": s.path, "bytesUsed": s.bytes_used, "bytesFree": s.bytes_free}
+            for name, s in self.storages.items()
+        }
+        pulumi.export("storage", storage)
+        pulumi.export("hosts", {name: h.facts for name, h in self.hosts.items()})
+
 
 def build_fleet(args: FleetArgs) -> Fleet:
     stack, resolved = args.config, args.deployments
