@@ -11,7 +11,6 @@ import ssl
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 
 import openai
 import pytest
@@ -23,7 +22,7 @@ from scripts.downtime_probe import DowntimeProbe
 from tests.support import engine, sandbox_env
 from tests.support.processes import run_captured
 from tests.support.sandbox_env import E2E_PORT, on_host
-from tests.support.sandbox_stack import SandboxStack
+from tests.support.sandbox_stack import SandboxStack, module_state
 
 STACK = "access"
 ENDPOINT = sandbox_env.api_url(E2E_PORT).replace("http://", "https://")
@@ -47,13 +46,12 @@ class Access(SandboxStack):
     def up(self, stack: auto.Stack) -> auto.UpResult:
         return stack.up(on_output=self.output.append, on_error=self.output.append)
 
+    def tear_down(self) -> None:
+        with contextlib.suppress(auto.CommandError):
+            self.destroy(self.configure({"a": KEY_A}))
 
-@pytest.fixture(scope="module")
-def access(sandbox: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Access]:
-    state = Access(tmp_path_factory.mktemp("access"), STACK)
-    yield state
-    with contextlib.suppress(auto.CommandError):
-        state.destroy(state.configure({"a": KEY_A}))
+
+access = module_state(lambda tmp: Access(tmp, STACK))
 
 
 def status_of(path: str, key: str | None = None, method: str = "GET", scheme: str = "https") -> int:

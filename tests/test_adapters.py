@@ -14,7 +14,6 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,7 @@ from scripts.downtime_probe import DowntimeProbe
 from tests.support import sandbox_env
 from tests.support.paths import ROOT
 from tests.support.sandbox_env import on_host
-from tests.support.sandbox_stack import SandboxStack, start_without_failures
+from tests.support.sandbox_stack import SandboxStack, module_state, start_without_failures
 
 STACK = "lora"
 PORT = sandbox_env.E2E_PORT
@@ -61,6 +60,11 @@ class Adapters(SandboxStack):
         self.base = DowntimeProbe(ENDPOINT, SERVED, timeout=10.0)
         self.adapter = DowntimeProbe(ENDPOINT, "terse", timeout=10.0)
         self.phases = sandbox_env.PhaseResults("adapter-phases")
+
+    def tear_down(self) -> None:
+        self.base.stop()
+        self.adapter.stop()
+        self.destroy(self.configure("lt-tiny-a", None), continue_on_error=True)
 
     def configure(self, model: str, terse: str | None, a_only: bool = False) -> auto.Stack:
         doc = yaml.safe_load(sandbox_env.e2e_stack_file(model, gpus=[2, 3], port=PORT, extra_models=MODELS))
@@ -121,13 +125,7 @@ def main_pid(unit: str) -> str:
     return on_host(f"systemctl show -p MainPID --value {unit}").strip()
 
 
-@pytest.fixture(scope="module")
-def lora(sandbox: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Adapters]:
-    state = Adapters(tmp_path_factory.mktemp("adapters"))
-    yield state
-    state.base.stop()
-    state.adapter.stop()
-    state.destroy(state.configure("lt-tiny-a", None), continue_on_error=True)
+lora = module_state(Adapters)
 
 
 def test_engine_launched_for_lora_serves_its_model(lora: Adapters) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from pulumi import automation as auto
 from scripts.downtime_probe import DowntimeProbe
 from tests.support import engine, sandbox_env
 from tests.support.sandbox_env import E2E_PORT, on_host, serving_root, wait_serving
-from tests.support.sandbox_stack import WatchedStack
+from tests.support.sandbox_stack import WatchedStack, module_state
 
 STACK = "brown"
 ENDPOINT = f"http://127.0.0.1:{E2E_PORT + 10000}/v1"
@@ -62,6 +61,26 @@ class Brownfield(WatchedStack):
         super().__init__(tmp, STACK, DowntimeProbe(ENDPOINT, SERVED, timeout=5.0), "brownfield-phases")
         self.stray_pid = 0
 
+    def set_up(self) -> None:
+        clean_host()
+        sandbox_env.download_by_hand("acme/tiny-chat-a", "/shared/legacy-a")
+        sandbox_env.install_units_by_hand({LEGACY: LEGACY_UNIT, SPARE: SPARE_UNIT}, enabled=[SPARE], started=[LEGACY])
+        self.stray_pid = int(on_host(STRAY).strip())
+        self.watch_once_serving(ENDPOINT, "/shared/legacy-a", 240)
+
+    def leave_sandbox(self) -> None:
+        try:
+            self.destroy_left_over(self.configure(), force_remove=True)
+        finally:
+            clean_host()
+            on_host(
+                "for u in $(systemctl list-units --all --no-legend --plain 'vllm-brown-*' | awk '{print $1}'); do "
+                "systemctl disable --now $u; rm -f /etc/systemd/system/$u; done; systemctl daemon-reload; "
+                "rm -rf /var/lib/vllm-fleet/deployments/brown.chat /var/lib/vllm-fleet/claims/brown.chat.json "
+                "/shared/brown-a /shared/brown-b",
+                check=False,
+            )
+
     def configure(self, model: str = "brown-a", **deployment: Any) -> auto.Stack:
         extra = {
             "brown-a": {"preset": "tiny-chat-a", "dir": "brown-a", "revision": "main", "keep": True},
@@ -87,31 +106,7 @@ def clean_host() -> None:
     )
 
 
-@pytest.fixture(scope="module")
-def brown(sandbox: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Brownfield]:
-    state = Brownfield(tmp_path_factory.mktemp("brownfield"))
-    clean_host()
-    sandbox_env.download_by_hand("acme/tiny-chat-a", "/shared/legacy-a")
-    sandbox_env.write_units({LEGACY: LEGACY_UNIT, SPARE: SPARE_UNIT})
-    on_host(f"systemctl daemon-reload && systemctl enable --quiet {SPARE} && systemctl enable --now --quiet {LEGACY}")
-    state.stray_pid = int(on_host(STRAY).strip())
-    wait_serving(ENDPOINT, "/shared/legacy-a", 240)
-    state.client.start()
-    yield state
-    state.client.stop()
-    # Leave the sandbox as it was found for the tests after these, whatever happened above.
-    stack = state.configure()
-    try:
-        state.destroy_left_over(stack, force_remove=True)
-    finally:
-        clean_host()
-        on_host(
-            "for u in $(systemctl list-units --all --no-legend --plain 'vllm-brown-*' | awk '{print $1}'); do "
-            "systemctl disable --now $u; rm -f /etc/systemd/system/$u; done; systemctl daemon-reload; "
-            "rm -rf /var/lib/vllm-fleet/deployments/brown.chat /var/lib/vllm-fleet/claims/brown.chat.json "
-            "/shared/brown-a /shared/brown-b",
-            check=False,
-        )
+brown = module_state(Brownfield)
 
 
 def test_preview_refuses_what_it_would_have_to_stop_unasked(brown: Brownfield) -> None:

@@ -11,18 +11,16 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from pulumi import automation as auto
 
 from scripts.downtime_probe import DowntimeProbe
 from tests.support import sandbox_env
 from tests.support.sandbox_env import E2E_PORT, on_host
-from tests.support.sandbox_stack import WatchedStack, start_without_failures
+from tests.support.sandbox_stack import WatchedStack, module_state, start_without_failures
 
 STACK = "downtime"
 ENDPOINT = sandbox_env.api_url(E2E_PORT)
@@ -40,6 +38,13 @@ STAGING = "/srv/vllm-staging"
 class Downtime(WatchedStack):
     def __init__(self, tmp: Path) -> None:
         super().__init__(tmp, STACK, DowntimeProbe(ENDPOINT, SERVED, timeout=10.0), "downtime-phases")
+
+    def set_up(self) -> None:
+        stop_the_gpu_taker()
+
+    def leave_sandbox(self) -> None:
+        stop_the_gpu_taker()
+        self.destroy(self.configure("dt-tiny-a"), continue_on_error=True)
 
     def configure(self, model: str, **deployment: Any) -> auto.Stack:
         doc = yaml.safe_load(sandbox_env.e2e_stack_file(model, gpus=[2, 3], port=E2E_PORT, extra_models=MODELS))
@@ -72,14 +77,11 @@ def unit_on_gpu(unit: str) -> str:
     return on_host(f"sed -n 's/^VLLM_FLEET_GPUS=//p' /etc/vllm-fleet/{unit.removesuffix('.service')}.placement.env")
 
 
-@pytest.fixture(scope="module")
-def downtime(sandbox: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Downtime]:
-    state = Downtime(tmp_path_factory.mktemp("downtime"))
+def stop_the_gpu_taker() -> None:
     on_host(f"systemctl stop {TAKER} 2>/dev/null || true", check=False)
-    yield state
-    state.client.stop()
-    on_host(f"systemctl stop {TAKER} 2>/dev/null || true", check=False)
-    state.destroy(state.configure("dt-tiny-a"), continue_on_error=True)
+
+
+downtime = module_state(Downtime)
 
 
 def test_first_deploy_serves_through_the_front_door(downtime: Downtime) -> None:

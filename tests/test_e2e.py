@@ -3,10 +3,8 @@ no-op, swap back, destroy. The tests run in file order and share one stack."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from openai import OpenAI
 from pulumi import automation as auto
 
@@ -14,7 +12,7 @@ from sandbox import tiny_models
 from scripts import status
 from tests.support import sandbox_env
 from tests.support.sandbox_env import on_host, served_ids
-from tests.support.sandbox_stack import SandboxStack
+from tests.support.sandbox_stack import SandboxStack, module_state
 
 STACK = "e2e"
 ENDPOINT = sandbox_env.api_url(sandbox_env.E2E_PORT)
@@ -25,6 +23,12 @@ class E2E(SandboxStack):
         super().__init__(tmp, STACK)
         self.phases = sandbox_env.Phases()
 
+    def set_up(self) -> None:
+        self.set_model("e2e-tiny-a")
+
+    def tear_down(self) -> None:
+        self.destroy(self.stack)
+
     def set_model(self, model: str) -> None:
         self.stack = self.select(sandbox_env.e2e_stack_file(model, smoke_benchmark=True))
 
@@ -32,13 +36,7 @@ class E2E(SandboxStack):
         return self.stack.up(on_output=self.output.append)
 
 
-@pytest.fixture(scope="module")
-def e2e(sandbox: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
-    state = E2E(tmp_path_factory.mktemp("e2e"))
-    state.set_model("e2e-tiny-a")
-    yield state
-    # Leave the sandbox as it was found, whatever happened above.
-    state.destroy(state.stack)
+e2e = module_state(E2E)
 
 
 def chat(model: str, repo: str) -> None:

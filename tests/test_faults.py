@@ -8,7 +8,6 @@ import re
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,7 +16,7 @@ from pulumi import automation as auto
 
 from tests.support import engine, sandbox_env
 from tests.support.sandbox_env import on_host, served_ids
-from tests.support.sandbox_stack import SandboxStack
+from tests.support.sandbox_stack import SandboxStack, module_state
 
 STACK = "faults"
 ENDPOINT = sandbox_env.api_url(sandbox_env.E2E_PORT)
@@ -51,15 +50,14 @@ class Faults(SandboxStack):
     def up(self, stack: auto.Stack, **kwargs: Any) -> auto.UpResult:
         return stack.up(on_output=self.output.append, **kwargs)
 
+    def tear_down(self) -> None:
+        sandbox_env.mirror("/_mirror/faults", "DELETE")
+        for name in ("intruder", STACK):
+            with contextlib.suppress(auto.CommandError):
+                self.destroy(self.configure("e2e-tiny-a", stack=name))
 
-@pytest.fixture(scope="module")
-def faults(sandbox: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Faults]:
-    state = Faults(tmp_path_factory.mktemp("faults"), STACK)
-    yield state
-    sandbox_env.mirror("/_mirror/faults", "DELETE")
-    for name in ("intruder", STACK):
-        with contextlib.suppress(auto.CommandError):
-            state.destroy(state.configure("e2e-tiny-a", stack=name))
+
+faults = module_state(lambda tmp: Faults(tmp, STACK))
 
 
 def gets_by_file(stats: dict[str, Any]) -> dict[str, int]:

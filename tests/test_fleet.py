@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from pulumi import automation as auto
 from scripts.downtime_probe import Answer, DowntimeProbe
 from tests.support import sandbox_env
 from tests.support.sandbox_env import E2E_PORT, on_host
-from tests.support.sandbox_stack import SandboxStack
+from tests.support.sandbox_stack import SandboxStack, module_state
 
 STACK = "fleet-e2e"
 SERVED = "fl-chat"
@@ -39,6 +38,15 @@ class Fleet(SandboxStack):
     def __init__(self, tmp: Path) -> None:
         super().__init__(tmp, STACK)
         self.probes: dict[str, DowntimeProbe] = {}
+
+    def tear_down(self) -> None:
+        for probe in self.probes.values():
+            probe.stop()
+        for host in HOSTS:
+            sandbox_env.exec_on(host, "systemctl start ssh.service")
+        self.destroy(self.configure({h: "fl-tiny-a" for h in HOSTS}), continue_on_error=True)
+        for host in HOSTS:
+            assert on_host("ls /etc/systemd/system/ | grep -c '^vllm-fl-' || true", host=host).strip() == "0"
 
     def configure(
         self, models: dict[str, str], cordon: tuple[str, ...] = (), per_host: dict[str, dict[str, Any]] | None = None
@@ -88,17 +96,7 @@ def longest_gap_of_either(answers: list[Answer], start: float, end: float) -> fl
     return max(b - a for a, b in itertools.pairwise(times))
 
 
-@pytest.fixture(scope="module")
-def fleet_stack(fleet: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    state = Fleet(tmp_path_factory.mktemp("fleet"))
-    yield state
-    for probe in state.probes.values():
-        probe.stop()
-    for host in HOSTS:
-        sandbox_env.exec_on(host, "systemctl start ssh.service")
-    state.destroy(state.configure({h: "fl-tiny-a" for h in HOSTS}), continue_on_error=True)
-    for host in HOSTS:
-        assert on_host("ls /etc/systemd/system/ | grep -c '^vllm-fl-' || true", host=host).strip() == "0"
+fleet_stack = module_state(Fleet, on_fleet=True)
 
 
 def test_deploy_to_two_hosts(fleet_stack: Fleet) -> None:

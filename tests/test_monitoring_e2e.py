@@ -16,7 +16,7 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,7 +31,7 @@ from tests.support import sandbox_env
 from tests.support.paths import ROOT
 from tests.support.processes import answers, free_port
 from tests.support.sandbox_env import E2E_PORT, on_host
-from tests.support.sandbox_stack import SandboxStack
+from tests.support.sandbox_stack import SandboxStack, module_state
 
 STACK = "monitor"
 ENDPOINT = sandbox_env.api_url(E2E_PORT).replace("http://", "https://")
@@ -118,6 +118,19 @@ class Monitored(SandboxStack):
         self.prometheus: Prometheus | None = None
         self.figures: dict[str, float] = {}
 
+    def set_up(self) -> None:
+        if shutil.which("prometheus") is None or shutil.which("promtool") is None:
+            pytest.fail("prometheus and promtool are missing: run `make setup` (Debian's prometheus package)")
+        self.configure("e2e-tiny-a")
+
+    def tear_down(self) -> None:
+        if self.prometheus is not None:
+            self.prometheus.stop()
+        # The alert's timings, for the notes and anyone checking them after a run.
+        (ROOT / ".run").mkdir(exist_ok=True)
+        (ROOT / ".run" / "monitoring-figures.json").write_text(json.dumps(self.figures, indent=1, sort_keys=True))
+        self.destroy(self.stack)
+
     def configure(self, model: str) -> auto.Stack:
         doc = yaml.safe_load(sandbox_env.e2e_stack_file(model, gpus=[2, 3], port=E2E_PORT))
         config = doc["config"]
@@ -138,19 +151,7 @@ class Monitored(SandboxStack):
         return write_files(STACK, output, self.files, ca_file=str(CA), evaluation_interval_seconds=1)
 
 
-@pytest.fixture(scope="module")
-def monitored(sandbox: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Monitored]:
-    if shutil.which("prometheus") is None or shutil.which("promtool") is None:
-        pytest.fail("prometheus and promtool are missing: run `make setup` (Debian's prometheus package)")
-    state = Monitored(tmp_path_factory.mktemp("monitoring"))
-    state.configure("e2e-tiny-a")
-    yield state
-    if state.prometheus is not None:
-        state.prometheus.stop()
-    # The alert's timings, for the notes and anyone checking them after a run.
-    (ROOT / ".run").mkdir(exist_ok=True)
-    (ROOT / ".run" / "monitoring-figures.json").write_text(json.dumps(state.figures, indent=1, sort_keys=True))
-    state.destroy(state.stack)
+monitored = module_state(Monitored)
 
 
 def complete(count: int) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,7 +17,7 @@ from pulumi import automation as auto
 from scripts.downtime_probe import DowntimeProbe
 from tests.support import sandbox_env
 from tests.support.sandbox_env import E2E_PORT, on_host
-from tests.support.sandbox_stack import SandboxStack
+from tests.support.sandbox_stack import SandboxStack, module_state
 
 STACK = "multinode-e2e"
 ENDPOINT = "http://127.0.0.1:18101/v1"
@@ -50,6 +49,11 @@ class MultiNode(SandboxStack):
         raw["vllm-fleet:deployments"] = [across]
         self.stack = self.select({"config": raw})
         return self.stack
+
+    def tear_down(self) -> None:
+        self.destroy(self.configure("mn-tiny-a"), continue_on_error=True)
+        for host in ("fleet-1", "fleet-2"):
+            assert on_host("ls /etc/systemd/system | grep -c '^vllm-mn' || true", host=host).strip() == "0"
 
 
 def serves(model: str) -> None:
@@ -88,13 +92,7 @@ def node_engine_joined_head() -> bool:
     return bool(text.strip())
 
 
-@pytest.fixture(scope="module")
-def multinode(fleet: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MultiNode]:
-    state = MultiNode(tmp_path_factory.mktemp("multinode"), STACK)
-    yield state
-    state.destroy(state.configure("mn-tiny-a"), continue_on_error=True)
-    for host in ("fleet-1", "fleet-2"):
-        assert on_host("ls /etc/systemd/system | grep -c '^vllm-mn' || true", host=host).strip() == "0"
+multinode = module_state(lambda tmp: MultiNode(tmp, STACK), on_fleet=True)
 
 
 def test_one_model_served_across_two_hosts(multinode: MultiNode) -> None:

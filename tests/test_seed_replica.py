@@ -16,7 +16,6 @@ phase's requests, failures and longest gap go to .run/seed-replica-phases.json.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ from scripts.downtime_probe import DowntimeProbe
 from tests.support import sandbox_env
 from tests.support.paths import ROOT
 from tests.support.sandbox_env import E2E_PORT, on_host, served_ids, wait_serving
-from tests.support.sandbox_stack import WatchedStack
+from tests.support.sandbox_stack import WatchedStack, module_state
 
 STACK = "seed"
 ENDPOINT = sandbox_env.api_url(E2E_PORT)
@@ -114,6 +113,18 @@ class Seed(WatchedStack):
         super().__init__(tmp, STACK, DowntimeProbe(ENDPOINT, OLD_ID, timeout=5.0), "seed-replica-phases")
         self.units = hand_made_units()
 
+    def set_up(self) -> None:
+        clean_host()
+        sandbox_env.download_by_hand("acme/tiny-chat-a", MODEL_DIR)
+        sandbox_env.install_units_by_hand(self.units, enabled=[WAITING], started=[SERVING])
+        self.watch_once_serving(ENDPOINT, MODEL_DIR, 300)
+
+    def leave_sandbox(self) -> None:
+        try:
+            self.destroy_left_over(self.stack_of())
+        finally:
+            clean_host()
+
     def stack_of(self, model: str = "seed-a", replaces: tuple[str, ...] = HAND_MADE) -> auto.Stack:
         return self.select(stack_doc(model, replaces))
 
@@ -165,24 +176,7 @@ def reboot_and_wait() -> float:
     return answered
 
 
-@pytest.fixture(scope="module")
-def seed(sandbox: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seed]:
-    state = Seed(tmp_path_factory.mktemp("seed"))
-    clean_host()
-    sandbox_env.download_by_hand("acme/tiny-chat-a", MODEL_DIR)
-    sandbox_env.write_units(state.units)
-    on_host(
-        f"systemctl daemon-reload && systemctl enable --quiet {WAITING} && systemctl enable --now --quiet {SERVING}"
-    )
-    wait_serving(ENDPOINT, MODEL_DIR, 300)
-    state.client.start()
-    yield state
-    state.client.stop()
-    stack = state.stack_of()
-    try:
-        state.destroy_left_over(stack)
-    finally:
-        clean_host()
+seed = module_state(Seed)
 
 
 def test_preview_refuses_a_waiting_hand_made_unit_it_is_not_told_to_take_over(seed: Seed) -> None:

@@ -8,7 +8,7 @@ import os
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -157,10 +157,15 @@ def download_by_hand(repo: str, directory: str) -> None:
     )
 
 
-def write_units(units: Mapping[str, str]) -> None:
-    """Unit files written by hand into the test host's /etc/systemd/system (no daemon-reload)."""
+def install_units_by_hand(units: Mapping[str, str], *, enabled: Sequence[str], started: Sequence[str]) -> None:
+    """Unit files written by hand into the test host's /etc/systemd/system, as a team did before
+    vllm-fleet: the `enabled` ones enabled, the `started` ones enabled and started."""
     for unit, text in units.items():
         on_host(f"cat > /etc/systemd/system/{unit} <<'EOF'\n{text}EOF")
+    on_host(
+        f"systemctl daemon-reload && systemctl enable --quiet {' '.join(enabled)} && "
+        f"systemctl enable --now --quiet {' '.join(started)}"
+    )
 
 
 def exec_on(host: str, command: str) -> str:

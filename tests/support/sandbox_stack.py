@@ -1,16 +1,18 @@
 """The stack of one end-to-end test module on the sandbox: a copy of the project with a state backend of
 its own, the stack file written and the stack selected with the mirror's token, and a destroy that removes
 the stack from the backend whatever the destroy did. Each module's state class builds on it; WatchedStack
-adds a client that sends requests throughout the module's tests, its view kept phase by phase."""
+adds a client that sends requests throughout the module's tests, its view kept phase by phase.
+`module_state` makes a module's fixture of it."""
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import pytest
 import yaml
 from pulumi import automation as auto
 
@@ -42,6 +44,13 @@ class SandboxStack:
             name,
             secrets={"vllm-fleet:hfToken": sandbox_env.MIRROR_TOKEN, **(secrets or {})},
         )
+
+    def set_up(self) -> None:
+        """What the module's tests need before the first of them (nothing, unless the module says)."""
+
+    def tear_down(self) -> None:
+        """After the module's last test: leave the sandbox as the module found it, whatever its tests did."""
+        raise NotImplementedError(f"{type(self).__name__} says nothing of how it leaves the sandbox")
 
     def log(self) -> str:
         """What the engine printed, as one text (an assertion shows its end)."""
@@ -78,6 +87,33 @@ class SandboxStack:
         self.destroy(stack, force_remove=force_remove, continue_on_error=True)
 
 
+State = TypeVar("State", bound=SandboxStack)
+
+
+def module_state(make: Callable[[Path], State], *, on_fleet: bool = False) -> Any:
+    """The module-scoped fixture of an end-to-end module (assign it to the fixture's name): the state that
+    `make` builds in a temporary folder of the module's name, its set_up before the module's first test and
+    its tear_down after the last. It needs the sandbox up, and with on_fleet the fleet hosts beside it."""
+
+    def opened(request: pytest.FixtureRequest, tmp: pytest.TempPathFactory) -> Iterator[State]:
+        state = make(tmp.mktemp(request.module.__name__.rsplit(".", 1)[-1]))
+        state.set_up()
+        yield state
+        state.tear_down()
+
+    if on_fleet:
+
+        def on_the_fleet(fleet: int, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
+            yield from opened(request, tmp_path_factory)
+
+        return pytest.fixture(scope="module")(on_the_fleet)
+
+    def on_the_sandbox(sandbox: None, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
+        yield from opened(request, tmp_path_factory)
+
+    return pytest.fixture(scope="module")(on_the_sandbox)
+
+
 class WatchedStack(SandboxStack):
     """A stack whose deployment a client calls throughout the module's tests; what it saw in each phase
     goes to .run/<results>.json."""
@@ -86,6 +122,19 @@ class WatchedStack(SandboxStack):
         super().__init__(tmp, name)
         self.client = client
         self.phases = sandbox_env.PhaseResults(results)
+
+    def watch_once_serving(self, endpoint: str, root: str, timeout: float) -> None:
+        """Start the client once `endpoint` serves the model files at `root` (an engine started by hand)."""
+        sandbox_env.wait_serving(endpoint, root, timeout)
+        self.client.start()
+
+    def tear_down(self) -> None:
+        self.client.stop()
+        self.leave_sandbox()
+
+    def leave_sandbox(self) -> None:
+        """After the module's last test, the client stopped: leave the sandbox as the module found it."""
+        raise NotImplementedError(f"{type(self).__name__} says nothing of how it leaves the sandbox")
 
     def record(self, phase: str, start: float, **extra: Any) -> dict[str, Any]:
         """The client's requests from `start` until now, as `phase` (with `extra` figures besides)."""
