@@ -16,9 +16,11 @@ from host.transaction_base import TransactionBase
 class FrontDoorSwitch(TransactionBase):
     def close_front_door(self) -> str | None:
         """Answer 503 (Retry-After) on the deployment's port instead of passing requests on, with a graceful
-        reload: requests already passed on finish, new ones reach no engine. None when done."""
+        reload: requests already passed on finish, new ones reach no engine. None once the public port
+        answers 503: the reload only signals nginx, and until its new workers answer, the old ones still
+        pass requests on, which would meet the stopping engine (502) if it stopped now."""
         write_file(self.site_path, front_door_site(self.plan, None), 0o644)
-        return self.reload_front_door()
+        return self.reload_front_door() or self.verify_front_door(None, closed=True, timeout=5.0)
 
     def switch_front_door(self, placement: Placement | None) -> str | None:
         """Point the deployment's site at `placement` (None: remove it) with a graceful reload and check
@@ -52,27 +54,35 @@ class FrontDoorSwitch(TransactionBase):
             return f"systemctl {action} {FRONT_DOOR_UNIT} failed: {output[-400:]}"
         return None
 
-    def verify_front_door(self, placement: Placement | None, timeout: float = 15.0) -> str | None:
-        """The public port answers /v1/models from the new engine (its header), within `timeout`."""
-        if placement is None:
+    def verify_front_door(
+        self, placement: Placement | None, *, closed: bool = False, timeout: float = 15.0
+    ) -> str | None:
+        """Within `timeout`, the public port answers /v1/models from the new engine (its header), or with
+        `closed` the closed site's 503. A removed site (no placement) is not checked."""
+        if placement is None and not closed:
             return None
         host = self.plan.readiness_address
         cafile, headers = self.front_door_credentials()
         scheme = "https" if cafile is not None else "http"
         url = f"{scheme}://{'[' + host + ']' if ':' in host else host}:{self.plan.port}/v1/models"
+        wanted = "answer 503" if closed else f"answer from {self.plan.unit_name}"
         deadline = now() + timeout
         seen = "no answer"
         while True:
             try:
                 backend = self.host.backend_behind(url, headers, cafile)
-                if backend == self.plan.unit_name:
+                if backend == self.plan.unit_name and not closed:
                     return None
                 seen = f"answered by {backend or 'no engine of ours'}"
+            except urllib.error.HTTPError as error:
+                if error.code == 503 and closed:
+                    return None
+                seen = f"HTTP {error.code}"
             except (urllib.error.URLError, OSError) as error:
                 seen = str(getattr(error, "reason", error))
             if now() >= deadline:
-                return f"{url} did not answer from {self.plan.unit_name} within {timeout:g} s ({seen})"
-            self.sleep(0.2)
+                return f"{url} did not {wanted} within {timeout:g} s ({seen})"
+            self.sleep(0.1 if closed else 0.2)
 
     def front_door_credentials(self) -> tuple[str | None, dict[str, str]]:
         """The certificate to trust (None: plain HTTP) and the headers (an API key) of the check through

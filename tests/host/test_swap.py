@@ -8,6 +8,7 @@ import re
 import sys
 import urllib.error
 from collections.abc import Mapping
+from email.message import Message
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,10 @@ class RecordingSystemd(systemd.SystemdHost):
     units: dict[str, FakeUnit] = field(default_factory=dict)
     calls: list[tuple[str, ...]] = field(default_factory=list)
     waited: dict[str, float] = field(default_factory=dict)
+    # The closed site's 503s the public port gave, and what it answers from before then (nginx's reload
+    # only signals it: its old workers pass requests on until the new ones answer).
+    closed_answers: int = 0
+    answers_before_the_reload: list[str] = field(default_factory=list)
 
     def run(self, *args: str, check: bool = True) -> str:
         self.calls.append(args)
@@ -68,7 +73,13 @@ class RecordingSystemd(systemd.SystemdHost):
         site = self.front_door_dir / "sites" / "dev.chat.conf"
         if self.units.get(contract.FRONT_DOOR_UNIT, FakeUnit()).state != "active" or not site.is_file():
             raise urllib.error.URLError("connection refused")
-        match = re.search(r"proxy_pass http://127.0.0.1:(\d+);", site.read_text())
+        text = site.read_text()
+        if "return 503;" in text:
+            if self.answers_before_the_reload:
+                return self.answers_before_the_reload.pop(0)
+            self.closed_answers += 1
+            raise urllib.error.HTTPError(url, 503, "Service Unavailable", Message(), None)
+        match = re.search(r"proxy_pass http://127.0.0.1:(\d+);", text)
         assert match is not None
         for placement in self.env_dir.glob("*.placement.env"):
             unit = placement.name.removesuffix(".placement.env") + ".service"
@@ -511,20 +522,25 @@ def test_stop_start_answers_503_and_drains_before_the_old_engine_stops(tmp_path:
     world = World(tmp_path)
     deployed(world)
     site = world.front_door_dir / "sites" / "dev.chat.conf"
-    seen_at_stop: list[str] = []
+    seen_at_stop: list[tuple[str, int]] = []
     record = world.systemd.run
 
     def run(*args: str, check: bool = True) -> str:
         if args[:2] == ("systemctl", "stop"):
-            seen_at_stop.append(site.read_text())
+            seen_at_stop.append((site.read_text(), world.systemd.closed_answers))
         return record(*args, check=check)
 
     world.systemd.run = run  # type: ignore[method-assign]
+    # The front door still answers from the old engine three times after the reload that closes it.
+    world.systemd.answers_before_the_reload = ["vllm-a.service"] * 3
     result = world.run(world.plan(unit="vllm-b.service", gpus=(0, 1), swap_mode="stop-start"))
     assert result.status == "succeeded", result.message
-    # When the old engine stops, the front door passes nothing to it: clients get 503 with Retry-After.
-    assert seen_at_stop and "return 503;" in seen_at_stop[0] and "proxy_pass" not in seen_at_stop[0]
-    assert "add_header Retry-After 10 always;" in seen_at_stop[0]
+    # When the old engine stops, the front door passes nothing to it: clients get 503 with Retry-After,
+    # and the public port said so before the stop.
+    site_at_stop, closed_answers_at_stop = seen_at_stop[0]
+    assert "return 503;" in site_at_stop and "proxy_pass" not in site_at_stop
+    assert "add_header Retry-After 10 always;" in site_at_stop
+    assert world.systemd.answers_before_the_reload == [] and closed_answers_at_stop == 1
     assert any(c[:2] == ("ss", "-Htn") for c in world.systemd.calls), "it drained before the stop"
     assert "proxy_pass http://127.0.0.1:18000;" in site.read_text()
 
