@@ -17,6 +17,7 @@ import statistics
 import sys
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,8 @@ class Answer:
     ended: float
     ok: bool
     error: str = ""
+    # The HTTP status of a failed request ("" when none came: refused, reset, timed out).
+    status: str = ""
 
 
 @dataclass
@@ -57,7 +60,8 @@ class DowntimeProbe:
                 )
                 answer = Answer(started, time.monotonic(), bool(completion.choices))
             except Exception as error:  # every way a request can fail is a failed request
-                answer = Answer(started, time.monotonic(), False, f"{type(error).__name__}: {error}"[:200])
+                status = str(getattr(error, "status_code", "") or "")
+                answer = Answer(started, time.monotonic(), False, f"{type(error).__name__}: {error}"[:200], status)
             self.answers.append(answer)
             time.sleep(max(0.0, self.interval - (time.monotonic() - started)))
 
@@ -75,7 +79,14 @@ class DowntimeProbe:
         """Requests that started in [start, end): counts, the longest gap and latencies."""
         answers = list(self.answers)
         if not answers:
-            return {"requests": 0, "failed": 0, "stalled": 0, "longest_gap_s": None, "errors": []}
+            return {
+                "requests": 0,
+                "failed": 0,
+                "stalled": 0,
+                "longest_gap_s": None,
+                "errors": [],
+                "failed_by_status": {},
+            }
         start = answers[0].started if start is None else start
         end = answers[-1].ended if end is None else end
         window = [a for a in answers if start <= a.started < end]
@@ -90,6 +101,7 @@ class DowntimeProbe:
             "latency_p50_s": round(statistics.median(latencies), 3) if latencies else None,
             "latency_max_s": round(latencies[-1], 3) if latencies else None,
             "errors": sorted({a.error for a in window if a.error})[:5],
+            "failed_by_status": dict(Counter(a.status or "no answer" for a in window if not a.ok)),
         }
 
 

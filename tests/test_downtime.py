@@ -137,4 +137,6 @@ def test_stop_start_when_the_other_gpu_is_taken_is_down_no_longer_than_the_engin
     assert "swap mode: stop-start" in downtime.log() and "GPU 3 held by other processes" in downtime.log()
     start_to_ready = report["swap_result"]["timings"]["start_to_ready"]
     assert report["longest_gap_s"] <= start_to_ready + 2.0, report
+    # Clients are told 503 (Retry-After) while no engine serves: none meets the stopping engine (502).
+    assert set(report["failed_by_status"]) <= {"503"}, report
     assert unit_on_gpu("vllm-dt-tiny-b.service").strip() == "2"
