@@ -12,9 +12,11 @@ vLLM version, and exits 1. It loads no model and touches no GPU.
 Importing vLLM takes seconds (7 s on the sandbox, more on a busy host), on every swap. An accepted
 launch is remembered in ARGS_CHECK_CACHE by a digest of what decides the verdict: this Python, the
 installed vLLM (its version and the digest of its installed-files list, read from its metadata without
-importing it), the unit, its arguments and the VLLM_* environment of the check. The same launch on the
-same vLLM is then accepted without the import; any change (another vLLM, a new flag) checks afresh, and
-a rejection is never remembered.
+importing it), the arguments and the VLLM_* environment of the check. What only names the model (the
+values of --model, the positional model and --served-model-name, and the unit's name) is left out: the
+parser takes any string there and vLLM's check of the serve arguments reads none of them (it loads no
+model), so a swap to another model with the same flags, the commonest swap, needs no import. Any other
+change (another vLLM, a new flag or value) checks afresh, and a rejection is never remembered.
 
 It also judges the VLLM_* variables the unit sets that vLLM reads only at start (the attention backend:
 one this vLLM has, and a variable it still reads).
@@ -209,13 +211,37 @@ def installed_vllm() -> tuple[str, str] | None:
     return dist.version, hashlib.sha256(record.encode()).hexdigest()
 
 
+# The flags whose values only name what is served (see the module's docstring).
+NAMING_FLAGS = ("--model", "--served-model-name")
+NAMED = "<named>"
+
+
+def without_names(args: Sequence[str]) -> list[str]:
+    """`args` with each value of NAMING_FLAGS (`--served-model-name` takes several) and a leading positional
+    model (`serve MODEL ...`) replaced by one placeholder: what the verdict does not depend on."""
+    kept: list[str] = []
+    naming = not args or not args[0].startswith("-")
+    for arg in args:
+        if arg.startswith("-"):
+            flag = arg.split("=", 1)[0]
+            naming = flag in NAMING_FLAGS and "=" not in arg
+            # `--model=/x` and `--model /x` parse alike: both are kept as `--model <named>`.
+            kept += [flag, NAMED] if flag in NAMING_FLAGS and "=" in arg else [arg]
+        elif naming:
+            if kept[-1:] != [NAMED]:
+                kept.append(NAMED)
+        else:
+            kept.append(arg)
+    return kept
+
+
 def verdict_key(spec: Mapping[str, Any], installed: tuple[str, str], python: str, env: Mapping[str, str]) -> str:
-    """What decides the verdict, as one digest: the Python, the vLLM, the launch and the VLLM_* environment."""
+    """What decides the verdict, as one digest: the Python, the vLLM, the launch's flags and the VLLM_*
+    environment (not the unit's name, the model's or the names it is served under)."""
     material = {
         "python": python,
         "vllm": list(installed),
-        "unit": spec["unit"],
-        "args": list(spec["args"]),
+        "args": without_names(spec["args"]),
         "environment": {k: v for k, v in sorted(env.items()) if k.startswith("VLLM_")},
         # The unit's own VLLM_* variables the check judges (the attention backend).
         "unitEnvironment": dict(sorted((spec.get("environment") or {}).items())),
@@ -223,15 +249,19 @@ def verdict_key(spec: Mapping[str, Any], installed: tuple[str, str], python: str
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
 
 
-def cached_verdict(cache: Path, key: str) -> Verdict | None:
+def cached_verdict(cache: Path, key: str, unit: str) -> Verdict | None:
     try:
         data = json.loads((cache / f"{key}.json").read_text(encoding="utf-8"))
-        return Verdict(True, f"{data['message']} (remembered from {data['at']}: same vLLM and launch)")
+        return Verdict(
+            True,
+            f"vLLM {data['version']} accepts the launch of {unit} (remembered from {data['at']}, when it accepted "
+            f"that of {data['unit']}: same vLLM, flags and environment)",
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
-def remember(cache: Path, key: str, verdict: Verdict) -> None:
+def remember(cache: Path, key: str, verdict: Verdict, version: str, unit: str) -> None:
     """Keep an accepted verdict; a cache that cannot be written only costs the next check its import."""
     if not verdict.accepted:
         return
@@ -239,7 +269,7 @@ def remember(cache: Path, key: str, verdict: Verdict) -> None:
         cache.mkdir(parents=True, exist_ok=True)
         temporary = cache / f".{key}.{os.getpid()}.tmp"
         at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
-        temporary.write_text(json.dumps({"message": verdict.message, "at": at}), encoding="utf-8")
+        temporary.write_text(json.dumps({"version": version, "unit": unit, "at": at}), encoding="utf-8")
         temporary.replace(cache / f"{key}.json")
     except OSError:
         pass
@@ -255,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     cache = Path(options.cache)
     installed = installed_vllm()
     key = verdict_key(spec, installed, sys.executable, os.environ) if installed is not None else None
-    if key is not None and (remembered := cached_verdict(cache, key)) is not None:
+    if key is not None and (remembered := cached_verdict(cache, key, spec["unit"])) is not None:
         print(remembered.message)
         return 0
     # Parsing computes nothing: keep the OpenMP runtime that importing vLLM loads from probing the
@@ -283,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
                 verdict.message + "; " + environment.message if environment.accepted else environment.message,
             )
     if key is not None:
-        remember(cache, key, verdict)
+        remember(cache, key, verdict, version, spec["unit"])
     print(verdict.message, file=sys.stdout if verdict.accepted else sys.stderr)
     return 0 if verdict.accepted else 1
 

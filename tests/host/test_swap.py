@@ -8,8 +8,8 @@ import re
 import sys
 import urllib.error
 from collections.abc import Mapping
-from email.message import Message
 from dataclasses import dataclass, field
+from email.message import Message
 from pathlib import Path
 from typing import Any
 

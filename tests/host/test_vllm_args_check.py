@@ -149,6 +149,12 @@ def test_an_accepted_launch_is_remembered_and_a_changed_one_checked_again(
     assert tool.main(["--spec", str(spec), *cache]) == 0
     assert imports == ["vllm"]  # the second check did not import vLLM
     assert "remembered from" in capsys.readouterr().out
+    # Another model with the same flags, under another unit: the same verdict, named for the new unit.
+    spec.write_text(json.dumps({"unit": "v.service", "args": ["--model", "/other"]}))
+    assert tool.main(["--spec", str(spec), *cache]) == 0
+    assert imports == ["vllm"]
+    said = capsys.readouterr().out
+    assert "accepts the launch of v.service" in said and "when it accepted that of u.service" in said, said
     # Another launch, or the same one on another vLLM, is checked afresh; a rejection is not remembered.
     spec.write_text(json.dumps({"unit": "u.service", "args": ["--model", "/m", "--disable-log-requests"]}))
     assert tool.main(["--spec", str(spec), *cache]) == 1
@@ -166,3 +172,29 @@ def test_verdict_key_follows_the_vllm_environment_only() -> None:
     assert base == tool.verdict_key(spec, ("0.32.0", "r"), "/opt/vllm-env/bin/python3", {"HOME": "/tmp"})
     assert base != tool.verdict_key(spec, ("0.32.0", "r"), "/opt/vllm-env/bin/python3", {"VLLM_USE_V1": "0"})
     assert base != tool.verdict_key(spec, ("0.32.0", "r2"), "/opt/vllm-env/bin/python3", {})
+
+
+def test_verdict_key_leaves_out_only_what_names_the_model() -> None:
+    """A swap to another model with the same flags is the same verdict; any other flag or value is not."""
+
+    def key(unit: str, *args: str) -> str:
+        return tool.verdict_key({"unit": unit, "args": list(args)}, ("0.32.0", "r"), "/py", {})
+
+    base = key("vllm-a.service", "--model", "/shared/a", "--served-model-name", "a", "--port", "18000")
+    assert base == key("vllm-b.service", "--model", "/shared/b", "--served-model-name", "b", "c", "--port", "18000")
+    assert base == key("vllm-b.service", "--model=/shared/b", "--served-model-name=b", "--port", "18000")
+    assert base != key("vllm-a.service", "--model", "/shared/a", "--served-model-name", "a", "--port", "18001")
+    assert base != key("vllm-a.service", "--model", "/shared/a", "--port", "18000")
+    assert base != key("vllm-a.service", "--model", "/shared/a", "--served-model-name", "a", "--port", "18000", "-O3")
+    # A headless node's `serve MODEL ...`: the positional model is a name too, the flags after it are not.
+    node = key("vllm-a-node1.service", "/shared/a", "--headless", "--nnodes", "2")
+    assert node == key("vllm-b-node1.service", "/shared/b", "--headless", "--nnodes", "2")
+    assert node != key("vllm-b-node1.service", "/shared/b", "--headless", "--nnodes", "3")
+    assert tool.without_names(["/m", "--dtype", "float32", "--served-model-name", "x", "y", "--enforce-eager"]) == [
+        tool.NAMED,
+        "--dtype",
+        "float32",
+        "--served-model-name",
+        tool.NAMED,
+        "--enforce-eager",
+    ]
