@@ -3,11 +3,12 @@
 # End-to-end tests bring the sandbox host and the mirror up themselves and take them down again if
 # they started them.
 #
-# Two pytest runs at once, because the end-to-end tests spend most of their time waiting on engines
-# that load and hosts that boot: the tests marked e2e (the sandbox hosts, one module after another) in
-# the foreground, and the rest (unit, golden, real-engine previews, fresh clones; none touches a sandbox
-# host or the shared mirror) beside them, their output shown once they are done. Arguments go to both
-# runs; VLLM_FLEET_TEST_SERIAL=1 runs everything as one pytest instead.
+# pytest runs at once, because the end-to-end tests spend much of their time waiting on engines that load
+# and hosts that boot: the tests marked e2e in the foreground (the single-host modules on the dev sandbox,
+# one after another, and beside them the fleet lane on hosts of its own, below), and the rest (unit,
+# golden, real-engine previews, fresh clones; none touches a sandbox host or the shared mirror) beside
+# them, their output shown once they are done. Arguments go to the unit run and one end-to-end run;
+# VLLM_FLEET_TEST_SERIAL=1 runs everything as one pytest instead.
 set -euo pipefail
 # shellcheck source=scripts/env.sh
 source "$(dirname "$0")/env.sh"
@@ -35,30 +36,69 @@ echo "==> mypy, then pytest -m 'not e2e' (beside the end-to-end tests; their out
 ) >"$beside" 2>&1 &
 beside_pid=$!
 trap 'kill "$beside_pid" 2>/dev/null || true' EXIT
-# The end-to-end module that asserts nothing about latency (faults: downloads, rollbacks, locks, a reboot)
-# goes first, while the other run loads the CPU; the ones that count failed requests and gaps run after
-# it has finished.
-e2e_paths=()
-if [ "$#" -eq 0 ]; then
-  e2e_paths=(tests/test_faults.py)
-  for path in tests/test_*.py; do [ "$path" = tests/test_faults.py ] || e2e_paths+=("$path"); done
+# With no arguments the end-to-end tests run in two lanes, each on sandbox hosts of its own: an engine start
+# is mostly Python importing vLLM on one core, so one lane alone left the second core idle 39% of the time
+# (measured: /proc over the last 32 minutes of a run). The fleet lane (tests/test_fleet.py and
+# tests/test_multinode.py, hosts fleet-1 and fleet-2, which its `fleet` fixture boots and stops) runs beside
+# the single-host modules on the dev sandbox. It starts once tests/test_faults.py is done: that module makes
+# the shared mirror reset and corrupt downloads of the same repositories. The sandbox and the mirror, which
+# both lanes use, are brought up here and taken down at the end if this run started them.
+fleet_modules=(tests/test_fleet.py tests/test_multinode.py)
+if [ "$#" -gt 0 ]; then
+  echo "==> pytest -m e2e"
+  set +e
+  "$VENV/pytest" -m e2e --durations=30 "$@"
+  e2e_status=$?
+  fleet_status=5
+else
+  started_here=()
+  for script in sandbox/host.sh scripts/mirror.sh; do
+    if ! "$script" status >/dev/null 2>&1 &&
+      ! { [ "$script" = scripts/mirror.sh ] && curl -sf -o /dev/null --max-time 5 \
+        "http://127.0.0.1:${VLLM_FLEET_MIRROR_PORT:-18080}/api/models/acme/tiny-chat-a"; }; then
+      "$script" up
+      started_here=("$script" "${started_here[@]}")
+    fi
+  done
+  # shellcheck disable=SC2317  # run by the EXIT trap
+  take_down() {
+    kill "$beside_pid" "${fleet_pid:-}" 2>/dev/null || true
+    for script in "${started_here[@]}"; do "$script" down || true; done
+  }
+  trap take_down EXIT
+  single_host=()
+  for path in tests/test_*.py; do
+    case " tests/test_faults.py ${fleet_modules[*]} " in *" $path "*) ;; *) single_host+=("$path") ;; esac
+  done
+  fleet_log="$VLLM_FLEET_LOGS/pytest-e2e-fleet-lane.log"
+  echo "==> pytest -m e2e tests/test_faults.py"
+  set +e
+  "$VENV/pytest" -m e2e --durations=10 tests/test_faults.py
+  faults_status=$?
+  echo "==> pytest -m e2e ${fleet_modules[*]} (beside the rest; their output: $fleet_log)"
+  "$VENV/pytest" -p no:cacheprovider -m e2e --durations=15 "${fleet_modules[@]}" >"$fleet_log" 2>&1 &
+  fleet_pid=$!
+  echo "==> pytest -m e2e (the single-host modules)"
+  # --durations: where the suite's time goes (make test is kept under 40 minutes on 2 cores).
+  "$VENV/pytest" -m e2e --durations=25 "${single_host[@]}"
+  e2e_status=$?
+  [ "$faults_status" -eq 0 ] || e2e_status=$faults_status
+  wait "$fleet_pid"
+  fleet_status=$?
+  echo "==> pytest -m e2e ${fleet_modules[*]} (ran beside; exit $fleet_status)"
+  cat "$fleet_log"
 fi
-echo "==> pytest -m e2e"
-set +e
-# --durations: where the suite's time goes (make test is kept under 40 minutes on 2 cores).
-"$VENV/pytest" -m e2e --durations=30 "${e2e_paths[@]}" "$@"
-e2e_status=$?
 wait "$beside_pid"
 beside_status=$?
 set -e
-trap - EXIT
 echo "==> mypy and pytest -m 'not e2e' (ran beside; exit $beside_status)"
 cat "$beside"
 # pytest exits 5 when a run selects no test (arguments that name only unit tests, say): that run is not a
-# failure as long as the other one ran tests.
-if { [ "$e2e_status" -eq 0 ] || [ "$e2e_status" -eq 5 ]; } && { [ "$beside_status" -eq 0 ] || [ "$beside_status" -eq 5 ]; } &&
-  [ $((e2e_status + beside_status)) -lt 10 ]; then
+# failure as long as another one ran tests.
+ok() { [ "$1" -eq 0 ] || [ "$1" -eq 5 ]; }
+if ok "$e2e_status" && ok "$fleet_status" && ok "$beside_status" &&
+  [ $((e2e_status + fleet_status + beside_status)) -lt 15 ]; then
   exit 0
 fi
-echo "==> pytest failed: e2e exit $e2e_status, not e2e exit $beside_status"
+echo "==> pytest failed: e2e exit $e2e_status, fleet lane exit $fleet_status, not e2e exit $beside_status"
 exit 1
