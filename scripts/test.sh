@@ -38,12 +38,14 @@ beside_pid=$!
 trap 'kill "$beside_pid" 2>/dev/null || true' EXIT
 # With no arguments the end-to-end tests run in two lanes, each on sandbox hosts of its own: an engine start
 # is mostly Python importing vLLM on one core, so one lane alone left the second core idle 39% of the time
-# (measured: /proc over the last 32 minutes of a run). The fleet lane (tests/test_fleet.py and
-# tests/test_multinode.py, hosts fleet-1 and fleet-2, which its `fleet` fixture boots and stops) runs beside
-# the single-host modules on the dev sandbox. It starts once tests/test_faults.py is done: that module makes
-# the shared mirror reset and corrupt downloads of the same repositories. The sandbox and the mirror, which
-# both lanes use, are brought up here and taken down at the end if this run started them.
+# (measured: /proc over the last 32 minutes of a run). The fleet lane runs beside the single-host modules
+# on the dev sandbox: tests/test_fleet.py and tests/test_multinode.py on hosts fleet-1 and fleet-2, then
+# tests/test_e2e.py on fleet-1 (VLLM_FLEET_SANDBOX_NAME, which the single-host modules read), so that the
+# two lanes end about together. It starts once tests/test_faults.py is done: that module makes the shared
+# mirror reset and corrupt downloads of the same repositories. The hosts and the mirror are brought up
+# here and taken down at the end if this run started them.
 fleet_modules=(tests/test_fleet.py tests/test_multinode.py)
+on_fleet_1=(tests/test_e2e.py)
 if [ "$#" -gt 0 ]; then
   echo "==> pytest -m e2e"
   set +e
@@ -63,20 +65,32 @@ else
   # shellcheck disable=SC2317  # run by the EXIT trap
   take_down() {
     kill "$beside_pid" "${fleet_pid:-}" 2>/dev/null || true
+    [ -z "${fleet_started:-}" ] || sandbox/host.sh fleet-down || true
     for script in "${started_here[@]}"; do "$script" down || true; done
   }
   trap take_down EXIT
   single_host=()
   for path in tests/test_*.py; do
-    case " tests/test_faults.py ${fleet_modules[*]} " in *" $path "*) ;; *) single_host+=("$path") ;; esac
+    case " tests/test_faults.py ${fleet_modules[*]} ${on_fleet_1[*]} " in *" $path "*) ;; *) single_host+=("$path") ;; esac
   done
   fleet_log="$VLLM_FLEET_LOGS/pytest-e2e-fleet-lane.log"
   echo "==> pytest -m e2e tests/test_faults.py"
   set +e
   "$VENV/pytest" -m e2e --durations=10 tests/test_faults.py
   faults_status=$?
-  echo "==> pytest -m e2e ${fleet_modules[*]} (beside the rest; their output: $fleet_log)"
-  "$VENV/pytest" -p no:cacheprovider -m e2e --durations=15 "${fleet_modules[@]}" >"$fleet_log" 2>&1 &
+  fleet_started=""
+  for host in fleet-1 fleet-2; do
+    VLLM_FLEET_SANDBOX_NAME=$host sandbox/host.sh status >/dev/null 2>&1 || fleet_started=1
+  done
+  echo "==> pytest -m e2e ${fleet_modules[*]}, then ${on_fleet_1[*]} on fleet-1 (beside the rest; their output: $fleet_log)"
+  (
+    [ -z "$fleet_started" ] || sandbox/host.sh fleet-up 2 || exit 1
+    "$VENV/pytest" -p no:cacheprovider -m e2e --durations=15 "${fleet_modules[@]}"
+    fleet_tests=$?
+    VLLM_FLEET_SANDBOX_NAME=fleet-1 "$VENV/pytest" -p no:cacheprovider -m e2e --durations=10 "${on_fleet_1[@]}"
+    moved_tests=$?
+    exit $((fleet_tests != 0 && fleet_tests != 5 ? fleet_tests : moved_tests))
+  ) >"$fleet_log" 2>&1 &
   fleet_pid=$!
   echo "==> pytest -m e2e (the single-host modules)"
   # --durations: where the suite's time goes (make test is kept under 40 minutes on 2 cores).
@@ -85,7 +99,7 @@ else
   [ "$faults_status" -eq 0 ] || e2e_status=$faults_status
   wait "$fleet_pid"
   fleet_status=$?
-  echo "==> pytest -m e2e ${fleet_modules[*]} (ran beside; exit $fleet_status)"
+  echo "==> pytest -m e2e ${fleet_modules[*]} ${on_fleet_1[*]} (ran beside; exit $fleet_status)"
   cat "$fleet_log"
 fi
 wait "$beside_pid"
