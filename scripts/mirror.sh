@@ -14,6 +14,9 @@ run=.run/mirror
 pid_file=$run/pid
 
 running() { [ -f "$pid_file" ] && kill -0 "$(cat "$pid_file")" 2>/dev/null; }
+# The mirror of another checkout of this machine (its pid file is there, not here) serves the same models on
+# the same port: it serves this checkout's tests too, and a second one would fail on the port.
+served_elsewhere() { curl -sf -o /dev/null --max-time 5 "http://127.0.0.1:$port/api/models/acme/tiny-chat-a"; }
 
 case "${1:-}" in
   up)
@@ -45,7 +48,14 @@ case "${1:-}" in
     rm -f "$pid_file"
     ;;
   status)
-    if running; then echo "[mirror] up on 127.0.0.1:$port"; else echo "[mirror] down"; exit 3; fi
+    if running; then
+      echo "[mirror] up on 127.0.0.1:$port"
+    elif served_elsewhere; then
+      echo "[mirror] up on 127.0.0.1:$port (another checkout's)"
+    else
+      echo "[mirror] down"
+      exit 3
+    fi
     ;;
   *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
 esac

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command of the README and CI: lint, types, then every test (unit, real engine, end to end).
-# End-to-end tests bring the sandbox host and the mirror up themselves and take them down again if
-# they started them.
+# The hosts and the mirror the end-to-end tests use are brought up (by this script, or with arguments by
+# the tests' fixtures) and taken down again by whoever started them.
 #
 # pytest runs at once, because the end-to-end tests spend much of their time waiting on engines that load
 # and hosts that boot: the tests marked e2e in the foreground (the single-host modules on the dev sandbox,
@@ -55,9 +55,7 @@ if [ "$#" -gt 0 ]; then
 else
   started_here=()
   for script in sandbox/host.sh scripts/mirror.sh; do
-    if ! "$script" status >/dev/null 2>&1 &&
-      ! { [ "$script" = scripts/mirror.sh ] && curl -sf -o /dev/null --max-time 5 \
-        "http://127.0.0.1:${VLLM_FLEET_MIRROR_PORT:-18080}/api/models/acme/tiny-chat-a"; }; then
+    if ! "$script" status >/dev/null 2>&1; then
       "$script" up
       started_here=("$script" "${started_here[@]}")
     fi
