@@ -37,6 +37,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from host.contract import NODE_CURRENT, NodeLaunch
 
@@ -178,7 +179,7 @@ def model_files_unchanged(directory: str) -> bool:
     return model_sync.main(["check", "--dir", directory]) == 0
 
 
-def run_launches(head: str, directory: Path, grace: float, poll: float) -> int:
+def run_launches(head: str, directory: Path, grace: float, poll: float, stop_signals: StopSignals) -> int:
     """Wait for the head to run one of the node's launches, run that one, and end it (exit 1, for systemd
     to start a fresh watch) once it lost the head or, before it joined, the head went on to another."""
     said = ""
@@ -202,7 +203,7 @@ def run_launches(head: str, directory: Path, grace: float, poll: float) -> int:
         f"node-watch: the head at {head} runs {chosen.model} (master port {chosen.master_port}); starting its engine",
         flush=True,
     )
-    child = subprocess.Popen(list(chosen.argv), env={**os.environ, **chosen.environment}, start_new_session=True)
+    child = stop_signals.start(list(chosen.argv), env={**os.environ, **chosen.environment})
 
     def head_moved(joined: bool, connected: bool) -> str | None:
         if connected or listens(head, chosen.master_port):
@@ -227,7 +228,6 @@ def supervise(
 ) -> int:
     """Watch the engine until it exits (its status) or must stop (1, for systemd to start a fresh watch):
     it lost the head it joined for `grace` s, or `head_moved(joined, connected)` says why it must go."""
-    handle_stop_signals(child)
     watch = Watch(grace)
     while child.poll() is None:
         time.sleep(poll)
@@ -243,15 +243,38 @@ def supervise(
     return child.returncode
 
 
-def handle_stop_signals(child: subprocess.Popen[bytes]) -> None:
-    """systemd's stop (SIGTERM) ends the engine's whole process group too."""
+class StopSignals:
+    """systemd's stop (SIGTERM; SIGINT by hand) ends the engine's whole process group too, whenever it
+    comes. Installed before the engine starts: the engine runs in a session of its own, so a stop that
+    killed the watch while it was starting the engine would leave the engine running, unwatched (seen:
+    an engine outlived its watch). Such a stop is held until the engine is known, then carried out."""
 
-    def stopped_by_systemd(signum: int, _frame: object) -> None:
-        stop(child)
-        sys.exit(128 + signum)
+    def __init__(self) -> None:
+        self.child: subprocess.Popen[bytes] | None = None
+        self.starting = False
+        self.received: int | None = None
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self.on_signal)
 
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, stopped_by_systemd)
+    def on_signal(self, signum: int, _frame: object) -> None:
+        self.received = signum
+        if self.child is not None or not self.starting:
+            self.stop_and_exit()
+        # else: the engine is being started; start() carries the stop out once it knows the engine
+
+    def start(self, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        """Start the engine in its own process group (so a stop reaches its workers too)."""
+        self.starting = True
+        child = subprocess.Popen(argv, env=env, start_new_session=True)
+        self.child = child
+        if self.received is not None:
+            self.stop_and_exit()
+        return child
+
+    def stop_and_exit(self) -> NoReturn:
+        if self.child is not None:
+            stop(self.child)
+        sys.exit(128 + (self.received or signal.SIGTERM))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -264,14 +287,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     head = str(ipaddress.ip_address(args.head))
-    if args.launches is not None:
-        if command:
-            parser.error("give either --launches or the engine's command after --")
-        return run_launches(head, args.launches, args.grace, args.poll)
-    if not command:
+    if args.launches is not None and command:
+        parser.error("give either --launches or the engine's command after --")
+    if args.launches is None and not command:
         parser.error("give --launches, or the engine's command after --")
-    # Its own process group, so a stop reaches the engine's workers too.
-    return supervise(subprocess.Popen(command, start_new_session=True), head, args.grace, args.poll)
+    stop_signals = StopSignals()
+    if args.launches is not None:
+        return run_launches(head, args.launches, args.grace, args.poll, stop_signals)
+    return supervise(stop_signals.start(command), head, args.grace, args.poll)
 
 
 if __name__ == "__main__":
