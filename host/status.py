@@ -15,8 +15,8 @@ deployment:
   vllmVersion the installed vllm distribution of the deployment's python
   lastLoadSeconds  from the journal: the last start job of the unit, from "Starting" to "Started" (the unit's
               ExecStartPost waits until the model serves, so this is the load time)
-  bench       the smoke benchmark (`vllm bench serve`, random prompts) when asked: output tokens/s, median
-              TTFT and TPOT in ms
+  bench       the smoke benchmark (host/smoke_bench.py: random token-id prompts, streamed) when asked:
+              output tokens/s, median TTFT and TPOT in ms
 and once for the host: gpus (nvidia-smi index, memory used/total) and gpuHolders (from the installed survey
 tool: PID, unit, GPUs). Standard library only.
 """
@@ -29,12 +29,11 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-from host import survey
+from host import smoke_bench, survey
 from host.adapters import survey_entry as adapters_survey
 from host.contract import ETC_DIR, MANIFEST_REL, UNIT_DIR
 from host.systemd import parse_show
@@ -156,30 +155,17 @@ def last_load_seconds(journal_json: str) -> float | None:
     return loaded
 
 
-def bench(python: str, front_door: str, served_name: str, tokenizer: str, spec: dict[str, Any]) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="vllm-fleet-bench-") as out:
-        args = [
-            python, "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend", "openai",
-            "--base-url", front_door, "--model", served_name, "--tokenizer", tokenizer,
-            "--dataset-name", "random", "--random-input-len", str(spec["inputLen"]),
-            "--random-output-len", str(spec["outputLen"]), "--num-prompts", str(spec["requests"]),
-            "--max-concurrency", str(spec["concurrency"]), "--ignore-eos",
-            "--save-result", "--result-dir", out, "--result-filename", "result.json",
-        ]  # fmt: skip
-        env = {**os.environ, "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
-        try:
-            done = subprocess.run(args, capture_output=True, text=True, timeout=600, check=False, env=env)
-            with open(f"{out}/result.json", encoding="utf-8") as handle:
-                result = json.load(handle)
-        except (OSError, ValueError, subprocess.TimeoutExpired) as error:
-            tail = done.stderr.strip().splitlines()[-3:] if "done" in locals() else []
-            return {"error": f"{error.__class__.__name__}: {error}; {' | '.join(tail)}"[:400]}
-    return {
-        "requests": result.get("completed"),
-        "outputTokensPerSecond": round(float(result.get("output_throughput", 0.0)), 1),
-        "ttftMs": round(float(result.get("median_ttft_ms", 0.0)), 1),
-        "tpotMs": round(float(result.get("median_tpot_ms", 0.0)), 2),
-    }
+def bench(base_url: str, served_name: str, model_dir: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """The smoke benchmark through the serving engine (host/smoke_bench.py says why not `vllm bench serve`)."""
+    return smoke_bench.run(
+        base_url,
+        served_name,
+        requests=int(spec["requests"]),
+        input_len=int(spec["inputLen"]),
+        output_len=int(spec["outputLen"]),
+        concurrency=int(spec["concurrency"]),
+        vocab=smoke_bench.vocab_size(model_dir),
+    )
 
 
 def gpus() -> list[dict[str, int]]:
@@ -216,7 +202,7 @@ def report(spec: dict[str, Any], with_bench: bool) -> dict[str, Any]:
             ),
         }
         if with_bench and d.get("bench"):
-            facts["bench"] = bench(d["python"], engine, d["servedName"], d["modelDir"], d["bench"])
+            facts["bench"] = bench(engine, d["servedName"], d["modelDir"], d["bench"])
         deployments[d["owner"]] = facts
     return {"deployments": deployments, "gpus": gpus(), "gpuHolders": gpu_holders()}
 

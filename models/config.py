@@ -177,7 +177,8 @@ class Rollout(LocalBaseModel):
 
 
 class SmokeBenchmark(LocalBaseModel):
-    """A short `vllm bench serve` (random prompts) through the front door after each deploy; its output
+    """A few completions of random prompts, streamed from the serving engine after each deploy (what
+    `vllm bench serve --dataset-name random --ignore-eos` measures, host/smoke_bench.py); its output
     tokens/s, median TTFT and TPOT become the deployment's stack outputs."""
 
     requests: Annotated[int, Field(ge=1, le=500)] = 8

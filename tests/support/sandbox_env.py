@@ -275,7 +275,7 @@ def e2e_stack_file(
 ) -> str:
     """A stack file for the sandbox like Pulumi.dev.yaml, with its own model names, GPU and port, so
     it can run beside a `make up` deployment of the dev stack on the same sandbox. The smoke benchmark
-    (a `vllm bench serve` after every deploy and swap, ~20 s on this machine) only where a test reads it."""
+    (host/smoke_bench.py after every deploy and swap) only where a test reads it."""
     raw = dev_config()
     raw["sshPrivateKeyFile"] = str(SSH_KEY)
     raw["hfEndpoint"] = MIRROR_URL
