@@ -20,27 +20,24 @@ import json
 import random
 import statistics
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 # Random prompt ids stay below this unless the model's config says its vocabulary is smaller: low ids are
 # ordinary tokens in every vocabulary we serve, where high ones may be reserved or special.
 DEFAULT_VOCAB = 32000
 
 
-@dataclass(frozen=True)
-class Timed:
-    """One request as the client saw it: when it was sent, when each streamed chunk with text came, and
-    how many tokens the engine says it produced."""
+class Timed(NamedTuple):
+    """One request as the client saw it."""
 
-    sent: float
-    chunks: tuple[float, ...]
-    output_tokens: int
+    sent: float  # when it was sent
+    chunks: tuple[float, ...]  # when each streamed chunk with text came
+    output_tokens: int  # how many tokens the engine says it produced
 
     @property
     def ttft(self) -> float:
@@ -128,33 +125,19 @@ def run(
     timeout: float = 120.0,
 ) -> dict[str, Any]:
     """Send `requests` completions, at most `concurrency` at once; the report's numbers, or an error."""
-    queue = list(enumerate(prompts(requests, input_len, vocab)))
-    lock = threading.Lock()
-    timed: list[Timed] = []
-    errors: list[str] = []
 
-    def worker() -> None:
-        while True:
-            with lock:
-                if not queue:
-                    return
-                _, prompt = queue.pop(0)
-            try:
-                result = one_request(base_url, model, prompt, output_len, timeout)
-            except (OSError, ValueError, RuntimeError) as error:
-                with lock:
-                    errors.append(f"{error.__class__.__name__}: {error}")
-                continue
-            with lock:
-                timed.append(result)
+    def attempt(prompt: list[int]) -> Timed | str:
+        try:
+            return one_request(base_url, model, prompt, output_len, timeout)
+        except (OSError, ValueError, RuntimeError) as error:
+            return f"{error.__class__.__name__}: {error}"
 
     started = time.perf_counter()
-    threads = [threading.Thread(target=worker) for _ in range(min(concurrency, requests))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    with ThreadPoolExecutor(max_workers=min(concurrency, requests)) as pool:
+        outcomes = list(pool.map(attempt, prompts(requests, input_len, vocab)))
     wall = time.perf_counter() - started
+    timed = [outcome for outcome in outcomes if isinstance(outcome, Timed)]
+    errors = [outcome for outcome in outcomes if isinstance(outcome, str)]
     if not timed:
         return {"error": f"no request succeeded of {requests}: {errors[0] if errors else 'none sent'}"[:400]}
     tpots = [t.tpot for t in timed if t.tpot is not None]
