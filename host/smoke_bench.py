@@ -102,8 +102,10 @@ def one_request(base_url: str, model: str, prompt: list[int], output_len: int, t
     tokens = 0
     with urllib.request.urlopen(request, timeout=timeout) as response:
         for event in sse_events(response):
-            if "error" in event:  # vLLM streams a refusal as an event, under status 200
-                raise RuntimeError(str(event["error"].get("message", event["error"]))[:300])
+            error = event.get("error")
+            if error is not None:  # vLLM streams a refusal as an event, under status 200
+                message = error.get("message", error) if isinstance(error, dict) else error
+                raise RuntimeError(str(message)[:300])
             if any(choice.get("text") for choice in event.get("choices") or []):
                 chunks.append(time.perf_counter())
             usage = event.get("usage")

@@ -42,9 +42,10 @@ trap 'kill "$beside_pid" 2>/dev/null || true' EXIT
 # on the dev sandbox: tests/test_fleet.py and tests/test_multinode.py on hosts fleet-1 and fleet-2, then
 # tests/test_e2e.py and tests/test_access.py on fleet-1 (VLLM_FLEET_SANDBOX_NAME, which the single-host
 # modules read), so that the two lanes end about together (measured: the single-host lane ended 3.7
-# minutes after the fleet lane with test_access on it, which takes about 2). It starts once tests/test_faults.py is done: that module makes the shared
-# mirror reset and corrupt downloads of the same repositories. The hosts and the mirror are brought up
-# here and taken down at the end if this run started them.
+# minutes after the fleet lane with test_access on it, which takes about 2). It starts once
+# tests/test_faults.py is done: that module makes the shared mirror reset and corrupt downloads of the
+# same repositories. The hosts and the mirror are brought up here and taken down at the end if this run
+# started them.
 fleet_modules=(tests/test_fleet.py tests/test_multinode.py)
 on_fleet_1=(tests/test_e2e.py tests/test_access.py)
 if [ "$#" -gt 0 ]; then

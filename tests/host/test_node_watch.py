@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -211,13 +212,21 @@ def test_a_node_waiting_for_a_head_that_went_back_to_the_old_model_switches_to_i
     assert "now runs old, not new; switching" in out, out
 
 
+@pytest.fixture
+def stop_signals() -> Iterator[node_watch.StopSignals]:
+    """node-watch's stop handlers, installed in this process for the test, pytest's own put back after."""
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    yield node_watch.StopSignals()
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
+
+
 def test_a_stop_that_comes_while_the_engine_starts_ends_the_engine_once_it_is_known(
-    monkeypatch: pytest.MonkeyPatch,
+    stop_signals: node_watch.StopSignals, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The window that once left an engine running without its watch: systemd's SIGTERM arrives after the
     engine's fork but before the watch knows the engine. The stop is held, then carried out: the engine's
     process group is ended and the watch exits 128 + SIGTERM, as for any stop."""
-    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
     started: list[subprocess.Popen[bytes]] = []
     real_popen = subprocess.Popen
 
@@ -227,7 +236,6 @@ def test_a_stop_that_comes_while_the_engine_starts_ends_the_engine_once_it_is_kn
         return started[-1]
 
     try:
-        stop_signals = node_watch.StopSignals()
         monkeypatch.setattr(subprocess, "Popen", popen_then_stop)
         with pytest.raises(SystemExit) as stopped:
             stop_signals.start([sys.executable, "-c", "import time; time.sleep(600)"])
@@ -235,22 +243,14 @@ def test_a_stop_that_comes_while_the_engine_starts_ends_the_engine_once_it_is_kn
         assert stopped.value.code == 128 + signal.SIGTERM
         assert started and started[0].poll() == -signal.SIGTERM, "the engine was ended, not left running"
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
         for child in started:
             if child.poll() is None:
                 child.kill()
                 child.wait()
 
 
-def test_a_stop_while_waiting_for_the_head_ends_the_watch_at_once() -> None:
-    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        node_watch.StopSignals()
-        with pytest.raises(SystemExit) as stopped:
-            os.kill(os.getpid(), signal.SIGTERM)
-            time.sleep(5)  # the handler runs here
-        assert stopped.value.code == 128 + signal.SIGTERM
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+def test_a_stop_while_waiting_for_the_head_ends_the_watch_at_once(stop_signals: node_watch.StopSignals) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler runs here
+    assert stopped.value.code == 128 + signal.SIGTERM
