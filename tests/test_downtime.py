@@ -124,7 +124,7 @@ def test_new_model_that_never_answers_leaves_the_old_one_serving(downtime: Downt
     assert on_host("test -e /etc/systemd/system/vllm-dt-tiny-b.service || echo gone").strip() == "gone"
 
 
-def test_stop_start_when_the_other_gpu_is_taken_is_down_no_longer_than_the_engine_start(
+def test_stop_start_when_the_other_gpu_is_taken_is_down_no_longer_than_the_stop_and_the_engine_start(
     downtime: Downtime,
 ) -> None:
     on_host(
@@ -135,8 +135,12 @@ def test_stop_start_when_the_other_gpu_is_taken_is_down_no_longer_than_the_engin
     result, report = downtime.swap("stop_start", "dt-tiny-b")
     assert result is not None and result.summary.result == "succeeded", downtime.log()[-3000:]
     assert "swap mode: stop-start" in downtime.log() and "GPU 3 held by other processes" in downtime.log()
-    start_to_ready = report["swap_result"]["timings"]["start_to_ready"]
-    assert report["longest_gap_s"] <= start_to_ready + 2.0, report
+    # The clients' gap spans the old engine's drain and stop (the GPU must be free first) and the new one's
+    # start: all three as this swap measured them, so a slow machine (CI's start took 71 s) moves the bound
+    # with them; the 2 s left is the swap's own steps between them.
+    timings = report["swap_result"]["timings"]
+    bound = timings.get("drain", 0.0) + timings["stop"] + timings["start_to_ready"] + 2.0
+    assert report["longest_gap_s"] <= bound, (bound, report)
     # Clients are told 503 (Retry-After) while no engine serves: none meets the stopping engine (502).
     assert set(report["failed_by_status"]) <= {"503"}, report
     assert unit_on_gpu("vllm-dt-tiny-b.service").strip() == "2"
