@@ -132,6 +132,11 @@ class StandInHead:
                 self.connections.append(self.listener.accept()[0])
 
     def close(self) -> None:
+        # shutdown wakes the thread's accept (close alone does not): a thread left accepting would take, once
+        # the number of the closed socket is reused, the connections of the next test's server.
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)
+        self.thread.join(timeout=5)
         self.listener.close()
         for connection in self.connections:
             connection.close()
