@@ -44,12 +44,14 @@ class BlueGreen(FrontDoorSwitch):
                 plan.digest,
                 self.timings,
             )
-        self.host.run("systemctl", "enable", "--quiet", plan.unit_name)
+        # enable/disable only set the symlinks the next boot reads; each would also reload the whole manager
+        # (~0.2 s), and remove_unit_files reloads it once anyway.
+        self.host.run("systemctl", "enable", "--quiet", "--no-reload", plan.unit_name)
         self.write_active(self.record(placement))
         self.drain(old)
         stop_started = now()
         self.host.run("systemctl", "stop", old.unit, check=False)
-        self.host.run("systemctl", "disable", "--quiet", old.unit, check=False)
+        self.host.run("systemctl", "disable", "--quiet", "--no-reload", old.unit, check=False)
         self.timings["stop"] = now() - stop_started
         self.log(f"stopped {old.unit} in {self.timings['stop']:.1f} s")
         self.remove_unit_files(old.unit)

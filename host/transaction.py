@@ -236,13 +236,14 @@ class Transaction(BlueGreen, Rollback, TakeOver):
                 self.log(f"stopping {backup.unit}")
                 self.host.run("systemctl", "stop", backup.unit, check=False)
             if backup.unit != plan.unit_name and backup.was_enabled:
-                self.host.run("systemctl", "disable", "--quiet", backup.unit, check=False)
+                # Only the next boot reads the symlinks: no manager reload (~0.2 s each) while nothing serves.
+                self.host.run("systemctl", "disable", "--quiet", "--no-reload", backup.unit, check=False)
         self.timings["stop"] = now() - stop_started
         if any(b.was_running for b in backups):
             self.log(f"stopped {', '.join(b.unit for b in backups if b.was_running)} in {self.timings['stop']:.1f} s")
 
         self.host.run("systemctl", "reset-failed", plan.unit_name, check=False)
-        self.host.run("systemctl", "enable", "--quiet", plan.unit_name)
+        self.host.run("systemctl", "enable", "--quiet", "--no-reload", plan.unit_name)
         ready, cursor = self.start_new(f"serving {plan.served_name} on {placement.describe()}")
         if ready:
             switched = self.switch_front_door(placement)
