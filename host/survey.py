@@ -29,6 +29,7 @@ import os
 import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -197,20 +198,25 @@ def claims(state_root: str = STATE_DIR) -> dict[str, Any]:
 
 
 def survey() -> dict[str, Any]:
-    uuids = gpu_uuids()  # one nvidia-smi query for the holders and the count
-    listeners = parse_ss(run("ss", "-ltnpH"))
-    for entry in listeners:
-        entry["unit"] = unit_of(entry["pid"]) if entry["pid"] else None
-        entry["cmd"] = command_line(entry["pid"]) if entry["pid"] else ""
-    return {
-        "units": units(),
-        "listeners": listeners,
-        "gpuHolders": gpu_holders(uuids),
-        "gpuCount": len(uuids),
-        "active": active_records(),
-        "claims": claims(),
-        "memory": memory(),
-    }
+    # The systemctl calls and the nvidia-smi queries (~20-50 ms each, mostly waiting) run side by side: the
+    # survey is part of every swap's preview and of the swap itself.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        found_units = pool.submit(units)
+        uuids = gpu_uuids()  # one nvidia-smi query for the holders and the count
+        holders = gpu_holders(uuids)
+        listeners = parse_ss(run("ss", "-ltnpH"))
+        for entry in listeners:
+            entry["unit"] = unit_of(entry["pid"]) if entry["pid"] else None
+            entry["cmd"] = command_line(entry["pid"]) if entry["pid"] else ""
+        return {
+            "units": found_units.result(),
+            "listeners": listeners,
+            "gpuHolders": holders,
+            "gpuCount": len(uuids),
+            "active": active_records(),
+            "claims": claims(),
+            "memory": memory(),
+        }
 
 
 def vllm_version(python: str) -> str | None:
@@ -227,9 +233,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="survey", description="what already runs on this host, as JSON")
     parser.add_argument("--python", help="the vLLM venv's python: report its vLLM version as well")
     args = parser.parse_args(argv)
-    found = survey()
-    if args.python:
-        found["vllm"] = {"python": args.python, "version": vllm_version(args.python)}
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        version = pool.submit(vllm_version, args.python) if args.python else None
+        found = survey()
+        if version is not None:
+            found["vllm"] = {"python": args.python, "version": version.result()}
     json.dump(found, sys.stdout, sort_keys=True)
     sys.stdout.write("\n")
     return 0

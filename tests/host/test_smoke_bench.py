@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from host import smoke_bench
+from host import smoke_bench, status
 
 VOCAB = 100
 FIRST_TOKEN_S = 0.05
@@ -27,13 +27,24 @@ class StandInEngine(BaseHTTPRequestHandler):
     vocabulary of VOCAB gets vLLM's refusal: an error event in a stream that began with status 200."""
 
     bodies: ClassVar[list[dict[str, Any]]] = []
+    # Set at the first completion request (the report test waits on it).
+    asked = threading.Event()
 
     def log_message(self, *_: object) -> None:
         pass
 
+    def do_GET(self) -> None:
+        """/metrics as vLLM writes it: the requests it has received so far all count as running."""
+        text = f'vllm:num_requests_running{{model_name="chat"}} {len(type(self).bodies)}.0\n'.encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(text)))
+        self.end_headers()
+        self.wfile.write(text)
+
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         type(self).bodies.append(body)
+        type(self).asked.set()
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
@@ -57,6 +68,7 @@ class StandInEngine(BaseHTTPRequestHandler):
 @pytest.fixture
 def engine() -> Iterator[str]:
     StandInEngine.bodies = []
+    StandInEngine.asked = threading.Event()
     server = ThreadingHTTPServer(("127.0.0.1", 0), StandInEngine)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -108,3 +120,36 @@ def test_the_vocabulary_comes_from_the_models_config(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps({"text_config": {"vocab_size": 163840}}))
     assert smoke_bench.vocab_size(str(tmp_path)) == smoke_bench.DEFAULT_VOCAB  # capped: low ids are ordinary
     assert smoke_bench.vocab_size(str(tmp_path / "missing")) == smoke_bench.DEFAULT_VOCAB
+
+
+def test_the_report_reads_the_load_before_the_benchmark_and_the_rest_while_it_runs(
+    engine: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen_while_benchmarking: list[bool] = []
+
+    def vllm_version(python: str) -> str:
+        seen_while_benchmarking.append(StandInEngine.asked.wait(timeout=10))
+        return "0.0.0"
+
+    monkeypatch.setattr(status, "vllm_version", vllm_version)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text(json.dumps({"vocab_size": VOCAB}))
+    spec = {
+        "deployments": [
+            {
+                "owner": "dev.chat",
+                "unit": "vllm-stand-in.service",  # no placement file: the report reaches the engine at frontDoor
+                "frontDoor": engine,
+                "stateDir": str(tmp_path / "state"),
+                "modelDir": str(tmp_path / "model"),
+                "python": "python3",
+                "servedName": "chat",
+                "bench": {"requests": 4, "inputLen": 8, "outputLen": 3, "concurrency": 2},
+            }
+        ]
+    }
+    found = status.report(spec, with_bench=True)["deployments"]["dev.chat"]
+    assert found["metrics"] == {"running": 0.0}, "read before the benchmark's own requests"
+    assert found["bench"]["requests"] == 4 and len(StandInEngine.bodies) == 4, found
+    assert seen_while_benchmarking == [True], "the facts are read while the benchmark runs, not after it"
+    assert found["vllmVersion"] == "0.0.0" and found["model"]["state"] == "no manifest"
