@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from host.contract import ActiveRecord, Placement, Result, is_managed
+from host.contract import FRONT_DOOR_UNIT, ActiveRecord, Placement, Result, is_managed
 from host.front_door_switch import FrontDoorSwitch
 from host.systemd import established_to, now
 
@@ -59,13 +59,17 @@ class BlueGreen(FrontDoorSwitch):
         return self.succeeded(placement, old)
 
     def drain(self, old: ActiveRecord) -> None:
-        """Until the front door carries no request to the old engine, or drain_seconds pass."""
+        """Until the front door carries no request to the old engine and none of its workers from before the
+        reload runs (one may still hold a request it accepted just before the reload and pass it to the old
+        engine only after the count of connections: a 502, or vLLM's ~10 s shutdown hang, once that stops), or
+        drain_seconds pass."""
         if old.backend_port is None:
             return
         started = now()
         last_report = 0.0
         while True:
             carried = established_to(self.host.run("ss", "-Htn", "state", "established", check=False), old.backend_port)
+            carried += self.host.retiring_workers(FRONT_DOOR_UNIT)
             elapsed = now() - started
             if carried == 0:
                 self.timings["drain"] = elapsed
@@ -74,11 +78,11 @@ class BlueGreen(FrontDoorSwitch):
             if elapsed >= self.plan.drain_seconds:
                 self.timings["drain"] = elapsed
                 self.log(
-                    f"{old.unit} still carries {carried} request(s) after {self.plan.drain_seconds} s "
-                    "(deployments[].drainSeconds); stopping it"
+                    f"{old.unit} still carries {carried} request(s) or front door worker(s) after "
+                    f"{self.plan.drain_seconds} s (deployments[].drainSeconds); stopping it"
                 )
                 return
             if elapsed - last_report >= self.plan.report_every:
-                self.log(f"draining {old.unit}: {carried} request(s) in flight")
+                self.log(f"draining {old.unit}: {carried} request(s) or front door worker(s) from before the switch")
                 last_report = elapsed
-            self.sleep(0.2)
+            self.sleep(0.1)

@@ -57,11 +57,37 @@ def established_to(ss_output: str, port: int) -> int:
     return count
 
 
+# The title nginx gives a worker that a reload told to finish what it carries and exit.
+RETIRING_WORKER_TITLE = b"nginx: worker process is shutting down"
+
+
+def retiring_nginx_workers(master_pid: int, proc: Path = Path("/proc")) -> int:
+    """Workers of the nginx master `master_pid` that a reload has retired and that have not exited yet."""
+    if master_pid <= 0:
+        return 0
+    count = 0
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if parent == master_pid and (entry / "cmdline").read_bytes().startswith(RETIRING_WORKER_TITLE):
+                count += 1
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile, or not readable
+    return count
+
+
 # ---- the host, as the transaction uses it -------------------------------------------------------------
 
 
 class SystemdHost:
     """systemctl, journalctl and files; one place, so the transaction reads as its steps."""
+
+    def retiring_workers(self, unit: str) -> int:
+        """Workers of the nginx that `unit` runs that a reload retired and that still run: each finishes the
+        requests it accepted before the reload, passing them to the upstream of the site as it was then."""
+        return retiring_nginx_workers(int(self.show(unit, "MainPID").get("MainPID") or 0))
 
     def run(self, *args: str, check: bool = True) -> str:
         result = subprocess.run(args, capture_output=True, text=True, check=False)

@@ -46,6 +46,9 @@ class RecordingSystemd(systemd.SystemdHost):
     # only signals it: its old workers pass requests on until the new ones answer).
     closed_answers: int = 0
     answers_before_the_reload: list[str] = field(default_factory=list)
+    # What each look at the front door's retired workers finds (0 once the list is used up): nginx's workers
+    # from before a reload, still finishing, as the drain reads them.
+    retiring: list[int] = field(default_factory=list)
 
     def run(self, *args: str, check: bool = True) -> str:
         self.calls.append(args)
@@ -103,6 +106,10 @@ class RecordingSystemd(systemd.SystemdHost):
 
     def enabled(self, unit: str) -> bool:
         return self.units.get(unit, FakeUnit()).enabled
+
+    def retiring_workers(self, unit: str) -> int:
+        self.calls.append(("retiring-workers", unit))
+        return self.retiring.pop(0) if self.retiring else 0
 
     def start_timeout(self, unit: str) -> float:
         timeout = super().start_timeout(unit)
@@ -489,6 +496,34 @@ def test_blue_green_starts_the_new_engine_beside_the_old_and_switches_before_the
     back = world.run(world.plan(unit="vllm-a.service", gpus=(0, 1)))
     assert back.status == "succeeded" and back.timings["blue_green"] == 1.0
     assert "CUDA_VISIBLE_DEVICES=0\n" in (world.env_dir / "vllm-a.placement.env").read_text()
+
+
+def test_blue_green_stops_the_old_engine_only_once_the_front_doors_retired_workers_are_gone(tmp_path: Path) -> None:
+    # The bench showed it: a worker from before the reload passed a request it had accepted to the old engine
+    # after the drain counted no connection to it, as the swap stopped it (a 502; once a 10 s shutdown hang).
+    world = World(tmp_path)
+    deployed(world)
+    world.systemd.retiring = [2, 1, 0]
+    result = world.run(world.plan(unit="vllm-b.service", gpus=(0, 1)))
+    assert result.status == "succeeded", result.message
+    looks = [i for i, call in enumerate(world.systemd.calls) if call[0] == "retiring-workers"]
+    stop = world.systemd.calls.index(("systemctl", "stop", "vllm-a.service"))
+    assert len(looks) == 3 and looks[-1] < stop, world.systemd.calls
+
+
+def test_retiring_nginx_workers_are_the_masters_children_titled_shutting_down(tmp_path: Path) -> None:
+    def process(pid: int, parent: int, title: bytes) -> None:
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "stat").write_text(f"{pid} (nginx) S {parent} {pid} {pid} 0 -1\n")
+        (tmp_path / str(pid) / "cmdline").write_bytes(title + b"\0")
+
+    process(187, 1, b"nginx: master process /usr/sbin/nginx -c /etc/vllm-fleet/frontdoor/nginx.conf")
+    process(200, 187, b"nginx: worker process is shutting down")
+    process(201, 187, b"nginx: worker process")
+    process(300, 999, b"nginx: worker process is shutting down")  # another nginx's
+    (tmp_path / "self").mkdir()
+    assert systemd.retiring_nginx_workers(187, tmp_path) == 1
+    assert systemd.retiring_nginx_workers(0, tmp_path) == 0  # the front door is not running
 
 
 def test_blue_green_new_engine_that_never_answers_leaves_the_old_one_untouched(tmp_path: Path) -> None:
