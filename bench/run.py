@@ -269,6 +269,11 @@ for root, _, files in os.walk("{BIG_MODEL}"):
 LOAD_UNIT = "vllm-fleet-bench-load.service"
 
 
+# Below Linux's ephemeral range (32768-60999): at 38000 a client connection that had that local port made
+# the engine's bind fail (EADDRINUSE) in one run.
+LOAD_PORT = 31800
+
+
 def load_once(prewarmed: bool) -> dict[str, float]:
     """Evict the model from the page cache, pre-warm it or not, start an engine on it and time it to
     /health; the bytes its processes read from storage (/proc/PID/io read_bytes: the sandbox's cgroups are
@@ -284,13 +289,18 @@ def load_once(prewarmed: bool) -> dict[str, float]:
         "-E CUDA_VISIBLE_DEVICES=3 -E VLLM_CPU_KVCACHE_SPACE=1 -E VLLM_CPU_OMP_THREADS_BIND=nobind "
         "-E HF_HUB_OFFLINE=1 -E VLLM_NO_USAGE_STATS=1 -E TMPDIR=/tmp "
         f"/opt/vllm-env/bin/python3 -m vllm.entrypoints.openai.api_server --model {BIG_MODEL} "
-        "--host 127.0.0.1 --port 38000 --enforce-eager --dtype float32 --max-model-len 512"
+        f"--host 127.0.0.1 --port {LOAD_PORT} --enforce-eager --dtype float32 --max-model-len 512"
     )
     started = time.monotonic()
     try:
-        while on_host("curl -sf -o /dev/null -w '%{http_code}' http://127.0.0.1:38000/health || true").strip() != "200":
+        while (
+            on_host(f"curl -sf -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{LOAD_PORT}/health || true").strip()
+            != "200"
+        ):
             if time.monotonic() - started > 600:
                 raise RuntimeError(f"{LOAD_UNIT} did not answer /health within 600 s")
+            if on_host(f"systemctl is-active {LOAD_UNIT} || true").strip() not in ("active", "activating"):
+                raise RuntimeError(f"{LOAD_UNIT} exited before it answered: journalctl -u {LOAD_UNIT}")
             time.sleep(0.5)
         ready_s = time.monotonic() - started
         read = on_host(
