@@ -15,6 +15,7 @@ import shlex
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 
@@ -400,3 +401,17 @@ def engine_flags(argv: list[str]) -> dict[str, tuple[str, ...]]:
             index += 1
         flags[name] = tuple(values)
     return flags
+
+
+def children_by_parent(proc: Path = Path("/proc")) -> dict[int, list[int]]:
+    """Every process's children, by parent PID, from /proc/PID/stat (a process gone meanwhile is left out)."""
+    children: dict[int, list[int]] = {}
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(entry.name))
+    return children

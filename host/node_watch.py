@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from host.contract import NODE_CURRENT, NodeLaunch
+from host.facts import children_by_parent
 
 ESTABLISHED = "01"  # the state column of /proc/net/tcp{,6}
 
@@ -71,16 +72,7 @@ def established_to(head: str, tables: Iterable[str]) -> set[str]:
 
 def process_tree(root: int, proc: Path = Path("/proc")) -> set[int]:
     """`root` and all its descendants."""
-    children: dict[int, list[int]] = {}
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        parent = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(parent, []).append(int(entry.name))
+    children = children_by_parent(proc)
     tree, todo = set(), [root]
     while todo:
         pid = todo.pop()

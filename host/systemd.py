@@ -3,6 +3,7 @@ replace with a recording fake, and the parsers of what they print. Standard libr
 
 from __future__ import annotations
 
+import contextlib
 import re
 import ssl
 import subprocess
@@ -12,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from host.contract import BACKEND_HEADER, RUNNING_STATES
+from host.facts import children_by_parent
 
 DEFAULT_START_TIMEOUT = 90.0  # systemd's DefaultTimeoutStartSec
 
@@ -66,15 +68,9 @@ def retiring_nginx_workers(master_pid: int, proc: Path = Path("/proc")) -> int:
     if master_pid <= 0:
         return 0
     count = 0
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            if parent == master_pid and (entry / "cmdline").read_bytes().startswith(RETIRING_WORKER_TITLE):
-                count += 1
-        except (OSError, ValueError, IndexError):
-            continue  # gone meanwhile, or not readable
+    for worker in children_by_parent(proc).get(master_pid, []):
+        with contextlib.suppress(OSError):  # gone meanwhile
+            count += (proc / str(worker) / "cmdline").read_bytes().startswith(RETIRING_WORKER_TITLE)
     return count
 
 
