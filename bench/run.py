@@ -452,17 +452,18 @@ def bench_download() -> dict[str, Any]:
     summary = {
         mode: {
             "median_wall": median([r["wall"] for r in picked]),
-            "throughput_mb_s": size / median([r["wall"] for r in picked]) / 1e6,
             "median_client_cpu": median([r["client_cpu"] for r in picked]),
             "median_mirror_cpu": median([r["mirror_cpu"] for r in picked]),
-            # CPUs kept busy by all of them together: near the machine's count, the run waited for CPU.
             "median_forwarders_cpu": median([r["forwarders_cpu"] for r in picked]),
+            # CPUs kept busy by all of them together: near the machine's count, the run waited for CPU.
             "cores_busy": median(
                 [(r["client_cpu"] + r["mirror_cpu"] + r["forwarders_cpu"]) / r["wall"] for r in picked]
             ),
         }
         for mode, picked in runs.items()
     }
+    for figures in summary.values():
+        figures["throughput_mb_s"] = size / figures["median_wall"] / 1e6
     return {
         "bytes": size,
         "cpus": os.cpu_count(),

@@ -198,9 +198,9 @@ def claims(state_root: str = STATE_DIR) -> dict[str, Any]:
 
 
 def survey() -> dict[str, Any]:
-    # The systemctl calls and the nvidia-smi queries (~20-50 ms each, mostly waiting) run side by side: the
-    # survey is part of every swap's preview and of the swap itself.
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    # The units' systemctl calls run beside the nvidia-smi queries and the rest (~20-50 ms each, mostly
+    # waiting): the survey is part of every swap's preview and of the swap itself.
+    with ThreadPoolExecutor(max_workers=1) as pool:
         found_units = pool.submit(units)
         uuids = gpu_uuids()  # one nvidia-smi query for the holders and the count
         holders = gpu_holders(uuids)
