@@ -23,7 +23,6 @@ from pathlib import Path
 
 from host.contract import RUNNING_STATES, Plan, Result
 from host.systemd import SystemdHost
-from host.transaction import STATE_ROOT, Transaction, host_lock
 
 
 def result_path(plan: Plan) -> Path:
@@ -31,6 +30,9 @@ def result_path(plan: Plan) -> Path:
 
 
 def run_transaction(plan_file: str) -> int:
+    # Imported here: the step's side (`swap start`) runs on the swap's path too and needs none of it.
+    from host.transaction import STATE_ROOT, Transaction, host_lock
+
     plan = Plan.load(plan_file)
     with host_lock(STATE_ROOT):
         try:
@@ -51,23 +53,44 @@ def run_transaction(plan_file: str) -> int:
 
 
 # How often the step reads the transaction's journal and state (a journalctl and a systemctl, some 20 ms
-# each): the step ends at most this long after the transaction, and its lines show with that delay.
+# each), so its lines show with at most this delay; between reads it looks for the result file (a stat)
+# every RESULT_POLL, so the step ends within about that of the transaction.
 FOLLOW_POLL = 0.25
+RESULT_POLL = 0.05
 
 
 def follow(plan: Plan, host: SystemdHost, out: Callable[[str], None], cursor: str, poll: float = FOLLOW_POLL) -> None:
     """Print the transaction unit's journal after `cursor` until the unit is gone (collected when it ends)."""
+    before = result_stamp(plan)  # an attached transaction's result file may be an earlier one's
     while True:
         lines, cursor = host.journal(plan.transaction_unit, cursor, own_output=True)
         for line in lines:
             out(line)
         if host.show(plan.transaction_unit, "ActiveState").get("ActiveState", "inactive") not in RUNNING_STATES:
-            time.sleep(poll / 2)  # journald may still be writing the last lines
+            # journald may still be writing the last lines; the result itself is read from its file.
+            time.sleep(min(poll, RESULT_POLL))
             lines, cursor = host.journal(plan.transaction_unit, cursor, own_output=True)
             for line in lines:
                 out(line)
             return
-        time.sleep(poll)
+        wait_for_result(plan, poll, before)
+
+
+def result_stamp(plan: Plan) -> int | None:
+    try:
+        return result_path(plan).stat().st_mtime_ns
+    except FileNotFoundError:
+        return None
+
+
+def wait_for_result(plan: Plan, poll: float, before: int | None) -> None:
+    """Up to `poll`, or until the transaction has written its result (it exits right after)."""
+    deadline = time.monotonic() + poll
+    while True:
+        time.sleep(min(RESULT_POLL, poll))
+        stamp = result_stamp(plan)
+        if (stamp is not None and stamp != before) or time.monotonic() >= deadline:
+            return
 
 
 def read_result(plan: Plan) -> Result | None:

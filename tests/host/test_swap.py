@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import re
 import sys
+import threading
+import time
 import urllib.error
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -208,12 +210,11 @@ class World:
         """The deployment's site in the front door."""
         return self.front_door_dir / "sites" / "dev.chat.conf"
 
-    def run(self, plan: contract.Plan) -> contract.Result:
-        # What host/survey.py would report on this host, as the transaction reads it.
-        (self.tools / "survey").write_text(f"import json\nprint(json.dumps({self.found!r}))\n")
-        transaction = Transaction(
+    def transaction(self, plan: contract.Plan, host: RecordingSystemd | None = None) -> Transaction:
+        """A transaction on this world's host (or `host`), whose own sleeps return at once."""
+        return Transaction(
             plan,
-            self.systemd,
+            host or self.systemd,
             log=self.lines.append,
             state_root=self.state_root,
             unit_dir=self.unit_dir,
@@ -221,7 +222,11 @@ class World:
             sleep=lambda _s: None,
             front_door_dir=self.front_door_dir,
         )
-        return transaction.run()
+
+    def run(self, plan: contract.Plan) -> contract.Result:
+        # What host/survey.py would report on this host, as the transaction reads it.
+        (self.tools / "survey").write_text(f"import json\nprint(json.dumps({self.found!r}))\n")
+        return self.transaction(plan).run()
 
 
 def test_first_deploy_installs_starts_and_claims(tmp_path: Path) -> None:
@@ -317,6 +322,62 @@ def test_an_engine_that_exits_is_a_failed_start_without_waiting_for_its_restart(
     assert result.status == "rolled-back", result.message
     assert any("vllm-new.service failed after 0 s (its process exited" in line for line in world.lines), world.lines
     assert world.systemd.units["vllm-old.service"].state == "active"
+
+
+@dataclass
+class SlowStartSystemd(RecordingSystemd):
+    """A start that takes `load_seconds` of real time, as an engine's load does: the unit is activating
+    until then, and `systemctl start` without --no-block returns only then. Each look is counted."""
+
+    load_seconds: float = 0.3
+    refuse_start: bool = False
+    looks: int = 0
+
+    def run(self, *args: str, check: bool = True) -> str:
+        out = super().run(*args, check=check)
+        if args[:2] == ("systemctl", "start") and not self.refuse_start:
+            fake = self.units[args[-1]]
+            fake.state, fake.sub_state = "activating", "start-post"
+            threading.Timer(self.load_seconds, lambda: setattr(fake, "state", "active")).start()
+        return out
+
+    def attempt(self, *args: str) -> tuple[int, str]:
+        if args[:2] == ("systemctl", "start"):
+            self.run(*args)
+            if self.refuse_start:
+                self.units[args[-1]].state = "inactive"
+                return 1, f"Unit {args[-1]} has a bad unit file setting."
+            while self.units[args[-1]].state != "active":
+                time.sleep(0.01)
+            return 0, ""
+        return super().attempt(*args)
+
+    def show(self, unit: str, *props: str) -> dict[str, str]:
+        self.looks += 1
+        return super().show(unit, *props)
+
+
+def test_the_wait_for_a_new_engine_wakes_when_its_start_job_ends_not_by_looking_again_and_again(
+    tmp_path: Path,
+) -> None:
+    # With the start job in a thread, the wait blocks on it between looks; a wait that only looked every
+    # tick (the world's sleeps return at once) would look thousands of times during the 0.3 s load.
+    world = World(tmp_path)
+    slow = SlowStartSystemd(world.unit_dir, world.env_dir, world.front_door_dir)
+    ready, _ = world.transaction(world.plan(), slow).start_new("test")
+    assert ready
+    assert slow.looks <= 4, slow.looks
+    assert ("systemctl", "start", "vllm-new.service") in slow.calls
+
+
+def test_a_start_that_systemd_refuses_ends_the_wait_at_once_with_its_words(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    slow = SlowStartSystemd(world.unit_dir, world.env_dir, world.front_door_dir, refuse_start=True)
+    transaction = world.transaction(world.plan(), slow)
+    ready, _ = transaction.start_new("test")
+    assert not ready
+    assert "start_to_ready" not in transaction.timings
+    assert any("bad unit file setting" in line for line in world.lines), world.lines
 
 
 def test_hand_made_unit_of_the_same_name_is_replaced_not_kept(tmp_path: Path) -> None:
@@ -429,6 +490,41 @@ def test_a_second_up_attaches_to_the_running_transaction(tmp_path: Path, capsys:
     assert swap.start(str(plan_file), host, poll=0) == 0
     assert not [c for c in host.calls if c[0] == "systemd-run"], "a second transaction was started"
     assert "already running on this host (vllm-fleet-swap-dev.chat.service): attaching" in capsys.readouterr().out
+
+
+@dataclass
+class TransactionWritingItsResult(RecordingSystemd):
+    """A swap transaction unit that writes its result file after 0.1 s and is gone 20 ms after that."""
+
+    result_file: Path = Path("/nonexistent")
+    journal_reads: int = 0
+
+    def show(self, unit: str, *props: str) -> dict[str, str]:
+        if unit.startswith("vllm-fleet-swap-"):
+            written = self.result_file.is_file() and time.time() - self.result_file.stat().st_mtime > 0.02
+            return {"ActiveState": "inactive" if written else "active"}
+        return super().show(unit, *props)
+
+    def journal(
+        self, unit: str, cursor: str, lines: int | None = None, own_output: bool = False
+    ) -> tuple[list[str], str]:
+        self.journal_reads += 1
+        return [], cursor
+
+
+def test_the_step_ends_when_the_transaction_writes_its_result_not_at_its_next_read_of_the_journal(
+    tmp_path: Path,
+) -> None:
+    world = World(tmp_path)
+    plan = world.plan()
+    host = TransactionWritingItsResult(world.unit_dir, result_file=swap.result_path(plan))
+    result = json.dumps({"status": "succeeded", "message": "ok", "plan_digest": plan.digest})
+    threading.Timer(0.1, swap.result_path(plan).write_text, args=(result,)).start()
+    started = time.monotonic()
+    swap.follow(plan, host, lambda _line: None, "c0", poll=30.0)
+    # A step that looked only every `poll` would have waited 30 s for its second look.
+    assert time.monotonic() - started < 5
+    assert host.journal_reads <= 6, host.journal_reads
 
 
 def test_start_runs_the_transaction_in_a_transient_unit(tmp_path: Path) -> None:
