@@ -236,6 +236,8 @@ class TransactionBase:
         started = now()
         last_report = 0.0
         while True:
+            # Read before the state, so that a state read after the job ended is that job's outcome.
+            job_ended = job is not None and job.done.is_set()
             props = self.host.show(unit, "ActiveState", "SubState", "NRestarts")
             state = props.get("ActiveState", "inactive")
             elapsed = now() - started
@@ -253,7 +255,7 @@ class TransactionBase:
             if int(props.get("NRestarts", "0") or 0) > 0:
                 self.log(f"{unit} failed after {elapsed:.0f} s and systemd is restarting it")
                 return False
-            if job is not None and job.done.is_set() and state not in ("activating", "reloading"):
+            if job is not None and job_ended and state not in ("activating", "reloading"):
                 # The start job has ended and left the unit neither serving nor on its way: systemd
                 # refused the start itself (a unit file it cannot load, a start limit hit).
                 self.log(f"{unit} did not start: systemctl start ended with {job.status}: {job.output[-300:]}")
@@ -267,7 +269,7 @@ class TransactionBase:
                     f"starting {unit}: {elapsed:.0f}/{timeout:g} s, state {state}; last log: {(lines or ['none'])[-1][:200]}"
                 )
                 last_report = elapsed
-            if job is not None and not job.done.is_set():
-                job.done.wait(0.25)
+            if job is not None and not job_ended:
+                job.done.wait(0.25)  # at once when the job ends: the next look reads its outcome
             else:
                 self.sleep(0.25)
