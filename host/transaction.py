@@ -95,7 +95,7 @@ class Transaction(BlueGreen, Rollback, TakeOver):
         """The host's survey, started before the model check and read after it: two tools of some 0.1-0.3 s
         each that need nothing of each other, both before the judgement, while the old model serves."""
         return subprocess.Popen(
-            [self.plan.python, f"{self.plan.tools_dir}/survey"],
+            self.tool_command("survey"),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -128,11 +128,13 @@ class TransactionBase:
         temporary.write_text(wanted.to_json(), encoding="utf-8")
         temporary.replace(path)
 
+    def tool_command(self, tool: str, *args: str) -> list[str]:
+        """One of the host tools, run with the deployment's python."""
+        return [self.plan.python, f"{self.plan.tools_dir}/{tool}", *args]
+
     def run_tool(self, tool: str, *args: str) -> int:
-        """Run one of the host tools with the deployment's python, its output logged line by line."""
-        result = subprocess.run(
-            [self.plan.python, f"{self.plan.tools_dir}/{tool}", *args], capture_output=True, text=True, check=False
-        )
+        """Run one of the host tools, its output logged line by line."""
+        result = subprocess.run(self.tool_command(tool, *args), capture_output=True, text=True, check=False)
         for line in (result.stdout + result.stderr).splitlines():
             self.log(line)
         return result.returncode
