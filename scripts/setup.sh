@@ -85,6 +85,13 @@ PY
     .venv/bin/pip install -q -r .venv/requirements.txt
   echo "$deps_hash" > .venv/.deps-stamp
 fi
+# The program's bytecode, written here because Python will not write it itself where the environment
+# sets PYTHONDONTWRITEBYTECODE (this machine kind's image does): without it every `pulumi` run compiles the
+# program's ~10,000 lines again, about 0.15 s per run of the program on 2 cores, and an `up` runs it twice.
+# Timestamp-checked, so a module edited since is compiled afresh in memory (until the next set-up), never
+# run stale. Only files changed since the last set-up are compiled.
+.venv/bin/python -m compileall -q -j 0 --invalidation-mode timestamp components controller host models render \
+  >>"$LOG" 2>&1
 
 scripts/build-engine.sh
 
