@@ -47,8 +47,11 @@ def tools_package_script() -> str:
         "#!/usr/bin/env bash\n"
         f"# vllm-fleet host package {host_bundle.version()}: {', '.join(tools)}, installed in {TOOLS_DIR}\n"
         "set -euo pipefail\n"
-        f"base64 -d <<'{HEREDOC_DELIMITER}' | python3 -c '{host_bundle.UNPACK}' >{TOOLS_DIR}/.{BUNDLE_NAME}.tmp\n"
+        f"base64 -d <<'{HEREDOC_DELIMITER}' >{TOOLS_DIR}/.{BUNDLE_NAME}.xz.tmp\n"
         f"{lines}\n{HEREDOC_DELIMITER}\n"
+        f"python3 -c '{host_bundle.UNPACK}' {TOOLS_DIR}/{BUNDLE_NAME} <{TOOLS_DIR}/.{BUNDLE_NAME}.xz.tmp"
+        f" >{TOOLS_DIR}/.{BUNDLE_NAME}.tmp\n"
+        f"rm -f {TOOLS_DIR}/.{BUNDLE_NAME}.xz.tmp\n"
         f"chmod 0644 {TOOLS_DIR}/.{BUNDLE_NAME}.tmp\n"
         f"mv -f {TOOLS_DIR}/.{BUNDLE_NAME}.tmp {TOOLS_DIR}/{BUNDLE_NAME}\n"
     )

@@ -359,13 +359,44 @@ def test_the_host_package_installs_and_every_tool_runs_from_it(tmp_path: Path) -
     tools_dir = tmp_path / "tools"
     tools_dir.mkdir()
     subprocess.run(["bash", "-c", script.replace(TOOLS_DIR, str(tools_dir))], check=True, capture_output=True)
+    modules = sorted(f"host/{p.name}" for p in (ROOT / "host").glob("*.py"))
     with zipfile.ZipFile(tools_dir / BUNDLE_NAME) as bundle:
-        assert sorted(bundle.namelist()) == sorted(f"host/{p.name}" for p in (ROOT / "host").glob("*.py"))
+        # Each module with its bytecode, compiled by the python3 that installed it.
+        assert sorted(bundle.namelist()) == sorted([*modules, *(f"{m}c" for m in modules)])
     assert sorted(p.name for p in tools_dir.iterdir() if p.name != BUNDLE_NAME) == sorted(host_bundle.TOOLS)
     for tool in ("swap", "prewarm", "model-sync", "gpu-release-guard", "node-watch", "clean-shm"):
         # Outside the repository, so nothing but the archive can provide the `host` package.
         result = run_captured([sys.executable, str(tools_dir / tool), "--help"], cwd=tmp_path)
         assert result.returncode == 0 and "usage" in result.stdout.lower(), (tool, result.stderr[-500:])
+
+
+def test_the_installed_host_package_carries_bytecode_its_python3_loads(tmp_path: Path) -> None:
+    """The bytecode the install adds is what that python3 imports: an archive of the bytecode alone (the
+    sources taken out) still runs a tool's imports, and its code names the installed archive's path."""
+    python3 = shutil.which("python3")
+    assert python3 is not None
+    tools_dir = tmp_path / "tools"
+    tools_dir.mkdir()
+    script = steps.tools_package_script().replace(TOOLS_DIR, str(tools_dir))
+    subprocess.run(["bash", "-c", script], check=True, capture_output=True)
+    installed = tools_dir / BUNDLE_NAME
+    compiled_only = tmp_path / "compiled-only.pyz"
+    with zipfile.ZipFile(installed) as bundle, zipfile.ZipFile(compiled_only, "w") as stripped:
+        for info in bundle.infolist():
+            if info.filename.endswith(".pyc"):
+                stripped.writestr(info, bundle.read(info))
+    assert list(tools_dir.glob(".*tmp")) == []  # the install leaves no temporary file
+    result = run_captured(
+        [
+            python3,
+            "-c",
+            f"import sys; sys.path.insert(0, {str(compiled_only)!r}); import host.swap, host.contract; "
+            "print(host.contract.adapters_json.__code__.co_filename)",
+        ],
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-800:]
+    assert result.stdout.strip() == f"{installed}/host/contract.py"
 
 
 def test_the_host_package_is_built_reproducibly_and_bootstraps_without_installing(tmp_path: Path) -> None:
