@@ -140,14 +140,19 @@ class Transaction(BlueGreen, Rollback, TakeOver):
             # While a blue/green swap runs, both engines hold their GPUs.
             both = decision.placement.gpus + (old.gpus if old is not None and decision.mode == "blue-green" else ())
             self.claim(frozenset(both))
-            if decision.mode != "adopt":
-                self.prewarm()  # an adopted engine loads nothing
         except SwapRefused as refusal:
             return Result("refused", f"refused: {refusal}", plan.digest)
 
+        # Before the pre-warm: a step re-run with nothing to change (its report's smoke benchmark changed, a
+        # repair found nothing to repair) must not read the whole model again.
         unchanged = self.unchanged(old, staged_unit, staged_env, replaces_running)
         if unchanged is not None:
             return unchanged
+        if decision.mode != "adopt":  # an adopted engine loads nothing
+            try:
+                self.prewarm()
+            except SwapRefused as refusal:
+                return Result("refused", f"refused: {refusal}", plan.digest)
         if decision.mode == "adopt":
             self.log(f"adopting in place: {decision.reason}")
             return self.adopt_in_place(judgement, staged_unit, staged_env, started)

@@ -397,9 +397,12 @@ def test_a_unit_that_serves_or_loads_this_configuration_is_left_alone(tmp_path: 
     assert world.run(plan).status == "succeeded"
     world.systemd.units["vllm-new.service"].state = state  # e.g. still loading after a reboot
     world.systemd.calls.clear()
+    world.lines.clear()
     result = world.run(plan)
     assert result.status == "unchanged" and state in result.message
     assert world.systemd.verbs("vllm-new.service") == []
+    # Nothing to load, so nothing to pre-warm: on the reference server that would read 547 GB again.
+    assert not any("prewarm:" in line for line in world.lines), world.lines
 
 
 def test_claims_of_another_live_deployment_refuse_before_anything_stops(tmp_path: Path) -> None:
