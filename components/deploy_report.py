@@ -1,5 +1,6 @@
-"""After each deploy, what the deployment serves, as stack outputs: a step that runs host/status.py on
-the host once the deployment serves (and the smoke benchmark when the deployment enables it)."""
+"""After each deploy, what the deployment serves, as stack outputs: the serving step's `swap start` runs
+host/status.py on the host once the deployment serves (and the smoke benchmark when the deployment enables
+it) and prints its answer as one JSON line (render/report.py); this component reads it from that step."""
 
 from __future__ import annotations
 
@@ -30,18 +31,9 @@ class DeployReport(FleetComponent):
         super().__init__(name, opts)
         rd = args.deployment
         entry = report.spec(rd, args.stack)
-        # Its script holds the unit's digest: a swap or a changed unit re-runs it, a no-op up does not.
-        self.step = self.add_step(
-            "run",
-            args.host.target,
-            create=report.report_script(entry, with_bench=entry["bench"] is not None),
-            depends_on=[args.service.serving],
-            timeout_seconds=900,
-            log_output=False,
-        )
-        owner = entry["owner"]
         endpoint = endpoint_url(rd)
-        self.numbers = self.step.stdout.apply(
+        owner = entry["owner"]
+        self.numbers = args.service.serving.stdout.apply(
             lambda out: report.numbers(endpoint, report.last_json(out).get("deployments", {}).get(owner, {}))
         )
         # What `make status` needs to ask the host and compare, from the outputs alone.

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pulumi
+from pulumi_command import remote
 
 from components.component import FleetComponent
 from components.deployment_args import DeploymentArgs
@@ -54,8 +55,9 @@ class VllmService(FleetComponent):
     unit_name: pulumi.Output[str]
     model_path: pulumi.Output[str]
     launch: pulumi.Output[dict[str, Any]]
-    unit: pulumi.CustomResource
-    serving: pulumi.CustomResource
+    unit: remote.Command
+    # Its stdout ends with the post-deploy report (components/deploy_report.py reads it).
+    serving: remote.Command
 
     def __init__(self, name: str, args: VllmServiceArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(name, opts)
@@ -72,8 +74,9 @@ class VllmService(FleetComponent):
             timeout_seconds=300,
             owns_singleton=True,
         )
-        # Start, readiness and a possible rollback (which waits for the old model again) must all fit.
-        activation_minutes = math.ceil(2 * activation_timeout(rd) / 60) + 5
+        # Start, readiness and a possible rollback (which waits for the old model again) must all fit, and
+        # then the post-deploy report with its smoke benchmark (up to 15 minutes, as its own step had).
+        activation_minutes = math.ceil(2 * activation_timeout(rd) / 60) + 5 + 15
         earlier = [e.serving for e in args.after]
         # Every node stages its launch of the new model and checks it (its vLLM parses it, its GPUs are
         # judged) while the old model serves; then each node installs it beside the launch it runs, and the

@@ -1,20 +1,20 @@
 """The post-deploy report of a deployment: what to ask host/status.py about it (`spec`, plain data that is
-also a stack output, so `make status` needs only the outputs), the step's script that asks it after each
-deploy (`report_script`), and the deployment's outputs read from its answer (`numbers`).
+also a stack output, so `make status` needs only the outputs), the arguments with which the serving step's
+`swap start` asks it once the deployment serves (`swap_arguments`), and the deployment's outputs read from
+its answer (`numbers`).
 
-components/deploy_report.py makes the step; controller/status.py compares the same answer with what the
-stack applied (`make status`). Nothing here creates a resource or touches a host.
+components/deploy_report.py reads the answer from the serving step; controller/status.py compares the same
+answer with what the stack applied (`make status`). Nothing here creates a resource or touches a host.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from host.contract import TOOLS_DIR, deployment_state_dir, owner_key
+from host.contract import deployment_state_dir, owner_key
 from models.config import ResolvedDeployment
 from render.paths import metrics_url, url_host
 from render.units import render_unit
@@ -45,14 +45,13 @@ def spec(rd: ResolvedDeployment, stack: str) -> dict[str, Any]:
     }
 
 
-def report_script(entry: Mapping[str, Any], with_bench: bool) -> str:
-    """The post-deploy step: host/status.py on this deployment, its JSON answer the step's last line."""
+def swap_arguments(entry: Mapping[str, Any]) -> list[str]:
+    """`swap start`'s arguments for the report (host/swap.py): host/status.py's JSON argument, and its
+    smoke benchmark when the deployment enables one. The entry holds the unit's digest and the benchmark,
+    so a change of either re-runs the serving step, which reports (a transaction with nothing to change
+    ends at once as "unchanged")."""
     argument = json.dumps({"deployments": [entry]}, sort_keys=True)
-    flag = " --bench" if with_bench else ""
-    return (
-        "#!/usr/bin/env bash\n# vllm-fleet report: what the deployment serves now, for the stack's outputs.\nset -euo pipefail\n"
-        f"exec python3 {TOOLS_DIR}/status {shlex.quote(argument)}{flag}\n"
-    )
+    return ["--report", argument, *(["--bench"] if entry["bench"] is not None else [])]
 
 
 def last_json(stdout: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from string import Template
 from host.contract import BUNDLE_NAME, Adapter, adapters_json
 from models.config import ModelSpec, ResolvedDeployment
 from models.hosts import Host, Storage
-from render import host_bundle
+from render import host_bundle, report
 from render.launch import args_check_spec, node_args_check_spec, node_launch
 from render.paths import (
     FRONT_DOOR_DIR,
@@ -252,6 +252,7 @@ def activate_script(rd: ResolvedDeployment, stack: str, repairs: int = 0) -> str
             "UNIT_SHA256": plan.unit_sha256,
             "REPAIRS": str(repairs),
             "PLAN": json.dumps(asdict(plan), sort_keys=True, indent=1),
+            "REPORT_ARGS": report.swap_arguments(report.spec(rd, stack)),
         },
     )
 

@@ -38,7 +38,6 @@ def test_prod_graph(prod: dict[str, Registered]) -> None:
         "gpu-01-tools",
         "gpu-01-tools-package",
         "primary-access-files",
-        "primary-report-run",
         "primary-serving",
         "primary-unit",
         "shared-kimi-k2.5-int4-files",
@@ -52,7 +51,6 @@ def test_dev_graph() -> None:
     dev = run_program("dev", read_stack_file(ROOT / "Pulumi.dev.yaml"))
     assert sorted(commands(dev)) == [
         "chat-access-files",
-        "chat-report-run",
         "chat-serving",
         "chat-unit",
         "sandbox-front-door-proxy",
@@ -139,9 +137,9 @@ def changed(before: dict[str, Registered], after: dict[str, Registered]) -> dict
 
 
 def swap_updates(deployment: str) -> dict[str, str]:
-    """The steps a swap of `deployment` to another model updates: its unit, its serving step, and its report
-    (which holds the unit's digest, so it runs again after the swap)."""
-    return {f"{deployment}-report-run": "update", f"{deployment}-serving": "update", f"{deployment}-unit": "update"}
+    """The steps a swap of `deployment` to another model updates: its unit and its serving step (which
+    also reports, once the new model serves)."""
+    return {f"{deployment}-serving": "update", f"{deployment}-unit": "update"}
 
 
 def test_prod_swap_changes_only_the_deployment(prod: dict[str, Registered], prod_raw: dict[str, Any]) -> None:
@@ -281,7 +279,6 @@ def test_a_deployment_across_hosts_has_a_step_pair_per_node(fleet_raw: dict[str,
         "across-unit": 2231,
         "across-serving": 2231,
         "across-access-files": 2231,
-        "across-report-run": 2231,
         "across-node1-unit": 2232,
         "across-node1-serving": 2232,
     }

@@ -61,8 +61,8 @@ def test_real_engine_previews_the_dev_stack(tmp_path: Path) -> None:
     dev = engine.stack(work, tmp_path / "state", "dev", env={"VLLM_FLEET_OFFLINE": "1"})
     result = dev.preview()
     # The stack, 7 components (host, front door, storage, model, service, access, deploy report) and their
-    # steps: 9, and one per group of tools.
-    expected = 1 + 7 + 9 + 1  # the tools' package step
+    # steps: 8 (the deploy report reads the serving step's output), and one per group of tools.
+    expected = 1 + 7 + 8 + 1  # the tools' package step
     assert result.change_summary.get(auto.OpType.CREATE) == expected, result.change_summary
     dev.workspace.remove_stack("dev")
 

@@ -129,9 +129,9 @@ def test_launch_the_hosts_vllm_rejects_fails_before_the_stop(faults: Faults) -> 
     assert "unrecognized arguments: --no-such-flag" in message
     assert served_ids(ENDPOINT) == ["e2e-tiny-a"]
     assert on_host("systemctl show -p ActiveEnterTimestampMonotonic --value vllm-e2e-tiny-a.service").strip() == since
-    # The swap's steps are still pending: the unit, the activation and the deploy report after it.
+    # The swap's steps are still pending: the unit and the activation (which reports once it serves).
     preview = stack.preview()
-    assert preview.change_summary.get(auto.OpType.UPDATE) == 3, preview.change_summary
+    assert preview.change_summary.get(auto.OpType.UPDATE) == 2, preview.change_summary
 
 
 def test_swap_that_cannot_start_rolls_back(faults: Faults) -> None:
@@ -148,11 +148,11 @@ def test_swap_that_cannot_start_rolls_back(faults: Faults) -> None:
     assert "max_model_len" in message, message[-4000:]  # the new unit's journal tail
     assert served_ids(ENDPOINT) == ["e2e-tiny-a"]
     assert on_host("systemctl is-enabled vllm-e2e-tiny-b.service 2>&1 || true").strip() != "enabled"
-    # The failed change is still pending: the serving step and the report after it (the staged unit and
-    # the download succeeded).
+    # The failed change is still pending: the serving step, which reports too (the staged unit and the
+    # download succeeded).
     preview = stack.preview()
-    assert preview.change_summary.get(auto.OpType.UPDATE) == 2, preview.change_summary
-    assert "chat-serving" in preview.stdout and "chat-report-run" in preview.stdout
+    assert preview.change_summary.get(auto.OpType.UPDATE) == 1, preview.change_summary
+    assert "chat-serving" in preview.stdout
 
 
 def test_guard_stops_an_engine_that_outlived_its_server(faults: Faults) -> None:

@@ -6,7 +6,8 @@
 # hand-made ones it replaces), starts the new one, waits until it serves, and puts the old ones back if
 # it does not. Running there, it finishes whatever happens to this SSH session or the controller. This
 # step writes the plan, starts the transaction (or attaches to one already running for this
-# deployment), shows its journal as it goes and exits with its result.
+# deployment), shows its journal as it goes and exits with its result; once the deployment serves, it
+# prints the post-deploy report (host/status.py, REPORT_ARGS) as one JSON line before the result's.
 set -euo pipefail
 : "$UNIT_SHA256" # the staged unit this activation is for; its change is what re-runs this step
 # Drift repairs: one more than the host's count when the survey found the unit file edited or removed by
@@ -17,4 +18,4 @@ install -d -m 0700 "$STATE_DIR"
 printf '%s\n' "$REPAIRS" > "$STATE_DIR/repairs"
 printf '%s\n' "$PLAN" > "$STATE_DIR/swap-plan.json.tmp"
 mv -f "$STATE_DIR/swap-plan.json.tmp" "$STATE_DIR/swap-plan.json"
-exec "$PYTHON" "$TOOLS_DIR/swap" start --plan "$STATE_DIR/swap-plan.json"
+exec "$PYTHON" "$TOOLS_DIR/swap" start --plan "$STATE_DIR/swap-plan.json" "${REPORT_ARGS[@]}"

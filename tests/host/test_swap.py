@@ -495,6 +495,58 @@ def test_a_second_up_attaches_to_the_running_transaction(tmp_path: Path, capsys:
     assert "already running on this host (vllm-fleet-swap-dev.chat.service): attaching" in capsys.readouterr().out
 
 
+REPORT_SPEC = {"deployments": [{"owner": "dev.chat", "unit": "vllm-new.service"}]}
+
+
+def attach_to_result(world: World, status: str) -> tuple[Path, TransactionStillRunning]:
+    """A plan whose running transaction ends with `status` for this very plan (the attach path)."""
+    plan = world.plan()
+    plan_file = world.plan_file(plan)
+    swap.result_path(plan).write_text(json.dumps({"status": status, "message": "done", "plan_digest": plan.digest}))
+    return plan_file, TransactionStillRunning(world.unit_dir)
+
+
+def test_once_it_serves_the_step_prints_the_report_then_the_result(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan_file, host = attach_to_result(World(tmp_path), "succeeded")
+    asked: list[tuple[dict[str, Any], bool]] = []
+
+    def reporter(spec: dict[str, Any], with_bench: bool) -> dict[str, Any]:
+        asked.append((spec, with_bench))
+        return {"deployments": {"dev.chat": {"vllmVersion": "0.32.0"}}}
+
+    assert swap.start(str(plan_file), host, poll=0, report_spec=REPORT_SPEC, with_bench=True, reporter=reporter) == 0
+    assert asked == [(REPORT_SPEC, True)]
+    lines = capsys.readouterr().out.strip().splitlines()
+    # The report's JSON line, which the stack's outputs read, then the result: the step's last line.
+    assert json.loads(lines[-2]) == {"deployments": {"dev.chat": {"vllmVersion": "0.32.0"}}}
+    assert lines[-1] == "swap result: succeeded: done"
+
+
+@pytest.mark.parametrize("status", ["refused", "rolled-back"])
+def test_a_swap_that_does_not_serve_reports_nothing(tmp_path: Path, status: str) -> None:
+    plan_file, host = attach_to_result(World(tmp_path), status)
+
+    def reporter(spec: dict[str, Any], with_bench: bool) -> dict[str, Any]:
+        raise AssertionError("reported a swap that did not serve")
+
+    assert swap.start(str(plan_file), host, poll=0, report_spec=REPORT_SPEC, reporter=reporter) == 1
+
+
+def test_a_failed_report_fails_the_step_and_says_the_swap_stands(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan_file, host = attach_to_result(World(tmp_path), "succeeded")
+
+    def reporter(spec: dict[str, Any], with_bench: bool) -> dict[str, Any]:
+        raise OSError("journalctl: not found")
+
+    assert swap.start(str(plan_file), host, poll=0, report_spec=REPORT_SPEC, reporter=reporter) == 1
+    said = capsys.readouterr().err
+    assert "swap result: succeeded: done; but the post-deploy report failed (OSError: journalctl: not found)" in said
+
+
 @dataclass
 class TransactionWritingItsResult(RecordingSystemd):
     """A swap transaction unit that writes its result file after 0.1 s and is gone 20 ms after that."""

@@ -40,4 +40,6 @@ readonly PLAN='{
  "unit_sha256": "d4cad1dcfa09a1580d45c083c0a768468cb63ddd53eabd415062326f6ded3f05",
  "unit_stem": "vllm-tiny-chat-a"
 }'
-# <the body of components/files/activate.sh after line 1: 19 lines, 1255 bytes, sha256 6af6ca76c507decf8c3364fbde0f1c38e4df85ba3d06d9b865348b0f285f2559>
+REPORT_ARGS=(--report '{"deployments": [{"bench": {"concurrency": 2, "inputLen": 32, "outputLen": 16, "requests": 8}, "deployment": "chat", "frontDoor": "http://127.0.0.1:8000", "gpus": [0, 1], "host": {"address": "127.0.0.1", "hostKey": null, "name": "sandbox", "port": 2222, "user": "root"}, "modelDir": "/shared/tiny-chat-a", "owner": "dev.chat", "python": "/opt/vllm-env/bin/python3", "servedName": "chat", "stateDir": "/var/lib/vllm-fleet/deployments/dev.chat", "unit": "vllm-tiny-chat-a.service", "unitSha256": "d4cad1dcfa09a1580d45c083c0a768468cb63ddd53eabd415062326f6ded3f05"}]}' --bench)
+readonly REPORT_ARGS
+# <the body of components/files/activate.sh after line 1: 20 lines, 1406 bytes, sha256 0c73d6b0206bd3796f0e4a39982a204e359b18995bdacf3401dbf48ab681c789>
