@@ -19,13 +19,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from host.contract import RUNNING_STATES, Plan, Result
+from host.contract import RUNNING_STATES, ActiveRecord, Plan, Result
 from host.systemd import SystemdHost
 
 
@@ -63,8 +64,16 @@ FOLLOW_POLL = 0.25
 RESULT_POLL = 0.05
 
 
-def follow(plan: Plan, host: SystemdHost, out: Callable[[str], None], cursor: str, poll: float = FOLLOW_POLL) -> None:
-    """Print the transaction unit's journal after `cursor` until the unit is gone (collected when it ends)."""
+def follow(
+    plan: Plan,
+    host: SystemdHost,
+    out: Callable[[str], None],
+    cursor: str,
+    poll: float = FOLLOW_POLL,
+    tick: Callable[[], None] = lambda: None,
+) -> None:
+    """Print the transaction unit's journal after `cursor` until the unit is gone (collected when it ends).
+    `tick` runs at every look for the result (every RESULT_POLL)."""
     before = result_stamp(plan)  # an attached transaction's result file may be an earlier one's
     while True:
         lines, cursor = host.journal(plan.transaction_unit, cursor, own_output=True)
@@ -77,21 +86,26 @@ def follow(plan: Plan, host: SystemdHost, out: Callable[[str], None], cursor: st
             for line in lines:
                 out(line)
             return
-        wait_for_result(plan, poll, before)
+        wait_for_result(plan, poll, before, tick)
 
 
-def result_stamp(plan: Plan) -> int | None:
+def mtime_ns(path: Path) -> int | None:
     try:
-        return result_path(plan).stat().st_mtime_ns
+        return path.stat().st_mtime_ns
     except FileNotFoundError:
         return None
 
 
-def wait_for_result(plan: Plan, poll: float, before: int | None) -> None:
+def result_stamp(plan: Plan) -> int | None:
+    return mtime_ns(result_path(plan))
+
+
+def wait_for_result(plan: Plan, poll: float, before: int | None, tick: Callable[[], None] = lambda: None) -> None:
     """Up to `poll`, or until the transaction has written its result (it exits right after)."""
     deadline = time.monotonic() + poll
     while True:
         time.sleep(min(RESULT_POLL, poll))
+        tick()
         stamp = result_stamp(plan)
         if (stamp is not None and stamp != before) or time.monotonic() >= deadline:
             return
@@ -115,6 +129,55 @@ def status_report(spec: dict[str, Any], with_bench: bool) -> dict[str, Any]:
     return status.report(spec, with_bench)
 
 
+class EarlyReport:
+    """The post-deploy report, started once the transaction records the new unit as the deployment's active
+    one (`active` in its state directory: it serves behind the front door, and nothing after that rolls
+    back), so that it runs beside what the swap still does then: blue/green's drain, the old engine's stop
+    (vLLM takes 0.5-1 s to exit) and the removal of its files. Read only when the result says it serves;
+    a swap that ends otherwise never shows it. Started at the end when no record came (nothing changed)."""
+
+    def __init__(self, plan: Plan, spec: dict[str, Any], with_bench: bool, reporter: Reporter) -> None:
+        self.active = Path(plan.state_dir) / "active"
+        self.before = mtime_ns(self.active)
+        self.unit = plan.unit_name
+        self.reporter, self.spec, self.with_bench = reporter, spec, with_bench
+        self.thread: threading.Thread | None = None
+        self.found: dict[str, Any] = {}
+        self.error: Exception | None = None
+
+    def tick(self) -> None:
+        if self.thread is not None:
+            return
+        stamp = mtime_ns(self.active)
+        if stamp is None or stamp == self.before:
+            return
+        try:
+            record = ActiveRecord.parse(self.active.read_text(encoding="utf-8"))
+        except OSError:
+            return
+        if record is not None and record.unit == self.unit:
+            self.begin()
+
+    def begin(self) -> None:
+        def run() -> None:
+            try:
+                self.found = self.reporter(self.spec, self.with_bench)
+            except Exception as error:  # raised again in the step's thread, by result()
+                self.error = error
+
+        self.thread = threading.Thread(target=run, name="post-deploy-report", daemon=True)
+        self.thread.start()
+
+    def result(self) -> dict[str, Any]:
+        if self.thread is None:
+            self.begin()
+        assert self.thread is not None
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.found
+
+
 def start(
     plan_file: str,
     host: SystemdHost | None = None,
@@ -128,11 +191,18 @@ def start(
     a swap no longer waits for a second session and a second start of the host package (~0.4 s)."""
     plan = Plan.load(plan_file)
     host = host or SystemdHost()
+    early: EarlyReport | None = None
+
+    def watch() -> Callable[[], None]:
+        """A report watching for the transaction about to be followed (not one attached to before it)."""
+        nonlocal early
+        early = None if report_spec is None else EarlyReport(plan, report_spec, with_bench, reporter)
+        return early.tick if early is not None else (lambda: None)
 
     def finish(result: Result) -> int:
-        if result.ok and report_spec is not None:
+        if result.ok and early is not None:
             try:
-                found = reporter(report_spec, with_bench)
+                found = early.result()
             except Exception as error:  # the swap stands; the step fails so that the next up reports again
                 print(
                     f"swap result: {result.status}: {result.message.splitlines()[0]}; but the post-deploy report "
@@ -151,7 +221,7 @@ def start(
         out(
             f"[{plan.deployment}] a swap transaction is already running on this host ({plan.transaction_unit}): attaching"
         )
-        follow(plan, host, out, host.journal_cursor(), poll)
+        follow(plan, host, out, host.journal_cursor(), poll, watch())
         previous = read_result(plan)
         if previous is not None and previous.plan_digest == plan.digest:
             return finish(previous)
@@ -170,7 +240,7 @@ def start(
         "--plan",
         plan_file,
     )
-    follow(plan, host, out, cursor, poll)
+    follow(plan, host, out, cursor, poll, watch())
     result = read_result(plan)
     if result is None:
         print(

@@ -567,6 +567,45 @@ class TransactionWritingItsResult(RecordingSystemd):
         return [], cursor
 
 
+@pytest.mark.parametrize("recorded", ["vllm-new.service", "vllm-other.service"])
+def test_the_report_starts_once_the_new_unit_is_recorded_active_while_the_swap_finishes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], recorded: str
+) -> None:
+    """The transaction records the new unit as active (it serves), then stops the old engine (here 0.5 s)
+    and writes its result: the report runs in between. A record naming another unit starts nothing."""
+    world = World(tmp_path)
+    plan = world.plan()
+    plan_file = world.plan_file(plan)
+    active = Path(plan.state_dir) / "active"
+    host = TransactionWritingItsResult(world.unit_dir, result_file=swap.result_path(plan))
+    result = json.dumps({"status": "succeeded", "message": "ok", "plan_digest": plan.digest})
+    written: dict[str, float] = {}
+
+    def record_active() -> None:
+        active.write_text(contract.ActiveRecord(unit=recorded, gpus=(0,)).text())
+
+    def write_result() -> None:
+        swap.result_path(plan).write_text(result)
+        written["result"] = time.monotonic()
+
+    asked: list[float] = []
+
+    def reporter(spec: dict[str, Any], with_bench: bool) -> dict[str, Any]:
+        asked.append(time.monotonic())
+        return {"deployments": {}}
+
+    # The transaction, running when the step attaches: serving at 0.1 s, its result at 0.6 s.
+    threading.Timer(0.1, record_active).start()
+    threading.Timer(0.6, write_result).start()
+    assert swap.start(str(plan_file), host, poll=0.05, report_spec=REPORT_SPEC, reporter=reporter) == 0
+    assert len(asked) == 1
+    if recorded == plan.unit_name:
+        assert asked[0] < written["result"] - 0.3, (asked, written)  # beside the old engine's stop
+    else:
+        assert asked[0] >= written["result"]
+    assert capsys.readouterr().out.strip().splitlines()[-2:] == ['{"deployments": {}}', "swap result: succeeded: ok"]
+
+
 def test_the_step_ends_when_the_transaction_writes_its_result_not_at_its_next_read_of_the_journal(
     tmp_path: Path,
 ) -> None:
