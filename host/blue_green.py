@@ -69,7 +69,7 @@ class BlueGreen(FrontDoorSwitch):
         last_report = 0.0
         while True:
             carried = established_to(self.host.run("ss", "-Htn", "state", "established", check=False), old.backend_port)
-            carried += self.host.retiring_workers(FRONT_DOOR_UNIT)
+            carried += self.host.retiring_workers(FRONT_DOOR_UNIT, self.workers_before_reload)
             elapsed = now() - started
             if carried == 0:
                 self.timings["drain"] = elapsed

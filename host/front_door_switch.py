@@ -14,6 +14,10 @@ from host.transaction_base import TransactionBase
 
 
 class FrontDoorSwitch(TransactionBase):
+    # The front door's workers just before its last reload by this transaction (blue/green's drain waits
+    # for them to exit).
+    workers_before_reload: frozenset[int] = frozenset()
+
     def close_front_door(self) -> str | None:
         """Answer 503 (Retry-After) on the deployment's port instead of passing requests on, with a graceful
         reload: requests already passed on finish, new ones reach no engine. None once the public port
@@ -49,6 +53,8 @@ class FrontDoorSwitch(TransactionBase):
         if status != 0:
             return f"nginx -t refused the configuration: {output[-400:]}"
         action = "reload" if self.host.running(FRONT_DOOR_UNIT) else "start"
+        # What the drain counts as retired, whatever a worker's title says yet (host/systemd.py says why).
+        self.workers_before_reload = self.host.front_door_workers(FRONT_DOOR_UNIT)
         status, output = self.host.attempt("systemctl", action, FRONT_DOOR_UNIT)
         if status != 0:
             return f"systemctl {action} {FRONT_DOOR_UNIT} failed: {output[-400:]}"

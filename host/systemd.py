@@ -63,12 +63,25 @@ def established_to(ss_output: str, port: int) -> int:
 RETIRING_WORKER_TITLE = b"nginx: worker process is shutting down"
 
 
-def retiring_nginx_workers(master_pid: int, proc: Path = Path("/proc")) -> int:
-    """Workers of the nginx master `master_pid` that a reload has retired and that have not exited yet."""
+def nginx_workers(master_pid: int, proc: Path = Path("/proc")) -> frozenset[int]:
+    """The worker PIDs of the nginx master `master_pid` (none when it does not run)."""
+    return frozenset(children_by_parent(proc).get(master_pid, [])) if master_pid > 0 else frozenset()
+
+
+def retiring_nginx_workers(
+    master_pid: int, proc: Path = Path("/proc"), before_reload: frozenset[int] = frozenset()
+) -> int:
+    """Workers of the nginx master `master_pid` that a reload has retired and that have not exited yet:
+    titled so, or among `before_reload`, its workers before the reload. A worker takes the title only once
+    it has handled the master's QUIT; until then it still accepts connections and passes them on with the
+    old site (the bench saw one reach the old engine after it stopped, on a machine busy with the report)."""
     if master_pid <= 0:
         return 0
     count = 0
     for worker in children_by_parent(proc).get(master_pid, []):
+        if worker in before_reload:
+            count += 1
+            continue
         with contextlib.suppress(OSError):  # gone meanwhile
             count += (proc / str(worker) / "cmdline").read_bytes().startswith(RETIRING_WORKER_TITLE)
     return count
@@ -80,10 +93,15 @@ def retiring_nginx_workers(master_pid: int, proc: Path = Path("/proc")) -> int:
 class SystemdHost:
     """systemctl, journalctl and files; one place, so the transaction reads as its steps."""
 
-    def retiring_workers(self, unit: str) -> int:
+    def retiring_workers(self, unit: str, before_reload: frozenset[int] = frozenset()) -> int:
         """Workers of the nginx that `unit` runs that a reload retired and that still run: each finishes the
-        requests it accepted before the reload, passing them to the upstream of the site as it was then."""
-        return retiring_nginx_workers(int(self.show(unit, "MainPID").get("MainPID") or 0))
+        requests it accepted before the reload, passing them to the upstream of the site as it was then.
+        `before_reload`: its workers from before the reload (front_door_workers), whatever they are titled."""
+        return retiring_nginx_workers(int(self.show(unit, "MainPID").get("MainPID") or 0), before_reload=before_reload)
+
+    def front_door_workers(self, unit: str) -> frozenset[int]:
+        """The worker PIDs of the nginx that `unit` runs now."""
+        return nginx_workers(int(self.show(unit, "MainPID").get("MainPID") or 0))
 
     def run(self, *args: str, check: bool = True) -> str:
         result = subprocess.run(args, capture_output=True, text=True, check=False)

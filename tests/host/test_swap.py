@@ -109,9 +109,12 @@ class RecordingSystemd(systemd.SystemdHost):
     def enabled(self, unit: str) -> bool:
         return self.units.get(unit, FakeUnit()).enabled
 
-    def retiring_workers(self, unit: str) -> int:
-        self.calls.append(("retiring-workers", unit))
+    def retiring_workers(self, unit: str, before_reload: frozenset[int] = frozenset()) -> int:
+        self.calls.append(("retiring-workers", unit, *map(str, sorted(before_reload))))
         return self.retiring.pop(0) if self.retiring else 0
+
+    def front_door_workers(self, unit: str) -> frozenset[int]:
+        return frozenset({4101, 4102}) if self.units.get(unit, FakeUnit()).state == "active" else frozenset()
 
     def start_timeout(self, unit: str) -> float:
         timeout = super().start_timeout(unit)
@@ -699,6 +702,8 @@ def test_blue_green_stops_the_old_engine_only_once_the_front_doors_retired_worke
     looks = [i for i, call in enumerate(world.systemd.calls) if call[0] == "retiring-workers"]
     stop = world.systemd.calls.index(("systemctl", "stop", "vllm-a.service"))
     assert len(looks) == 3 and looks[-1] < stop, world.systemd.calls
+    # Each look counts the workers from before the switch's reload, whatever they are titled yet.
+    assert all(world.systemd.calls[i][2:] == ("4101", "4102") for i in looks), world.systemd.calls
 
 
 def test_retiring_nginx_workers_are_the_masters_children_titled_shutting_down(tmp_path: Path) -> None:
@@ -714,6 +719,12 @@ def test_retiring_nginx_workers_are_the_masters_children_titled_shutting_down(tm
     (tmp_path / "self").mkdir()
     assert systemd.retiring_nginx_workers(187, tmp_path) == 1
     assert systemd.retiring_nginx_workers(0, tmp_path) == 0  # the front door is not running
+    # A worker from before the reload that has not handled the master's QUIT yet still accepts requests
+    # for the old site: it counts whatever its title; a worker started by the reload does not.
+    process(202, 187, b"nginx: worker process")
+    assert systemd.nginx_workers(187, tmp_path) == {200, 201, 202}
+    assert systemd.retiring_nginx_workers(187, tmp_path, before_reload=frozenset({200, 201})) == 2
+    assert systemd.nginx_workers(0, tmp_path) == frozenset()
 
 
 def test_blue_green_new_engine_that_never_answers_leaves_the_old_one_untouched(tmp_path: Path) -> None:
