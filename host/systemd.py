@@ -97,11 +97,15 @@ class SystemdHost:
         """Workers of the nginx that `unit` runs that a reload retired and that still run: each finishes the
         requests it accepted before the reload, passing them to the upstream of the site as it was then.
         `before_reload`: its workers from before the reload (front_door_workers), whatever they are titled."""
-        return retiring_nginx_workers(int(self.show(unit, "MainPID").get("MainPID") or 0), before_reload=before_reload)
+        return retiring_nginx_workers(self.main_pid(unit), before_reload=before_reload)
 
     def front_door_workers(self, unit: str) -> frozenset[int]:
         """The worker PIDs of the nginx that `unit` runs now."""
-        return nginx_workers(int(self.show(unit, "MainPID").get("MainPID") or 0))
+        return nginx_workers(self.main_pid(unit))
+
+    def main_pid(self, unit: str) -> int:
+        """The unit's main process (0 when it runs none)."""
+        return int(self.show(unit, "MainPID").get("MainPID") or 0)
 
     def run(self, *args: str, check: bool = True) -> str:
         result = subprocess.run(args, capture_output=True, text=True, check=False)

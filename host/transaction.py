@@ -148,14 +148,13 @@ class Transaction(BlueGreen, Rollback, TakeOver):
         unchanged = self.unchanged(old, staged_unit, staged_env, replaces_running)
         if unchanged is not None:
             return unchanged
-        if decision.mode != "adopt":  # an adopted engine loads nothing
-            try:
-                self.prewarm()
-            except SwapRefused as refusal:
-                return Result("refused", f"refused: {refusal}", plan.digest)
-        if decision.mode == "adopt":
+        if decision.mode == "adopt":  # an adopted engine loads nothing: no pre-warm
             self.log(f"adopting in place: {decision.reason}")
             return self.adopt_in_place(judgement, staged_unit, staged_env, started)
+        try:
+            self.prewarm()
+        except SwapRefused as refusal:
+            return Result("refused", f"refused: {refusal}", plan.digest)
         self.log(f"swap mode: {decision.mode}: {decision.reason}; new engine on {decision.placement.describe()}")
         self.timings["blue_green"] = 1.0 if decision.mode == "blue-green" else 0.0
         if decision.mode == "blue-green":
