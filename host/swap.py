@@ -62,6 +62,12 @@ def run_transaction(plan_file: str) -> int:
 # every RESULT_POLL, so the step ends within about that of the transaction.
 FOLLOW_POLL = 0.25
 RESULT_POLL = 0.05
+# Once the result is written the transaction only says it once more and exits: the step looks this often
+# until its unit is gone, then once more after JOURNAL_SETTLE for lines journald had not yet stored.
+FINISH_POLL = 0.01
+JOURNAL_SETTLE = 0.03
+# A transaction still running this long after its result is stuck on its way out: the result stands.
+FINISH_WAIT = 2.0
 
 
 def follow(
@@ -75,18 +81,25 @@ def follow(
     """Print the transaction unit's journal after `cursor` until the unit is gone (collected when it ends).
     `tick` runs at every look for the result (every RESULT_POLL)."""
     before = result_stamp(plan)  # an attached transaction's result file may be an earlier one's
+    written_at: float | None = None
     while True:
         lines, cursor = host.journal(plan.transaction_unit, cursor, own_output=True)
         for line in lines:
             out(line)
         if host.show(plan.transaction_unit, "ActiveState").get("ActiveState", "inactive") not in RUNNING_STATES:
             # journald may still be writing the last lines; the result itself is read from its file.
-            time.sleep(min(poll, RESULT_POLL))
+            time.sleep(min(poll, RESULT_POLL if written_at is None else JOURNAL_SETTLE))
             lines, cursor = host.journal(plan.transaction_unit, cursor, own_output=True)
             for line in lines:
                 out(line)
             return
-        wait_for_result(plan, poll, before, tick)
+        if written_at is None:
+            if wait_for_result(plan, poll, before, tick):
+                written_at = time.monotonic()
+        elif time.monotonic() - written_at > FINISH_WAIT:
+            return
+        else:
+            time.sleep(FINISH_POLL)
 
 
 def mtime_ns(path: Path) -> int | None:
@@ -100,15 +113,17 @@ def result_stamp(plan: Plan) -> int | None:
     return mtime_ns(result_path(plan))
 
 
-def wait_for_result(plan: Plan, poll: float, before: int | None, tick: Callable[[], None] = lambda: None) -> None:
-    """Up to `poll`, or until the transaction has written its result (it exits right after)."""
+def wait_for_result(plan: Plan, poll: float, before: int | None, tick: Callable[[], None] = lambda: None) -> bool:
+    """Up to `poll`, or until the transaction has written its result (it exits right after): whether it has."""
     deadline = time.monotonic() + poll
     while True:
         time.sleep(min(RESULT_POLL, poll))
         tick()
         stamp = result_stamp(plan)
-        if (stamp is not None and stamp != before) or time.monotonic() >= deadline:
-            return
+        if stamp is not None and stamp != before:
+            return True
+        if time.monotonic() >= deadline:
+            return False
 
 
 def read_result(plan: Plan) -> Result | None:

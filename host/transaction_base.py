@@ -196,7 +196,8 @@ class TransactionBase:
     def install_staged(
         self, staged_unit: Path, staged_env: Path, placement: Placement, adopted_launch: str | None = None
     ) -> None:
-        """Put the staged unit, its environment file and the placement in place, then daemon-reload. The
+        """Put the staged unit, its environment file and the placement in place, then daemon-reload if systemd
+        holds an older version of the unit (SystemdHost.reload_needed). The
         unit's adoption drop-in is written with `adopted_launch` (an engine adopted in place keeps its own
         launch until the next swap), or else removed: a drop-in left by an adoption of this unit name
         would start the adopted launch instead of the stack's."""
@@ -210,7 +211,8 @@ class TransactionBase:
             remove_drop_in(drop_in)
         else:
             write_file(drop_in, adopted_launch, 0o644)
-        self.host.run("systemctl", "daemon-reload")
+        if self.host.reload_needed(plan.unit_name):
+            self.host.run("systemctl", "daemon-reload")
 
     def remove_unit_files(self, unit: str) -> None:
         (self.unit_dir / unit).unlink(missing_ok=True)

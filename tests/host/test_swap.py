@@ -32,6 +32,8 @@ class FakeUnit:
     restarts: int = 0
     main_pid: int = 4242
     sub_state: str = "dead"
+    # The unit file as systemd last read it (None: it holds no copy; it reads the file when next asked).
+    loaded: str | None = None
 
 
 @dataclass
@@ -54,6 +56,10 @@ class RecordingSystemd(systemd.SystemdHost):
 
     def run(self, *args: str, check: bool = True) -> str:
         self.calls.append(args)
+        if args[:2] == ("systemctl", "daemon-reload"):
+            for name, held in self.units.items():
+                held.loaded = self.on_disk(name)
+            return ""
         if args[0] == "systemctl" and len(args) > 1:
             verb, unit = args[1], args[-1]
             fake = self.units.setdefault(unit, FakeUnit())
@@ -93,10 +99,19 @@ class RecordingSystemd(systemd.SystemdHost):
                 return unit
         raise urllib.error.URLError("502 Bad Gateway")
 
+    def on_disk(self, unit: str) -> str | None:
+        path = self.unit_dir / unit
+        return path.read_text() if path.is_file() else None
+
     def show(self, unit: str, *props: str) -> dict[str, str]:
         fake = self.units.get(unit, FakeUnit())
         path = self.unit_dir / unit
+        if {"LoadState", "NeedDaemonReload"} & set(props) and fake.loaded is None:
+            fake = self.units.setdefault(unit, fake)
+            fake.loaded = self.on_disk(unit)  # asking loads what systemd does not hold
         values = {
+            "LoadState": "not-found" if fake.loaded is None else "loaded",
+            "NeedDaemonReload": "no" if fake.loaded == self.on_disk(unit) else "yes",
             "ActiveState": fake.state,
             "SubState": fake.sub_state,
             "NRestarts": str(fake.restarts),
@@ -393,6 +408,26 @@ def test_hand_made_unit_of_the_same_name_is_replaced_not_kept(tmp_path: Path) ->
     assert any("hand-made unit of the same name" in line for line in world.lines)
 
 
+def test_the_manager_reloads_before_a_start_only_when_it_holds_an_older_copy_of_the_unit(tmp_path: Path) -> None:
+    # A reload runs every generator and re-reads every unit (0.1-0.15 s on the sandbox): a unit systemd does
+    # not hold is read as it is when started, one it holds from before must be read again.
+    world = World(tmp_path)
+    assert world.run(world.plan()).status == "succeeded"
+    assert ("systemctl", "daemon-reload") not in world.systemd.calls[
+        : world.systemd.calls.index(("systemctl", "start", "vllm-new.service"))
+    ]
+    # The same unit name, another launch (a flag changed): systemd holds the first file, so it reloads first.
+    world.systemd.calls.clear()
+    plan = world.plan()
+    Path(plan.state_dir, "staged", "vllm-new.service").write_text(
+        f"{contract.MANAGED_MARK}: vllm-new.service\n[Service]\nX=2\n"
+    )
+    assert world.run(plan).status == "succeeded"
+    calls = world.systemd.calls
+    assert calls.index(("systemctl", "daemon-reload")) < calls.index(("systemctl", "start", "vllm-new.service"))
+    assert world.systemd.units["vllm-new.service"].loaded == (world.unit_dir / "vllm-new.service").read_text()
+
+
 @pytest.mark.parametrize("state", ["active", "activating"])
 def test_a_unit_that_serves_or_loads_this_configuration_is_left_alone(tmp_path: Path, state: str) -> None:
     world = World(tmp_path)
@@ -559,10 +594,12 @@ class TransactionWritingItsResult(RecordingSystemd):
 
     result_file: Path = Path("/nonexistent")
     journal_reads: int = 0
+    exits: bool = True
 
     def show(self, unit: str, *props: str) -> dict[str, str]:
         if unit.startswith("vllm-fleet-swap-"):
             written = self.result_file.is_file() and time.time() - self.result_file.stat().st_mtime > 0.02
+            written = written and self.exits
             return {"ActiveState": "inactive" if written else "active"}
         return super().show(unit, *props)
 
@@ -612,19 +649,54 @@ def test_the_report_starts_once_the_new_unit_is_recorded_active_while_the_swap_f
     assert capsys.readouterr().out.strip().splitlines()[-2:] == ['{"deployments": {}}', "swap result: succeeded: ok"]
 
 
+def transaction_writing_its_result(
+    tmp_path: Path, exits: bool = True
+) -> tuple[contract.Plan, TransactionWritingItsResult]:
+    """A plan and a host whose swap transaction writes its succeeded result in 0.1 s and exits (or not)."""
+    world = World(tmp_path)
+    plan = world.plan()
+    host = TransactionWritingItsResult(world.unit_dir, result_file=swap.result_path(plan), exits=exits)
+    result = json.dumps({"status": "succeeded", "message": "ok", "plan_digest": plan.digest})
+    threading.Timer(0.1, swap.result_path(plan).write_text, args=(result,)).start()
+    return plan, host
+
+
 def test_the_step_ends_when_the_transaction_writes_its_result_not_at_its_next_read_of_the_journal(
     tmp_path: Path,
 ) -> None:
-    world = World(tmp_path)
-    plan = world.plan()
-    host = TransactionWritingItsResult(world.unit_dir, result_file=swap.result_path(plan))
-    result = json.dumps({"status": "succeeded", "message": "ok", "plan_digest": plan.digest})
-    threading.Timer(0.1, swap.result_path(plan).write_text, args=(result,)).start()
+    plan, host = transaction_writing_its_result(tmp_path)
     started = time.monotonic()
     swap.follow(plan, host, lambda _line: None, "c0", poll=30.0)
     # A step that looked only every `poll` would have waited 30 s for its second look.
     assert time.monotonic() - started < 5
     assert host.journal_reads <= 6, host.journal_reads
+
+
+def test_once_the_result_is_written_the_step_waits_only_for_the_transaction_to_exit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It exits 20 ms after its result: the step looks every FINISH_POLL until then, and once more after
+    # JOURNAL_SETTLE; it no longer waits a RESULT_POLL for the exit and another before the last read.
+    plan, host = transaction_writing_its_result(tmp_path)
+    after_result: list[float] = []
+    real_sleep = time.sleep
+
+    def sleep(seconds: float) -> None:
+        if swap.result_path(plan).is_file():
+            after_result.append(seconds)
+        real_sleep(seconds)
+
+    monkeypatch.setattr(time, "sleep", sleep)  # the time module swap.py calls
+    swap.follow(plan, host, lambda _line: None, "c0")
+    assert after_result and set(after_result) <= {swap.FINISH_POLL, swap.JOURNAL_SETTLE}, after_result
+    assert after_result[-1] == swap.JOURNAL_SETTLE
+
+
+def test_a_transaction_that_lingers_after_its_result_does_not_hold_the_step(tmp_path: Path) -> None:
+    plan, host = transaction_writing_its_result(tmp_path, exits=False)
+    started = time.monotonic()
+    swap.follow(plan, host, lambda _line: None, "c0")
+    assert swap.FINISH_WAIT < time.monotonic() - started < swap.FINISH_WAIT + 5
 
 
 def test_start_runs_the_transaction_in_a_transient_unit(tmp_path: Path) -> None:
