@@ -21,8 +21,6 @@ import argparse
 import json
 import os
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,6 +74,11 @@ def file_errors(adapter: Adapter, max_rank: int) -> list[str]:
 
 def engine_request(url: str, body: dict[str, object] | None, timeout: float) -> tuple[int, str]:
     """One request to an engine on loopback (with its API key when the unit sets one): (status, body)."""
+    # Imported here: urllib.request brings http.client, email and ssl (~25 ms), and the survey, which
+    # imports this module in every swap's preview and transaction, needs it only for a deployment with adapters.
+    import urllib.error
+    import urllib.request
+
     data = None if body is None else json.dumps(body).encode()
     headers = {"Content-Type": "application/json"}
     api_key = os.environ.get("VLLM_API_KEY")

@@ -64,9 +64,11 @@ def gpu_uuids() -> dict[str, int]:
     return parse_gpu_uuids(run("nvidia-smi", *GPU_UUID_QUERY))
 
 
-def gpu_holders(uuids: dict[str, int] | None = None) -> list[dict[str, Any]]:
-    """What nvidia-smi lists per GPU (by UUID, mapped to indices), each with its unit and command line."""
+def gpu_holders(uuids: dict[str, int] | None = None, apps: str | None = None) -> list[dict[str, Any]]:
+    """What nvidia-smi lists per GPU (by UUID, mapped to indices), each with its unit and command line.
+    `apps`: the output of its compute-apps query, when it already ran."""
     uuids = gpu_uuids() if uuids is None else uuids
+    apps = run("nvidia-smi", *APPS_QUERY) if apps is None else apps
     return [
         {
             "pid": app.pid,
@@ -76,26 +78,45 @@ def gpu_holders(uuids: dict[str, int] | None = None) -> list[dict[str, Any]]:
             "unit": unit_of(app.pid),
             "cmd": command_line(app.pid),
         }
-        for app in parse_compute_apps(run("nvidia-smi", *APPS_QUERY), uuids)
+        for app in parse_compute_apps(apps, uuids)
     ]
+
+
+UNIT_PROPERTIES = "ActiveState,UnitFileState,FragmentPath,DropInPaths,Environment,NRestarts,MainPID"
+
+
+def parse_show_blocks(text: str) -> list[dict[str, str]]:
+    """`systemctl show` of several units: one block of KEY=VALUE lines per unit, in the order asked."""
+    return [
+        dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        for block in text.strip("\n").split("\n\n")
+        if block.strip()
+    ]
+
+
+def unit_properties(names: list[str]) -> dict[str, dict[str, str]]:
+    """The properties the survey reads, of every unit in `names`: one `systemctl show` for all (one each
+    took ~10 ms per unit), or one each when the answer does not have a block per name."""
+    if not names:
+        return {}
+    blocks = parse_show_blocks(run("systemctl", "show", *names, f"--property={UNIT_PROPERTIES}"))
+    if len(blocks) == len(names):
+        return dict(zip(names, blocks, strict=True))
+    return {
+        name: (parse_show_blocks(run("systemctl", "show", name, f"--property={UNIT_PROPERTIES}")) or [{}])[0]
+        for name in names
+    }
 
 
 def units() -> list[dict[str, Any]]:
     listing = run("systemctl", "list-units", "--all", "--plain", "--no-legend", "--type=service", "vllm-*")
     files = run("systemctl", "list-unit-files", "--plain", "--no-legend", "--type=service", "vllm-*")
-    names = {line.split()[0] for line in (listing + files).splitlines() if line.split()}
+    names = sorted({line.split()[0] for line in (listing + files).splitlines() if line.split()})
+    names = [n for n in names if n.endswith(".service")]
+    shown = unit_properties(names)
     out = []
-    for name in sorted(n for n in names if n.endswith(".service")):
-        props = dict(
-            line.split("=", 1)
-            for line in run(
-                "systemctl",
-                "show",
-                name,
-                "--property=ActiveState,UnitFileState,FragmentPath,DropInPaths,Environment,NRestarts,MainPID",
-            ).splitlines()
-            if "=" in line
-        )
+    for name in names:
+        props = shown[name]
         fragment = props.get("FragmentPath", "")
         first_line, digest, text = "", None, ""
         if fragment:
@@ -198,13 +219,16 @@ def claims(state_root: str = STATE_DIR) -> dict[str, Any]:
 
 
 def survey() -> dict[str, Any]:
-    # The units' systemctl calls run beside the nvidia-smi queries and the rest (~20-50 ms each, mostly
-    # waiting): the survey is part of every swap's preview and of the swap itself.
-    with ThreadPoolExecutor(max_workers=1) as pool:
+    # The units' systemctl calls, the two nvidia-smi queries and ss run side by side (~20-50 ms each on the
+    # sandbox, mostly waiting; nvidia-smi alone can take a second on a server without its persistence
+    # daemon): the survey is part of every swap's preview and of the swap itself.
+    with ThreadPoolExecutor(max_workers=3) as pool:
         found_units = pool.submit(units)
+        apps = pool.submit(run, "nvidia-smi", *APPS_QUERY)
+        sockets = pool.submit(run, "ss", "-ltnpH")
         uuids = gpu_uuids()  # one nvidia-smi query for the holders and the count
-        holders = gpu_holders(uuids)
-        listeners = parse_ss(run("ss", "-ltnpH"))
+        holders = gpu_holders(uuids, apps.result())
+        listeners = parse_ss(sockets.result())
         for entry in listeners:
             entry["unit"] = unit_of(entry["pid"]) if entry["pid"] else None
             entry["cmd"] = command_line(entry["pid"]) if entry["pid"] else ""

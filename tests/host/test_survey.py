@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from controller import survey as host_survey
-from host import facts
+from host import facts, survey
 from models.loader import parse_stack_config
 from tests.support.paths import FIXTURES
 
@@ -273,3 +273,49 @@ def test_a_take_over_keeps_the_ids_clients_send_and_the_preview_says_so(dev_raw:
     assert host_survey.with_client_ids("dev", rd, found).served_model_names == ("chat", "/shared/legacy-a")
     _, warnings = host_survey.client_id_lines("dev", host_survey.with_client_ids("dev", rd, found), found)
     assert [w for w in warnings if "'old' get 404" in w], warnings
+
+
+# `systemctl show` of two units as systemd 252 prints it on the sandbox (the second one has no unit file).
+SHOW_TWO_UNITS = """MainPID=3454
+NRestarts=0
+Environment=HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1
+ActiveState=active
+FragmentPath=/etc/systemd/system/vllm-tiny-chat-b.service
+DropInPaths=
+UnitFileState=enabled
+
+MainPID=0
+NRestarts=0
+Environment=
+ActiveState=inactive
+FragmentPath=
+DropInPaths=
+UnitFileState=
+"""
+
+
+def test_one_systemctl_show_reads_every_unit_and_its_blocks_follow_the_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[str, ...]] = []
+
+    def run(*args: str) -> str:
+        calls.append(args)
+        return SHOW_TWO_UNITS
+
+    monkeypatch.setattr(survey, "run", run)
+    shown = survey.unit_properties(["vllm-tiny-chat-b.service", "vllm-gone.service"])
+    assert len(calls) == 1
+    assert shown["vllm-tiny-chat-b.service"]["FragmentPath"] == "/etc/systemd/system/vllm-tiny-chat-b.service"
+    assert shown["vllm-tiny-chat-b.service"]["Environment"] == "HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1"
+    assert shown["vllm-gone.service"] == {
+        "MainPID": "0", "NRestarts": "0", "Environment": "", "ActiveState": "inactive", "FragmentPath": "",
+        "DropInPaths": "", "UnitFileState": "",
+    }  # fmt: skip
+
+
+def test_an_answer_without_a_block_per_unit_is_read_again_unit_by_unit(monkeypatch: pytest.MonkeyPatch) -> None:
+    # systemctl skips a name it cannot parse (with a word on stderr): the blocks would no longer match the names.
+    first, second = SHOW_TWO_UNITS.split("\n\n")
+    answers = {("a.service", "b.service"): first, ("a.service",): first, ("b.service",): second}
+    monkeypatch.setattr(survey, "run", lambda *args: answers[tuple(a for a in args if a.endswith(".service"))])
+    shown = survey.unit_properties(["a.service", "b.service"])
+    assert shown["a.service"]["ActiveState"] == "active" and shown["b.service"]["ActiveState"] == "inactive"
