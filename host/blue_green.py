@@ -45,7 +45,7 @@ class BlueGreen(FrontDoorSwitch):
                 self.timings,
             )
         # enable/disable only set the symlinks the next boot reads; each would also reload the whole manager
-        # (~0.2 s), and remove_unit_files reloads it once anyway.
+        # (~0.2 s), which the transaction does once after its result (after_result).
         self.host.run("systemctl", "enable", "--quiet", "--no-reload", plan.unit_name)
         self.write_active(self.record(placement))
         self.drain(old)

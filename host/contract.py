@@ -367,6 +367,9 @@ class NodePlan(DeploymentPlan):
 # ---- a deployment's LoRA adapters (host/adapters.py applies them; render/steps.py renders them) ---------
 
 # In the deployment's state directory: the adapters its engines load whenever they start.
+# In a deployment's state directory while its swap runs: the unit whose engine answers now, before the front
+# door switches to it (host/swap.py starts the report's smoke benchmark on it).
+ENGINE_READY_FILE = "engine-ready"
 ADAPTERS_FILE = "adapters.json"
 
 

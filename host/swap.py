@@ -26,7 +26,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from host.contract import RUNNING_STATES, ActiveRecord, Plan, Result
+from host.contract import ENGINE_READY_FILE, RUNNING_STATES, ActiveRecord, Plan, Result
 from host.systemd import SystemdHost
 
 
@@ -40,18 +40,31 @@ def run_transaction(plan_file: str) -> int:
 
     plan = Plan.load(plan_file)
     with host_lock(STATE_ROOT):
+        transaction = None
         try:
-            result = Transaction(plan, log=lambda m: print(m, flush=True)).run()
+            transaction = Transaction(plan, log=lambda m: print(m, flush=True))
+            result = transaction.run()
         except Exception as error:  # the result must be written whatever happens
             result = Result(
                 "rollback-failed", f"swap transaction crashed: {type(error).__name__}: {error}", plan.digest
             )
-    path = result_path(plan)
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(asdict(result)), encoding="utf-8")
-    temporary.replace(path)
-    print(("" if result.ok else "FAILED: ") + result.message.splitlines()[0], flush=True)
+        path = result_path(plan)
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(asdict(result)), encoding="utf-8")
+        temporary.replace(path)
+        # The step ends on this line (follow); what comes after it is the host's to finish, under the lock.
+        print(last_line(result), flush=True)
+        if transaction is not None:
+            try:
+                transaction.after_result()
+            except Exception as error:
+                print(f"after the result: {type(error).__name__}: {error}", flush=True)
     return 0 if result.ok else 1
+
+
+def last_line(result: Result) -> str:
+    """The transaction's last line, which it prints right after writing its result."""
+    return ("" if result.ok else "FAILED: ") + result.message.splitlines()[0]
 
 
 # ---- the Pulumi step's side: start or attach, follow, report ------------------------------------------
@@ -62,11 +75,12 @@ def run_transaction(plan_file: str) -> int:
 # every RESULT_POLL, so the step ends within about that of the transaction.
 FOLLOW_POLL = 0.25
 RESULT_POLL = 0.05
-# Once the result is written the transaction only says it once more and exits: the step looks this often
-# until its unit is gone, then once more after JOURNAL_SETTLE for lines journald had not yet stored.
+# Once the result is written the transaction says its last line (last_line) and the step ends on it; the
+# step reads the journal this often until then (or until the unit is gone, then once more after
+# JOURNAL_SETTLE for lines journald had not yet stored).
 FINISH_POLL = 0.01
 JOURNAL_SETTLE = 0.03
-# A transaction still running this long after its result is stuck on its way out: the result stands.
+# A transaction whose last line has not come this long after its result: the result stands.
 FINISH_WAIT = 2.0
 
 
@@ -82,10 +96,13 @@ def follow(
     `tick` runs at every look for the result (every RESULT_POLL)."""
     before = result_stamp(plan)  # an attached transaction's result file may be an earlier one's
     written_at: float | None = None
+    final: str | None = None  # its last line, once its result is written
     while True:
         lines, cursor = host.journal(plan.transaction_unit, cursor, own_output=True)
         for line in lines:
             out(line)
+        if final is not None and final in lines:
+            return  # what it does after its result (forgetting removed units) is the host's
         if host.show(plan.transaction_unit, "ActiveState").get("ActiveState", "inactive") not in RUNNING_STATES:
             # journald may still be writing the last lines; the result itself is read from its file.
             time.sleep(min(poll, RESULT_POLL if written_at is None else JOURNAL_SETTLE))
@@ -96,6 +113,11 @@ def follow(
         if written_at is None:
             if wait_for_result(plan, poll, before, tick):
                 written_at = time.monotonic()
+                try:
+                    result = read_result(plan)
+                except (ValueError, TypeError):  # not a result this code reads: follow the unit to its end
+                    result = None
+                final = last_line(result) if result is not None else None
         elif time.monotonic() - written_at > FINISH_WAIT:
             return
         else:
@@ -134,49 +156,88 @@ def read_result(plan: Plan) -> Result | None:
     return Result(**data)
 
 
-# The post-deploy report: host/status.py's reading of the deployment's SPEC, with its smoke benchmark or not.
-Reporter = Callable[[dict[str, Any], bool], dict[str, Any]]
+# The post-deploy report: host/status.py's reading of the deployment's SPEC, with its smoke benchmark or not,
+# given what its engines' part (Measurer: load and benchmark) found when that already ran (None: it runs it).
+Reporter = Callable[[dict[str, Any], bool, "dict[str, Any] | None"], dict[str, Any]]
+Measurer = Callable[[dict[str, Any], bool], dict[str, Any]]
 
 
-def status_report(spec: dict[str, Any], with_bench: bool) -> dict[str, Any]:
+def status_report(spec: dict[str, Any], with_bench: bool, measured: dict[str, Any] | None) -> dict[str, Any]:
     from host import status  # the report's reads and its benchmark: only once the transaction serves
 
-    return status.report(spec, with_bench)
+    return status.report(spec, with_bench, measured)
+
+
+def status_measure(spec: dict[str, Any], with_bench: bool) -> dict[str, Any]:
+    from host import status
+
+    return status.measure(spec, with_bench)
 
 
 class EarlyReport:
     """The post-deploy report, started once the transaction records the new unit as the deployment's active
     one (`active` in its state directory: it serves behind the front door, and nothing after that rolls
     back), so that it runs beside what the swap still does then: blue/green's drain, the old engine's stop
-    (vLLM takes 0.5-1 s to exit) and the removal of its files. Read only when the result says it serves;
-    a swap that ends otherwise never shows it. Started at the end when no record came (nothing changed)."""
+    (vLLM takes 0.5-1 s to exit). Its smoke benchmark starts earlier, as soon as the new engine answers
+    (the transaction's ENGINE_READY_FILE names it), on that engine alone, before clients reach it. Read
+    only when the result says it serves; a swap that ends otherwise never shows it. Started at the end
+    when no record came (nothing changed)."""
 
-    def __init__(self, plan: Plan, spec: dict[str, Any], with_bench: bool, reporter: Reporter) -> None:
-        self.active = Path(plan.state_dir) / "active"
-        self.before = mtime_ns(self.active)
+    def __init__(
+        self,
+        plan: Plan,
+        spec: dict[str, Any],
+        with_bench: bool,
+        reporter: Reporter,
+        measurer: Measurer = status_measure,
+    ) -> None:
+        state_dir = Path(plan.state_dir)
+        self.active, self.ready = state_dir / "active", state_dir / ENGINE_READY_FILE
+        self.before, self.ready_before = mtime_ns(self.active), mtime_ns(self.ready)
         self.unit = plan.unit_name
-        self.reporter, self.spec, self.with_bench = reporter, spec, with_bench
+        self.reporter, self.measurer, self.spec, self.with_bench = reporter, measurer, spec, with_bench
         self.thread: threading.Thread | None = None
+        self.measuring: threading.Thread | None = None
+        self.measured: dict[str, Any] | None = None
         self.found: dict[str, Any] = {}
         self.error: Exception | None = None
 
-    def tick(self) -> None:
-        if self.thread is not None:
-            return
-        stamp = mtime_ns(self.active)
-        if stamp is None or stamp == self.before:
-            return
+    def names_the_unit(self, path: Path, before: int | None) -> bool:
+        """Whether `path` was written since `before` and names this plan's unit (a record or a marker)."""
+        stamp = mtime_ns(path)
+        if stamp is None or stamp == before:
+            return False
         try:
-            record = ActiveRecord.parse(self.active.read_text(encoding="utf-8"))
+            text = path.read_text(encoding="utf-8")
         except OSError:
-            return
-        if record is not None and record.unit == self.unit:
+            return False
+        record = ActiveRecord.parse(text) if path == self.active else None
+        return (record.unit if record is not None else text.strip()) == self.unit
+
+    def tick(self) -> None:
+        if self.with_bench and self.measuring is None and self.names_the_unit(self.ready, self.ready_before):
+            self.begin_measuring()
+        if self.thread is None and self.names_the_unit(self.active, self.before):
             self.begin()
+
+    def begin_measuring(self) -> None:
+        def run() -> None:
+            try:
+                self.measured = self.measurer(self.spec, self.with_bench)
+            except Exception as error:  # raised again by result()
+                self.error = error
+
+        self.measuring = threading.Thread(target=run, name="post-deploy-benchmark", daemon=True)
+        self.measuring.start()
 
     def begin(self) -> None:
         def run() -> None:
             try:
-                self.found = self.reporter(self.spec, self.with_bench)
+                if self.measuring is not None:
+                    self.measuring.join()
+                    if self.error is not None:
+                        return
+                self.found = self.reporter(self.spec, self.with_bench, self.measured)
             except Exception as error:  # raised again in the step's thread, by result()
                 self.error = error
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from host.contract import (
+    ENGINE_READY_FILE,
     ETC_DIR,
     FRONT_DOOR_DIR,
     STATE_DIR,
@@ -94,6 +95,8 @@ class TransactionBase:
         self.sleep = sleep
         self.state_dir = Path(plan.state_dir)
         self.timings: dict[str, float] = {}
+        # Units whose files this transaction removed: the manager forgets them once the result is written.
+        self.removed_units: list[str] = []
 
     def log(self, message: str) -> None:
         self._log(f"[{self.plan.deployment}] {message}")
@@ -220,8 +223,19 @@ class TransactionBase:
         stem = unit.removesuffix(".service")
         (self.env_dir / f"{stem}.env").unlink(missing_ok=True)
         self.placement_path(unit).unlink(missing_ok=True)
+        self.removed_units.append(unit)
+
+    def after_result(self) -> None:
+        """What the transaction does once its result is written: the manager's reload that forgets the
+        units whose files it removed. Their engines have stopped and nothing enables them, so no boot starts
+        them; the reload only makes systemd stop listing them (0.1-0.3 s on the sandbox, more on a server
+        with hundreds of units), and the step, which ends with the result, need not wait for it."""
+        (self.state_dir / ENGINE_READY_FILE).unlink(missing_ok=True)
+        if not self.removed_units:
+            return
         self.host.run("systemctl", "daemon-reload")
-        self.host.run("systemctl", "reset-failed", unit, check=False)
+        for unit in self.removed_units:
+            self.host.run("systemctl", "reset-failed", unit, check=False)
 
     def start_new(self, what: str) -> tuple[bool, str]:
         """Start the new unit and wait until it serves: (ready, the journal cursor from before its start)."""
@@ -232,6 +246,8 @@ class TransactionBase:
         job = StartJob(self.host, plan.unit_name)
         ready = self.wait_active(plan.unit_name, plan.ready_timeout, job)
         self.timings["start_to_ready" if ready else "start_failed_after"] = now() - start
+        if ready:
+            write_file(self.state_dir / ENGINE_READY_FILE, f"{plan.unit_name}\n", 0o644)
         return ready, cursor
 
     def wait_active(self, unit: str, timeout: float, job: StartJob | None = None) -> bool:

@@ -244,7 +244,10 @@ class World:
     def run(self, plan: contract.Plan) -> contract.Result:
         # What host/survey.py would report on this host, as the transaction reads it.
         (self.tools / "survey").write_text(f"import json\nprint(json.dumps({self.found!r}))\n")
-        return self.transaction(plan).run()
+        transaction = self.transaction(plan)
+        result = transaction.run()
+        transaction.after_result()  # as run_transaction does once the result is written
+        return result
 
 
 def test_first_deploy_installs_starts_and_claims(tmp_path: Path) -> None:
@@ -550,7 +553,7 @@ def test_once_it_serves_the_step_prints_the_report_then_the_result(
     plan_file, host = attach_to_result(World(tmp_path), "succeeded")
     asked: list[tuple[dict[str, Any], bool]] = []
 
-    def reporter(spec: dict[str, Any], with_bench: bool) -> dict[str, Any]:
+    def reporter(spec: dict[str, Any], with_bench: bool, measured: dict[str, Any] | None) -> dict[str, Any]:
         asked.append((spec, with_bench))
         return {"deployments": {"dev.chat": {"vllmVersion": "0.32.0"}}}
 
@@ -567,7 +570,7 @@ def test_a_swap_that_does_not_serve_reports_nothing(tmp_path: Path, status: str)
     plan_file, host = attach_to_result(World(tmp_path), status)
     asked: list[dict[str, Any]] = []
 
-    def reporter(spec: dict[str, Any], with_bench: bool) -> dict[str, Any]:
+    def reporter(spec: dict[str, Any], with_bench: bool, measured: dict[str, Any] | None) -> dict[str, Any]:
         asked.append(spec)  # recorded, not raised: the step would catch an exception as a failed report
         return {"deployments": {}}
 
@@ -580,7 +583,7 @@ def test_a_failed_report_fails_the_step_and_says_the_swap_stands(
 ) -> None:
     plan_file, host = attach_to_result(World(tmp_path), "succeeded")
 
-    def reporter(spec: dict[str, Any], with_bench: bool) -> dict[str, Any]:
+    def reporter(spec: dict[str, Any], with_bench: bool, measured: dict[str, Any] | None) -> dict[str, Any]:
         raise OSError("journalctl: not found")
 
     assert swap.start(str(plan_file), host, poll=0, report_spec=REPORT_SPEC, reporter=reporter) == 1
@@ -633,7 +636,7 @@ def test_the_report_starts_once_the_new_unit_is_recorded_active_while_the_swap_f
 
     asked: list[float] = []
 
-    def reporter(spec: dict[str, Any], with_bench: bool) -> dict[str, Any]:
+    def reporter(spec: dict[str, Any], with_bench: bool, measured: dict[str, Any] | None) -> dict[str, Any]:
         asked.append(time.monotonic())
         return {"deployments": {}}
 
@@ -647,6 +650,61 @@ def test_the_report_starts_once_the_new_unit_is_recorded_active_while_the_swap_f
     else:
         assert asked[0] >= written["result"]
     assert capsys.readouterr().out.strip().splitlines()[-2:] == ['{"deployments": {}}', "swap result: succeeded: ok"]
+
+
+@pytest.mark.parametrize("ready", ["vllm-new.service", "vllm-other.service"])
+def test_the_smoke_benchmark_starts_when_the_new_engine_answers_before_the_front_door_switches(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], ready: str
+) -> None:
+    """The transaction marks the new engine ready at 0.1 s, records it active (switched) at 0.3 s and writes
+    its result at 0.6 s: the benchmark runs from the first, the report gets what it measured."""
+    world = World(tmp_path)
+    plan = world.plan()
+    state_dir = Path(plan.state_dir)
+    host = TransactionWritingItsResult(world.unit_dir, result_file=swap.result_path(plan))
+    result = json.dumps({"status": "succeeded", "message": "ok", "plan_digest": plan.digest})
+    at: dict[str, float] = {}
+
+    def mark_ready() -> None:
+        (state_dir / contract.ENGINE_READY_FILE).write_text(f"{ready}\n")
+
+    def record_active() -> None:
+        at["active"] = time.monotonic()
+        (state_dir / "active").write_text(contract.ActiveRecord(unit=plan.unit_name, gpus=(0,)).text())
+
+    def measurer(spec: dict[str, Any], with_bench: bool) -> dict[str, Any]:
+        at["measured"] = time.monotonic()
+        return {"loads": {}, "bench": {"dev.chat": {"requests": 8}}}
+
+    handed: list[dict[str, Any] | None] = []
+
+    def reporter(spec: dict[str, Any], with_bench: bool, measured: dict[str, Any] | None) -> dict[str, Any]:
+        handed.append(measured)
+        return {"deployments": {}}
+
+    threading.Timer(0.1, mark_ready).start()
+    threading.Timer(0.3, record_active).start()
+    threading.Timer(0.6, swap.result_path(plan).write_text, args=(result,)).start()
+    early = swap.EarlyReport(plan, REPORT_SPEC, True, reporter, measurer)
+    swap.follow(plan, host, lambda _line: None, "c0", poll=0.05, tick=early.tick)
+    assert early.result() == {"deployments": {}}
+    if ready == plan.unit_name:
+        assert at["measured"] < at["active"], at
+        assert handed == [{"loads": {}, "bench": {"dev.chat": {"requests": 8}}}]
+    else:  # another unit's engine: nothing measured early; the report measures for itself
+        assert "measured" not in at and handed == [None]
+
+
+def test_the_transaction_marks_its_new_engine_ready_and_clears_the_mark_after_its_result(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    deployed(world)
+    transaction = world.transaction(world.plan(unit="vllm-b.service", gpus=(0, 1)))
+    (world.tools / "survey").write_text(f"import json\nprint(json.dumps({world.found!r}))\n")
+    assert transaction.run().status == "succeeded"
+    marker = Path(transaction.plan.state_dir) / contract.ENGINE_READY_FILE
+    assert marker.read_text() == "vllm-b.service\n"
+    transaction.after_result()
+    assert not marker.exists()
 
 
 def transaction_writing_its_result(
@@ -690,6 +748,53 @@ def test_once_the_result_is_written_the_step_waits_only_for_the_transaction_to_e
     swap.follow(plan, host, lambda _line: None, "c0")
     assert after_result and set(after_result) <= {swap.FINISH_POLL, swap.JOURNAL_SETTLE}, after_result
     assert after_result[-1] == swap.JOURNAL_SETTLE
+
+
+@dataclass
+class TransactionSayingItsLastLine(TransactionWritingItsResult):
+    """One that says its last line once its result is written and then keeps running (its reload)."""
+
+    def journal(
+        self, unit: str, cursor: str, lines: int | None = None, own_output: bool = False
+    ) -> tuple[list[str], str]:
+        self.journal_reads += 1
+        return (
+            (["[chat] timing: total=1.00s", "ok"], "c2")
+            if self.result_file.is_file() and cursor != "c2"
+            else ([], cursor)
+        )
+
+
+def test_the_step_ends_on_the_transactions_last_line_not_on_its_exit(tmp_path: Path) -> None:
+    # What the transaction does after its result (the manager's reload that forgets the removed units,
+    # 0.1-0.3 s here, more on a server with hundreds of units) is the host's, not the step's wait.
+    world = World(tmp_path)
+    plan = world.plan()
+    host = TransactionSayingItsLastLine(world.unit_dir, result_file=swap.result_path(plan), exits=False)
+    result = json.dumps({"status": "succeeded", "message": "ok", "plan_digest": plan.digest})
+    threading.Timer(0.1, swap.result_path(plan).write_text, args=(result,)).start()
+    said: list[str] = []
+    started = time.monotonic()
+    swap.follow(plan, host, said.append, "c0")
+    assert said == ["[chat] timing: total=1.00s", "ok"]
+    assert time.monotonic() - started < swap.FINISH_WAIT
+
+
+def test_the_manager_forgets_the_removed_old_unit_after_the_result_not_before(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    deployed(world)
+    transaction = world.transaction(world.plan(unit="vllm-b.service", gpus=(0, 1)))
+    (world.tools / "survey").write_text(f"import json\nprint(json.dumps({world.found!r}))\n")
+    world.systemd.calls.clear()
+    assert transaction.run().status == "succeeded"
+    assert not (world.unit_dir / "vllm-a.service").exists()
+    stopped = world.systemd.calls.index(("systemctl", "stop", "vllm-a.service"))
+    assert ("systemctl", "daemon-reload") not in world.systemd.calls[stopped:]
+    transaction.after_result()
+    assert world.systemd.calls[-2:] == [
+        ("systemctl", "daemon-reload"),
+        ("systemctl", "reset-failed", "vllm-a.service"),
+    ]
 
 
 def test_a_transaction_that_lingers_after_its_result_does_not_hold_the_step(tmp_path: Path) -> None:
