@@ -26,7 +26,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from host.contract import ENGINE_READY_FILE, RUNNING_STATES, ActiveRecord, Plan, Result
+from host.contract import ENGINE_READY_FILE, RUNNING_STATES, STEP_DONE_FILE, ActiveRecord, Plan, Result
 from host.systemd import SystemdHost
 
 
@@ -266,7 +266,24 @@ def start(
     first. The report was a step of its own after this one: run here, in the same SSH session and process,
     a swap no longer waits for a second session and a second start of the host package (~0.4 s)."""
     plan = Plan.load(plan_file)
-    host = host or SystemdHost()
+    try:
+        return start_plan(plan, plan_file, host or SystemdHost(), poll, report_spec, with_bench, reporter)
+    finally:
+        # The transaction's reload, which holds up every systemctl on the host, waits for this.
+        done = Path(plan.state_dir) / STEP_DONE_FILE
+        if done.parent.is_dir():
+            done.touch()
+
+
+def start_plan(
+    plan: Plan,
+    plan_file: str,
+    host: SystemdHost,
+    poll: float,
+    report_spec: dict[str, Any] | None,
+    with_bench: bool,
+    reporter: Reporter,
+) -> int:
     early: EarlyReport | None = None
 
     def watch() -> Callable[[], None]:

@@ -18,6 +18,7 @@ from host.contract import (
     ETC_DIR,
     FRONT_DOOR_DIR,
     STATE_DIR,
+    STEP_DONE_FILE,
     UNIT_DIR,
     ActiveRecord,
     Claims,
@@ -54,6 +55,10 @@ class StartJob:
             self.status, self.output = host.attempt("systemctl", "start", unit)
         finally:
             self.done.set()
+
+
+# How long the transaction's reload after its result waits for the step to end (after_result).
+STEP_WAIT = 5.0
 
 
 class SwapRefused(Exception):
@@ -97,6 +102,7 @@ class TransactionBase:
         self.timings: dict[str, float] = {}
         # Units whose files this transaction removed: the manager forgets them once the result is written.
         self.removed_units: list[str] = []
+        self.began_at = time.time()  # wall clock: the step's STEP_DONE_FILE is compared with it
 
     def log(self, message: str) -> None:
         self._log(f"[{self.plan.deployment}] {message}")
@@ -196,6 +202,19 @@ class TransactionBase:
         self.log("timing: " + " ".join(f"{k}={v:.2f}s" for k, v in self.timings.items() if k != "blue_green"))
         return Result("succeeded", f"serving {plan.served_name} from {plan.unit_name}", plan.digest, self.timings)
 
+    def wait_for_the_step(self, timeout: float) -> None:
+        """Until the step touched STEP_DONE_FILE after this transaction began, or `timeout` (a step whose
+        SSH session dropped never will)."""
+        marker = self.state_dir / STEP_DONE_FILE
+        deadline = now() + timeout
+        while now() < deadline:
+            try:
+                if marker.stat().st_mtime >= self.began_at:
+                    return
+            except FileNotFoundError:
+                pass
+            time.sleep(0.02)
+
     def install_staged(
         self, staged_unit: Path, staged_env: Path, placement: Placement, adopted_launch: str | None = None
     ) -> None:
@@ -225,14 +244,17 @@ class TransactionBase:
         self.placement_path(unit).unlink(missing_ok=True)
         self.removed_units.append(unit)
 
-    def after_result(self) -> None:
+    def after_result(self, step_wait: float = STEP_WAIT) -> None:
         """What the transaction does once its result is written: the manager's reload that forgets the
         units whose files it removed. Their engines have stopped and nothing enables them, so no boot starts
         them; the reload only makes systemd stop listing them (0.1-0.3 s on the sandbox, more on a server
-        with hundreds of units), and the step, which ends with the result, need not wait for it."""
+        with hundreds of units), and the step, which ends with the result, need not wait for it. While it
+        runs, systemd answers no systemctl: it waits (at most `step_wait`) for the step's post-deploy report,
+        which reads the unit's state, to be done."""
         (self.state_dir / ENGINE_READY_FILE).unlink(missing_ok=True)
         if not self.removed_units:
             return
+        self.wait_for_the_step(step_wait)
         self.host.run("systemctl", "daemon-reload")
         for unit in self.removed_units:
             self.host.run("systemctl", "reset-failed", unit, check=False)

@@ -246,7 +246,7 @@ class World:
         (self.tools / "survey").write_text(f"import json\nprint(json.dumps({self.found!r}))\n")
         transaction = self.transaction(plan)
         result = transaction.run()
-        transaction.after_result()  # as run_transaction does once the result is written
+        transaction.after_result(step_wait=0)  # as run_transaction does once the result is written
         return result
 
 
@@ -695,15 +695,36 @@ def test_the_smoke_benchmark_starts_when_the_new_engine_answers_before_the_front
         assert "measured" not in at and handed == [None]
 
 
+def test_the_reload_after_the_result_waits_for_the_step_that_reads_the_units_state(tmp_path: Path) -> None:
+    # systemd answers no systemctl while it reloads: the step's report (`systemctl show` of the new unit)
+    # would wait behind it. The step touches its mark as it exits; the reload begins then.
+    world, transaction = swapped_blue_green(tmp_path)
+    mark = Path(transaction.plan.state_dir) / contract.STEP_DONE_FILE
+    threading.Timer(0.3, mark.touch).start()
+    started = time.monotonic()
+    transaction.after_result(step_wait=10)
+    assert 0.25 < time.monotonic() - started < 5
+    assert world.systemd.calls[-2][1] == "daemon-reload"
+    # A step that never comes (its SSH session dropped) holds it up for step_wait at most.
+    later = world.transaction(world.plan(unit="vllm-a.service", gpus=(0, 1)))
+    assert later.run().status == "succeeded"
+    started = time.monotonic()
+    later.after_result(step_wait=0.2)
+    assert 0.15 < time.monotonic() - started < 5
+
+
+def test_the_step_marks_its_end_for_the_transaction(tmp_path: Path) -> None:
+    plan_file, host = attach_to_result(World(tmp_path), "succeeded")
+    state_dir = Path(contract.Plan.load(str(plan_file)).state_dir)
+    assert swap.start(str(plan_file), host, poll=0) == 0
+    assert (state_dir / contract.STEP_DONE_FILE).is_file()
+
+
 def test_the_transaction_marks_its_new_engine_ready_and_clears_the_mark_after_its_result(tmp_path: Path) -> None:
-    world = World(tmp_path)
-    deployed(world)
-    transaction = world.transaction(world.plan(unit="vllm-b.service", gpus=(0, 1)))
-    (world.tools / "survey").write_text(f"import json\nprint(json.dumps({world.found!r}))\n")
-    assert transaction.run().status == "succeeded"
+    _world, transaction = swapped_blue_green(tmp_path)
     marker = Path(transaction.plan.state_dir) / contract.ENGINE_READY_FILE
     assert marker.read_text() == "vllm-b.service\n"
-    transaction.after_result()
+    transaction.after_result(step_wait=0)
     assert not marker.exists()
 
 
@@ -780,17 +801,24 @@ def test_the_step_ends_on_the_transactions_last_line_not_on_its_exit(tmp_path: P
     assert time.monotonic() - started < swap.FINISH_WAIT
 
 
-def test_the_manager_forgets_the_removed_old_unit_after_the_result_not_before(tmp_path: Path) -> None:
+def swapped_blue_green(tmp_path: Path) -> tuple[World, Transaction]:
+    """A world whose deployment swapped blue/green from vllm-a to vllm-b; the transaction has written its
+    result (what it does after, after_result, is left to the test). Only that swap's calls are recorded."""
     world = World(tmp_path)
     deployed(world)
     transaction = world.transaction(world.plan(unit="vllm-b.service", gpus=(0, 1)))
     (world.tools / "survey").write_text(f"import json\nprint(json.dumps({world.found!r}))\n")
     world.systemd.calls.clear()
     assert transaction.run().status == "succeeded"
+    return world, transaction
+
+
+def test_the_manager_forgets_the_removed_old_unit_after_the_result_not_before(tmp_path: Path) -> None:
+    world, transaction = swapped_blue_green(tmp_path)
     assert not (world.unit_dir / "vllm-a.service").exists()
     stopped = world.systemd.calls.index(("systemctl", "stop", "vllm-a.service"))
     assert ("systemctl", "daemon-reload") not in world.systemd.calls[stopped:]
-    transaction.after_result()
+    transaction.after_result(step_wait=0)
     assert world.systemd.calls[-2:] == [
         ("systemctl", "daemon-reload"),
         ("systemctl", "reset-failed", "vllm-a.service"),
