@@ -370,9 +370,10 @@ class NodePlan(DeploymentPlan):
 # In a deployment's state directory while its swap runs: the unit whose engine answers now, before the front
 # door switches to it (host/swap.py starts the report's smoke benchmark on it).
 ENGINE_READY_FILE = "engine-ready"
-# Touched by the swap's step (`swap start`) as it exits: its report has read the host, and the transaction's
-# reload, which holds up every systemctl on the host while it runs, may begin.
-STEP_DONE_FILE = "step-done"
+# Written by the transaction before its result when it will reload systemd after it; removed by the swap's
+# step (`swap start`) as it exits: its report has read the host, and the reload, which holds up every
+# systemctl on the host while it runs, may begin.
+STEP_PENDING_FILE = "step-pending"
 ADAPTERS_FILE = "adapters.json"
 
 

@@ -26,7 +26,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from host.contract import ENGINE_READY_FILE, RUNNING_STATES, STEP_DONE_FILE, ActiveRecord, Plan, Result
+from host.contract import ENGINE_READY_FILE, RUNNING_STATES, STEP_PENDING_FILE, ActiveRecord, Plan, Result
 from host.systemd import SystemdHost
 
 
@@ -48,6 +48,8 @@ def run_transaction(plan_file: str) -> int:
             result = Result(
                 "rollback-failed", f"swap transaction crashed: {type(error).__name__}: {error}", plan.digest
             )
+        if transaction is not None:
+            transaction.before_result()
         path = result_path(plan)
         temporary = path.with_suffix(".tmp")
         temporary.write_text(json.dumps(asdict(result)), encoding="utf-8")
@@ -270,9 +272,7 @@ def start(
         return start_plan(plan, plan_file, host or SystemdHost(), poll, report_spec, with_bench, reporter)
     finally:
         # The transaction's reload, which holds up every systemctl on the host, waits for this.
-        done = Path(plan.state_dir) / STEP_DONE_FILE
-        if done.parent.is_dir():
-            done.touch()
+        (Path(plan.state_dir) / STEP_PENDING_FILE).unlink(missing_ok=True)
 
 
 def start_plan(

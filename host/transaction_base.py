@@ -18,7 +18,7 @@ from host.contract import (
     ETC_DIR,
     FRONT_DOOR_DIR,
     STATE_DIR,
-    STEP_DONE_FILE,
+    STEP_PENDING_FILE,
     UNIT_DIR,
     ActiveRecord,
     Claims,
@@ -102,7 +102,6 @@ class TransactionBase:
         self.timings: dict[str, float] = {}
         # Units whose files this transaction removed: the manager forgets them once the result is written.
         self.removed_units: list[str] = []
-        self.began_at = time.time()  # wall clock: the step's STEP_DONE_FILE is compared with it
 
     def log(self, message: str) -> None:
         self._log(f"[{self.plan.deployment}] {message}")
@@ -202,18 +201,20 @@ class TransactionBase:
         self.log("timing: " + " ".join(f"{k}={v:.2f}s" for k, v in self.timings.items() if k != "blue_green"))
         return Result("succeeded", f"serving {plan.served_name} from {plan.unit_name}", plan.digest, self.timings)
 
+    def before_result(self) -> None:
+        """Right before the result is written: when a reload follows it, the step is asked to say when it
+        is done (it removes STEP_PENDING_FILE as it exits)."""
+        if self.removed_units:
+            write_file(self.state_dir / STEP_PENDING_FILE, "", 0o644)
+
     def wait_for_the_step(self, timeout: float) -> None:
-        """Until the step touched STEP_DONE_FILE after this transaction began, or `timeout` (a step whose
-        SSH session dropped never will)."""
-        marker = self.state_dir / STEP_DONE_FILE
+        """Until the step removed STEP_PENDING_FILE, or `timeout` (a step whose SSH session dropped never
+        will); then it is gone either way."""
+        pending = self.state_dir / STEP_PENDING_FILE
         deadline = now() + timeout
-        while now() < deadline:
-            try:
-                if marker.stat().st_mtime >= self.began_at:
-                    return
-            except FileNotFoundError:
-                pass
+        while pending.exists() and now() < deadline:
             time.sleep(0.02)
+        pending.unlink(missing_ok=True)
 
     def install_staged(
         self, staged_unit: Path, staged_env: Path, placement: Placement, adopted_launch: str | None = None

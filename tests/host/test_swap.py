@@ -246,7 +246,8 @@ class World:
         (self.tools / "survey").write_text(f"import json\nprint(json.dumps({self.found!r}))\n")
         transaction = self.transaction(plan)
         result = transaction.run()
-        transaction.after_result(step_wait=0)  # as run_transaction does once the result is written
+        transaction.before_result()  # as run_transaction does around writing the result
+        transaction.after_result(step_wait=0)
         return result
 
 
@@ -697,27 +698,32 @@ def test_the_smoke_benchmark_starts_when_the_new_engine_answers_before_the_front
 
 def test_the_reload_after_the_result_waits_for_the_step_that_reads_the_units_state(tmp_path: Path) -> None:
     # systemd answers no systemctl while it reloads: the step's report (`systemctl show` of the new unit)
-    # would wait behind it. The step touches its mark as it exits; the reload begins then.
+    # would wait behind it. The step removes the transaction's mark as it exits; the reload begins then.
     world, transaction = swapped_blue_green(tmp_path)
-    mark = Path(transaction.plan.state_dir) / contract.STEP_DONE_FILE
-    threading.Timer(0.3, mark.touch).start()
+    transaction.before_result()
+    pending = Path(transaction.plan.state_dir) / contract.STEP_PENDING_FILE
+    assert pending.is_file()
+    threading.Timer(0.3, pending.unlink).start()
     started = time.monotonic()
     transaction.after_result(step_wait=10)
     assert 0.25 < time.monotonic() - started < 5
     assert world.systemd.calls[-2][1] == "daemon-reload"
-    # A step that never comes (its SSH session dropped) holds it up for step_wait at most.
+    # A step that never comes (its SSH session dropped) holds it up for step_wait at most; no mark stays.
     later = world.transaction(world.plan(unit="vllm-a.service", gpus=(0, 1)))
     assert later.run().status == "succeeded"
+    later.before_result()
     started = time.monotonic()
     later.after_result(step_wait=0.2)
     assert 0.15 < time.monotonic() - started < 5
+    assert not pending.exists()
 
 
 def test_the_step_marks_its_end_for_the_transaction(tmp_path: Path) -> None:
     plan_file, host = attach_to_result(World(tmp_path), "succeeded")
-    state_dir = Path(contract.Plan.load(str(plan_file)).state_dir)
+    pending = Path(contract.Plan.load(str(plan_file)).state_dir) / contract.STEP_PENDING_FILE
+    pending.write_text("")
     assert swap.start(str(plan_file), host, poll=0) == 0
-    assert (state_dir / contract.STEP_DONE_FILE).is_file()
+    assert not pending.exists()
 
 
 def test_the_transaction_marks_its_new_engine_ready_and_clears_the_mark_after_its_result(tmp_path: Path) -> None:
