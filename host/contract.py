@@ -364,9 +364,6 @@ class NodePlan(DeploymentPlan):
         return f"node {self.rank} of deployment {self.deployment!r} on host {self.host!r}"
 
 
-# ---- a deployment's LoRA adapters (host/adapters.py applies them; render/steps.py renders them) ---------
-
-# In the deployment's state directory: the adapters its engines load whenever they start.
 # In a deployment's state directory while its swap runs: the unit whose engine answers now, before the front
 # door switches to it (host/swap.py starts the report's smoke benchmark on it).
 ENGINE_READY_FILE = "engine-ready"
@@ -374,6 +371,11 @@ ENGINE_READY_FILE = "engine-ready"
 # step (`swap start`) as it exits: its report has read the host, and the reload, which holds up every
 # systemctl on the host while it runs, may begin.
 STEP_PENDING_FILE = "step-pending"
+
+
+# ---- a deployment's LoRA adapters (host/adapters.py applies them; render/steps.py renders them) ---------
+
+# In the deployment's state directory: the adapters its engines load whenever they start.
 ADAPTERS_FILE = "adapters.json"
 
 

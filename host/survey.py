@@ -47,6 +47,7 @@ from host.facts import (
     unit_launch,
     unit_of,
 )
+from host.systemd import parse_show
 
 MANAGED_BY = re.compile(r"^# Managed by vllm-fleet: stack (\S+?), deployment (\S+?)\. ")
 
@@ -87,11 +88,7 @@ UNIT_PROPERTIES = "ActiveState,UnitFileState,FragmentPath,DropInPaths,Environmen
 
 def parse_show_blocks(text: str) -> list[dict[str, str]]:
     """`systemctl show` of several units: one block of KEY=VALUE lines per unit, in the order asked."""
-    return [
-        dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
-        for block in text.strip("\n").split("\n\n")
-        if block.strip()
-    ]
+    return [parse_show(block) for block in text.strip("\n").split("\n\n") if block.strip()]
 
 
 def unit_properties(names: list[str]) -> dict[str, dict[str, str]]:

@@ -94,8 +94,9 @@ def follow(
     poll: float = FOLLOW_POLL,
     tick: Callable[[], None] = lambda: None,
 ) -> None:
-    """Print the transaction unit's journal after `cursor` until the unit is gone (collected when it ends).
-    `tick` runs at every look for the result (every RESULT_POLL)."""
+    """Print the transaction unit's journal after `cursor` until it says its last line after its result
+    (last_line), or the unit is gone (collected when it ends). `tick` runs at every look for the result
+    (every RESULT_POLL)."""
     before = result_stamp(plan)  # an attached transaction's result file may be an earlier one's
     written_at: float | None = None
     final: str | None = None  # its last line, once its result is written
@@ -138,7 +139,7 @@ def result_stamp(plan: Plan) -> int | None:
 
 
 def wait_for_result(plan: Plan, poll: float, before: int | None, tick: Callable[[], None] = lambda: None) -> bool:
-    """Up to `poll`, or until the transaction has written its result (it exits right after): whether it has."""
+    """Up to `poll`, or until the transaction has written its result: whether it has."""
     deadline = time.monotonic() + poll
     while True:
         time.sleep(min(RESULT_POLL, poll))
