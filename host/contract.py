@@ -367,10 +367,6 @@ class NodePlan(DeploymentPlan):
 # In a deployment's state directory while its swap runs: the unit whose engine answers now, before the front
 # door switches to it (host/swap.py starts the report's smoke benchmark on it).
 ENGINE_READY_FILE = "engine-ready"
-# Written by the transaction before its result when it will reload systemd after it; removed by the swap's
-# step (`swap start`) as it exits: its report has read the host, and the reload, which holds up every
-# systemctl on the host while it runs, may begin.
-STEP_PENDING_FILE = "step-pending"
 
 
 # ---- a deployment's LoRA adapters (host/adapters.py applies them; render/steps.py renders them) ---------

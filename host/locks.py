@@ -1,5 +1,6 @@
 """An exclusive lock on a file, waited for a while: model-sync's download directory, the swap's one
-transaction per host and prewarm's copy into a directory each take one. Standard library only."""
+transaction per host and prewarm's copy into a directory each take one, and the swap's reload after its
+result takes the plan file's for a moment to know that no step still reads the host. Standard library only."""
 
 from __future__ import annotations
 

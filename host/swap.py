@@ -17,6 +17,7 @@ directory, where the next `swap start` finds it. Standard library only.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import sys
 import threading
@@ -26,7 +27,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from host.contract import ENGINE_READY_FILE, RUNNING_STATES, STEP_PENDING_FILE, ActiveRecord, Plan, Result
+from host.contract import ENGINE_READY_FILE, RUNNING_STATES, ActiveRecord, Plan, Result
+from host.locks import take_lock
 from host.systemd import SystemdHost
 
 
@@ -48,8 +50,6 @@ def run_transaction(plan_file: str) -> int:
             result = Result(
                 "rollback-failed", f"swap transaction crashed: {type(error).__name__}: {error}", plan.digest
             )
-        if transaction is not None:
-            transaction.before_result()
         path = result_path(plan)
         temporary = path.with_suffix(".tmp")
         temporary.write_text(json.dumps(asdict(result)), encoding="utf-8")
@@ -58,10 +58,24 @@ def run_transaction(plan_file: str) -> int:
         print(last_line(result), flush=True)
         if transaction is not None:
             try:
-                transaction.after_result()
+                transaction.after_result(lambda: steps_done(plan_file))
             except Exception as error:
                 print(f"after the result: {type(error).__name__}: {error}", flush=True)
     return 0 if result.ok else 1
+
+
+# The step that starts a transaction holds a shared lock on the plan file until it exits, however it ends:
+# the kernel drops it with the process, so a step whose controller was killed holds nothing (a mark file
+# it was to remove had held the transaction up). The transaction's reload after its result waits for it,
+# at most STEP_WAIT: while systemd reloads it answers no systemctl, and the step's report reads the new
+# unit's state.
+STEP_WAIT = 5.0
+
+
+def steps_done(plan_file: str, wait: float = STEP_WAIT) -> bool:
+    """Wait until no step holds the plan file, at most `wait` s: whether none does."""
+    with open(plan_file, encoding="utf-8") as handle:
+        return take_lock(handle, wait=wait, poll=0.02)
 
 
 def last_line(result: Result) -> str:
@@ -269,11 +283,7 @@ def start(
     first. The report was a step of its own after this one: run here, in the same SSH session and process,
     a swap no longer waits for a second session and a second start of the host package (~0.4 s)."""
     plan = Plan.load(plan_file)
-    try:
-        return start_plan(plan, plan_file, host or SystemdHost(), poll, report_spec, with_bench, reporter)
-    finally:
-        # The transaction's reload, which holds up every systemctl on the host, waits for this.
-        (Path(plan.state_dir) / STEP_PENDING_FILE).unlink(missing_ok=True)
+    return start_plan(plan, plan_file, host or SystemdHost(), poll, report_spec, with_bench, reporter)
 
 
 def start_plan(
@@ -311,38 +321,47 @@ def start_plan(
     def out(line: str) -> None:
         print(line, flush=True)
 
+    earlier = result_stamp(plan)
     if host.running(plan.transaction_unit):
         out(
             f"[{plan.deployment}] a swap transaction is already running on this host ({plan.transaction_unit}): attaching"
         )
         follow(plan, host, out, host.journal_cursor(), poll, watch())
         previous = read_result(plan)
-        if previous is not None and previous.plan_digest == plan.digest:
+        if previous is None or previous.plan_digest != plan.digest:
+            out(f"[{plan.deployment}] that transaction was for another plan; starting this one")
+        elif result_stamp(plan) == earlier:
+            # Its result was written before this step came (e.g. the transaction of an up whose controller
+            # was killed, finishing on the host): this step saw none of it; its own transaction looks again.
+            out(f"[{plan.deployment}] that transaction had already ended this plan; starting this one to check it")
+        else:
             return finish(previous)
-        out(f"[{plan.deployment}] that transaction was for another plan; starting this one")
     result_path(plan).unlink(missing_ok=True)
-    cursor = host.journal_cursor()
-    host.run(
-        "systemd-run",
-        f"--unit={plan.transaction_unit}",
-        "--collect",
-        "--quiet",
-        f"--description=vllm-fleet swap of deployment {plan.owner}",
-        plan.python,
-        f"{plan.tools_dir}/swap",
-        "run",
-        "--plan",
-        plan_file,
-    )
-    follow(plan, host, out, cursor, poll, watch())
-    result = read_result(plan)
-    if result is None:
-        print(
-            f"swap transaction {plan.transaction_unit} ended without a result; see journalctl -u {plan.transaction_unit}",
-            file=sys.stderr,
+    # Held until this step exits (steps_done): the transaction's reload after its result waits for it.
+    with open(plan_file, encoding="utf-8") as step_lock:
+        fcntl.flock(step_lock, fcntl.LOCK_SH)
+        cursor = host.journal_cursor()
+        host.run(
+            "systemd-run",
+            f"--unit={plan.transaction_unit}",
+            "--collect",
+            "--quiet",
+            f"--description=vllm-fleet swap of deployment {plan.owner}",
+            plan.python,
+            f"{plan.tools_dir}/swap",
+            "run",
+            "--plan",
+            plan_file,
         )
-        return 1
-    return finish(result)
+        follow(plan, host, out, cursor, poll, watch())
+        result = read_result(plan)
+        if result is None:
+            print(
+                f"swap transaction {plan.transaction_unit} ended without a result; see journalctl -u {plan.transaction_unit}",
+                file=sys.stderr,
+            )
+            return 1
+        return finish(result)
 
 
 def say_result(result: Result) -> int:

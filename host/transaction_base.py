@@ -18,7 +18,6 @@ from host.contract import (
     ETC_DIR,
     FRONT_DOOR_DIR,
     STATE_DIR,
-    STEP_PENDING_FILE,
     UNIT_DIR,
     ActiveRecord,
     Claims,
@@ -55,10 +54,6 @@ class StartJob:
             self.status, self.output = host.attempt("systemctl", "start", unit)
         finally:
             self.done.set()
-
-
-# How long the transaction's reload after its result waits for the step to end (after_result).
-STEP_WAIT = 5.0
 
 
 class SwapRefused(Exception):
@@ -201,21 +196,6 @@ class TransactionBase:
         self.log("timing: " + " ".join(f"{k}={v:.2f}s" for k, v in self.timings.items() if k != "blue_green"))
         return Result("succeeded", f"serving {plan.served_name} from {plan.unit_name}", plan.digest, self.timings)
 
-    def before_result(self) -> None:
-        """Right before the result is written: when a reload follows it, the step is asked to say when it
-        is done (it removes STEP_PENDING_FILE as it exits)."""
-        if self.removed_units:
-            write_file(self.state_dir / STEP_PENDING_FILE, "", 0o644)
-
-    def wait_for_the_step(self, timeout: float) -> None:
-        """Until the step removed STEP_PENDING_FILE, or `timeout` (a step whose SSH session dropped never
-        will); then it is gone either way."""
-        pending = self.state_dir / STEP_PENDING_FILE
-        deadline = now() + timeout
-        while pending.exists() and now() < deadline:
-            time.sleep(0.02)
-        pending.unlink(missing_ok=True)
-
     def install_staged(
         self, staged_unit: Path, staged_env: Path, placement: Placement, adopted_launch: str | None = None
     ) -> None:
@@ -245,17 +225,17 @@ class TransactionBase:
         self.placement_path(unit).unlink(missing_ok=True)
         self.removed_units.append(unit)
 
-    def after_result(self, step_wait: float = STEP_WAIT) -> None:
+    def after_result(self, wait_for_the_step: Callable[[], object] = lambda: None) -> None:
         """What the transaction does once its result is written: the manager's reload that forgets the
         units whose files it removed. Their engines have stopped and nothing enables them, so no boot starts
         them; the reload only makes systemd stop listing them (0.1-0.3 s on the sandbox, more on a server
         with hundreds of units), and the step, which ends with the result, need not wait for it. While it
-        runs, systemd answers no systemctl: it waits (at most `step_wait`) for the step's post-deploy report,
-        which reads the unit's state, to be done."""
+        runs, systemd answers no systemctl: it first waits for the step's post-deploy report, which reads
+        the unit's state, to be done (`wait_for_the_step`: host/swap.py's steps_done, bounded)."""
         (self.state_dir / ENGINE_READY_FILE).unlink(missing_ok=True)
         if not self.removed_units:
             return
-        self.wait_for_the_step(step_wait)
+        wait_for_the_step()
         self.host.run("systemctl", "daemon-reload")
         for unit in self.removed_units:
             self.host.run("systemctl", "reset-failed", unit, check=False)

@@ -3,8 +3,11 @@ a temporary root. The real thing runs end to end on the sandbox (tests/test_brow
 
 from __future__ import annotations
 
+import fcntl
 import json
 import re
+import signal
+import subprocess
 import sys
 import threading
 import time
@@ -246,8 +249,7 @@ class World:
         (self.tools / "survey").write_text(f"import json\nprint(json.dumps({self.found!r}))\n")
         transaction = self.transaction(plan)
         result = transaction.run()
-        transaction.before_result()  # as run_transaction does around writing the result
-        transaction.after_result(step_wait=0)
+        transaction.after_result()  # as run_transaction does once the result is written
         return result
 
 
@@ -513,28 +515,59 @@ def test_port_or_gpus_held_by_what_the_swap_will_not_stop_refuse_before_the_stop
     assert world.run(allowed).status == "succeeded"
 
 
+@dataclass
 class TransactionStillRunning(RecordingSystemd):
-    """A swap transaction unit that is running for two looks, then gone (collected when it ended)."""
+    """A swap transaction unit that is running for two looks, then gone (collected when it ended). With
+    `result`, it writes that result (to `result_file`) at the first look: after the step came."""
 
     looks: int = 0
+    result: str = ""
+    result_file: Path = Path("/nonexistent")
 
     def show(self, unit: str, *props: str) -> dict[str, str]:
         if unit.startswith("vllm-fleet-swap-"):
             self.looks += 1
+            if self.looks == 1 and self.result:
+                self.result_file.write_text(self.result)
             return {"ActiveState": "active" if self.looks <= 2 else "inactive"}
         return super().show(unit, *props)
 
 
 def test_a_second_up_attaches_to_the_running_transaction(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plan_file, host = attach_to_result(World(tmp_path), "succeeded")
+    assert swap.start(str(plan_file), host, poll=0) == 0
+    assert not [c for c in host.calls if c[0] == "systemd-run"], "a second transaction was started"
+    out = capsys.readouterr().out
+    assert "already running on this host (vllm-fleet-swap-dev.chat.service): attaching" in out
+    assert out.strip().splitlines()[-1] == "swap result: succeeded: done"
+
+
+def test_a_transaction_that_had_ended_this_plan_before_the_step_came_is_checked_by_a_new_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # E.g. the transaction of an up whose controller was killed, still forgetting removed units on the
+    # host when the next up comes: its result is not this step's to report; this step's transaction, run
+    # after it, finds the swap done (here it writes "unchanged").
     world = World(tmp_path)
     plan = world.plan()
     plan_file = world.plan_file(plan)
+    swap.result_path(plan).write_text(
+        json.dumps({"status": "succeeded", "message": "done", "plan_digest": plan.digest})
+    )
     host = TransactionStillRunning(world.unit_dir)
-    # The running transaction finishes and writes its result for this very plan.
-    swap.result_path(plan).write_text(json.dumps({"status": "succeeded", "message": "ok", "plan_digest": plan.digest}))
+    checked = json.dumps({"status": "unchanged", "message": "already serves", "plan_digest": plan.digest})
+
+    def run(*argv: str, check: bool = True) -> str:
+        if argv[0] == "systemd-run":
+            swap.result_path(plan).write_text(checked)
+            host.looks = 2  # its own transaction: running for one look, then gone
+        return ""
+
+    host.run = run  # type: ignore[method-assign]
     assert swap.start(str(plan_file), host, poll=0) == 0
-    assert not [c for c in host.calls if c[0] == "systemd-run"], "a second transaction was started"
-    assert "already running on this host (vllm-fleet-swap-dev.chat.service): attaching" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "that transaction had already ended this plan; starting this one to check it" in out
+    assert out.strip().splitlines()[-1] == "swap result: unchanged: already serves"
 
 
 REPORT_SPEC = {"deployments": [{"owner": "dev.chat", "unit": "vllm-new.service"}]}
@@ -544,8 +577,8 @@ def attach_to_result(world: World, status: str) -> tuple[Path, TransactionStillR
     """A plan whose running transaction ends with `status` for this very plan (the attach path)."""
     plan = world.plan()
     plan_file = world.plan_file(plan)
-    swap.result_path(plan).write_text(json.dumps({"status": status, "message": "done", "plan_digest": plan.digest}))
-    return plan_file, TransactionStillRunning(world.unit_dir)
+    result = json.dumps({"status": status, "message": "done", "plan_digest": plan.digest})
+    return plan_file, TransactionStillRunning(world.unit_dir, result=result, result_file=swap.result_path(plan))
 
 
 def test_once_it_serves_the_step_prints_the_report_then_the_result(
@@ -696,41 +729,95 @@ def test_the_smoke_benchmark_starts_when_the_new_engine_answers_before_the_front
         assert "measured" not in at and handed == [None]
 
 
+def hold_the_step_lock(plan_file: Path, seconds: float) -> None:
+    """What a step does while it runs: a shared lock on the plan file, here for `seconds`."""
+
+    def hold() -> None:
+        with plan_file.open(encoding="utf-8") as handle:
+            fcntl.flock(handle, fcntl.LOCK_SH)
+            time.sleep(seconds)
+
+    threading.Thread(target=hold, daemon=True).start()
+    time.sleep(0.05)
+
+
 def test_the_reload_after_the_result_waits_for_the_step_that_reads_the_units_state(tmp_path: Path) -> None:
     # systemd answers no systemctl while it reloads: the step's report (`systemctl show` of the new unit)
-    # would wait behind it. The step removes the transaction's mark as it exits; the reload begins then.
+    # would wait behind it. The step holds the plan file's lock until it exits; the reload begins then.
     world, transaction = swapped_blue_green(tmp_path)
-    transaction.before_result()
-    pending = Path(transaction.plan.state_dir) / contract.STEP_PENDING_FILE
-    assert pending.is_file()
-    threading.Timer(0.3, pending.unlink).start()
+    plan_file = world.plan_file(transaction.plan)
+    hold_the_step_lock(plan_file, 0.3)
     started = time.monotonic()
-    transaction.after_result(step_wait=10)
-    assert 0.25 < time.monotonic() - started < 5
+    transaction.after_result(lambda: swap.steps_done(str(plan_file), wait=10))
+    assert 0.2 < time.monotonic() - started < 5
     assert world.systemd.calls[-2][1] == "daemon-reload"
-    # A step that never comes (its SSH session dropped) holds it up for step_wait at most; no mark stays.
-    later = world.transaction(world.plan(unit="vllm-a.service", gpus=(0, 1)))
-    assert later.run().status == "succeeded"
-    later.before_result()
+    # A step that lingers holds it up for the bound at most.
+    hold_the_step_lock(plan_file, 10)
     started = time.monotonic()
-    later.after_result(step_wait=0.2)
+    assert not swap.steps_done(str(plan_file), wait=0.2)
     assert 0.15 < time.monotonic() - started < 5
-    assert not pending.exists()
 
 
-def test_the_step_marks_its_end_for_the_transaction(tmp_path: Path) -> None:
-    plan_file, host = attach_to_result(World(tmp_path), "succeeded")
-    pending = Path(contract.Plan.load(str(plan_file)).state_dir) / contract.STEP_PENDING_FILE
-    pending.write_text("")
-    assert swap.start(str(plan_file), host, poll=0) == 0
-    assert not pending.exists()
+def test_a_killed_step_holds_nothing_up(tmp_path: Path) -> None:
+    # The controller killed, its SSH session gone, the step with it: the kernel dropped its lock, and the
+    # reload does not wait for a step that will never come (a mark file it was to remove had held it 5 s).
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text("{}")
+    holder = (
+        "import fcntl, os, signal, sys\n"
+        "handle = open(sys.argv[1])\n"
+        "fcntl.flock(handle, fcntl.LOCK_SH)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    killed = subprocess.run([sys.executable, "-c", holder, str(plan_file)], check=False)
+    assert killed.returncode == -signal.SIGKILL
+    started = time.monotonic()
+    assert swap.steps_done(str(plan_file), wait=10)
+    assert time.monotonic() - started < 1
+
+
+@dataclass
+class TransactionStartedByTheStep(TransactionWritingItsResult):
+    """No transaction runs until the step starts one (systemd-run); it writes `result` 0.1 s later."""
+
+    result: str = ""
+    started: bool = False
+
+    def run(self, *args: str, check: bool = True) -> str:
+        if args[0] == "systemd-run":
+            self.started = True
+            threading.Timer(0.1, self.result_file.write_text, args=(self.result,)).start()
+        return super().run(*args, check=check)
+
+    def show(self, unit: str, *props: str) -> dict[str, str]:
+        if unit.startswith("vllm-fleet-swap-") and not self.started:
+            return {"ActiveState": "inactive"}
+        return super().show(unit, *props)
+
+
+def test_the_step_holds_the_plan_files_lock_while_it_runs_and_not_after(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    plan = world.plan()
+    plan_file = world.plan_file(plan)
+    held: list[bool] = []
+    result = json.dumps({"status": "succeeded", "message": "ok", "plan_digest": plan.digest})
+    host = TransactionStartedByTheStep(world.unit_dir, result_file=swap.result_path(plan), result=result)
+
+    def reporter(spec: dict[str, Any], with_bench: bool, measured: dict[str, Any] | None) -> dict[str, Any]:
+        held.append(not swap.steps_done(str(plan_file), wait=0))  # the report runs inside the step
+        return {"deployments": {}}
+
+    assert swap.start(str(plan_file), host, poll=0.05, report_spec=REPORT_SPEC, reporter=reporter) == 0
+    assert host.started, "the step attached instead of starting its transaction"
+    assert held == [True]
+    assert swap.steps_done(str(plan_file), wait=0)
 
 
 def test_the_transaction_marks_its_new_engine_ready_and_clears_the_mark_after_its_result(tmp_path: Path) -> None:
     _world, transaction = swapped_blue_green(tmp_path)
     marker = Path(transaction.plan.state_dir) / contract.ENGINE_READY_FILE
     assert marker.read_text() == "vllm-b.service\n"
-    transaction.after_result(step_wait=0)
+    transaction.after_result()
     assert not marker.exists()
 
 
@@ -824,7 +911,7 @@ def test_the_manager_forgets_the_removed_old_unit_after_the_result_not_before(tm
     assert not (world.unit_dir / "vllm-a.service").exists()
     stopped = world.systemd.calls.index(("systemctl", "stop", "vllm-a.service"))
     assert ("systemctl", "daemon-reload") not in world.systemd.calls[stopped:]
-    transaction.after_result(step_wait=0)
+    transaction.after_result()
     assert world.systemd.calls[-2:] == [
         ("systemctl", "daemon-reload"),
         ("systemctl", "reset-failed", "vllm-a.service"),
