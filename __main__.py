@@ -12,6 +12,11 @@ gc.disable()
 
 import pulumi  # noqa: E402
 
+from controller import sdk  # noqa: E402
+
+# First: the engine starts the command provider while Python imports and checks what follows.
+sdk.start_command_provider()
+
 from components.fleet import FleetArgs, build_fleet  # noqa: E402
 from controller import checks, program  # noqa: E402
 from controller.cordon import CordonedSteps  # noqa: E402

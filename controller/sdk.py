@@ -182,3 +182,41 @@ def linear_output_wait() -> None:
                 break
 
     sdk_stack.wait_for_rpcs = wait_for_rpcs
+
+
+def start_command_provider() -> None:
+    """Have the engine start the command provider now, beside the program's own imports and checks. The
+    engine starts a provider when the first request naming it comes, and the SDK sends the program's
+    requests only once its body has run (registrations are tasks of the event loop the body holds): the
+    first Command then waited ~70 ms for the provider's process, its handshake and CheckConfig, in every
+    program run (a no-op `up` runs the program twice). The request asked for is the provider's cheapest,
+    run locally and discarded: `true`, through command:local:run, for the same package version as every
+    Command (the engine keys its default provider by version; another would be a resource of its own).
+    Sent from a thread, straight to the engine; should it fail, the first Command starts the provider as
+    before."""
+    import contextlib
+    import importlib.util
+    import json
+    import threading
+
+    from pulumi.runtime.proto import resource_pb2, resource_pb2_grpc
+    from pulumi.runtime.settings import get_monitor
+
+    monitor = get_monitor()
+    if not isinstance(monitor, resource_pb2_grpc.ResourceMonitorStub):  # mocks: no engine, no provider
+        return
+    # Found, not imported: importing pulumi_command first would hold the request back ~15 ms.
+    spec = importlib.util.find_spec("pulumi_command")
+    if spec is None or spec.origin is None:
+        return
+    plugin = json.loads((pathlib.Path(spec.origin).parent / "pulumi-plugin.json").read_text(encoding="utf-8"))
+    request = resource_pb2.ResourceInvokeRequest(
+        tok="command:local:run", version=plugin["version"], acceptResources=True
+    )
+    request.args.update({"command": "true"})
+
+    def ask() -> None:
+        with contextlib.suppress(Exception):  # the first Command starts the provider then
+            monitor.Invoke(request)
+
+    threading.Thread(target=ask, name="start-command-provider", daemon=True).start()

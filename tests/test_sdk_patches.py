@@ -5,13 +5,17 @@ from __future__ import annotations
 import asyncio
 import gc
 import pathlib
+import threading
 from collections.abc import Callable
 from typing import Any
 
 import pulumi
+import pulumi_command
 import pytest
 from pulumi.runtime import resource as sdk_resource
+from pulumi.runtime import settings
 from pulumi.runtime import stack as sdk_stack
+from pulumi.runtime.proto import resource_pb2, resource_pb2_grpc
 from pulumi.runtime.settings import SETTINGS
 
 from controller import sdk
@@ -166,3 +170,34 @@ def test_stack_traces_are_the_sdks_messages(monkeypatch: pytest.MonkeyPatch) -> 
     assert ours == theirs and len(ours.frames) > 5
     assert ours.frames[0].pc.uri == pathlib.Path(__file__).as_uri()
     assert ours_short == theirs_short
+
+
+class RecordingMonitor(resource_pb2_grpc.ResourceMonitorStub):
+    """The engine's resource monitor as the program's gRPC stub, recording the invokes it is sent."""
+
+    def __init__(self) -> None:
+        self.invokes: list[resource_pb2.ResourceInvokeRequest] = []
+        self.sent = threading.Event()
+
+    def Invoke(self, request: resource_pb2.ResourceInvokeRequest) -> None:  # gRPC's name
+        self.invokes.append(request)
+        self.sent.set()
+
+
+def test_the_command_provider_is_asked_for_early_as_every_command_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monitor = RecordingMonitor()
+    monkeypatch.setattr(settings, "get_monitor", lambda: monitor)
+    sdk.start_command_provider()
+    assert monitor.sent.wait(5), "no request reached the engine"
+    (request,) = monitor.invokes
+    assert request.tok == "command:local:run" and dict(request.args) == {"command": "true"}
+    # The version every Command's registration names (the SDK's): the engine keys its default provider by
+    # it, and another version would add a provider resource to the stack.
+    assert request.version == pulumi_command._utilities.get_version() != ""  # type: ignore[no-untyped-call]
+
+
+def test_under_the_mocks_no_provider_is_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[object] = []
+    monkeypatch.setattr(threading, "Thread", lambda *args, **kwargs: asked.append(kwargs))
+    sdk.start_command_provider()
+    assert asked == []
