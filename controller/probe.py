@@ -3,6 +3,7 @@ step is declared: an unreachable host fails fast with its name instead of a step
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -12,6 +13,10 @@ from models.hosts import Host
 
 class HostUnreachable(Exception):
     pass
+
+
+# The probe's SSH identification string (RFC 4253 4.2), sent after the server's banner.
+PROBE_IDENTIFICATION = b"SSH-2.0-vllm-fleet-probe\r\n"
 
 
 def probe_ssh(host: Host, timeout: float = 5.0) -> str:
@@ -24,6 +29,13 @@ def probe_ssh(host: Host, timeout: float = 5.0) -> str:
         with socket.create_connection((host.address, host.port), timeout=timeout) as sock:
             sock.settimeout(timeout)
             banner = sock.recv(256).decode(errors="replace").strip()
+            if banner.startswith("SSH-"):
+                # Say who we are before leaving, as a client does first: sshd then logs the close at INFO
+                # ("Connection closed by ... [preauth]"). A probe that only read the banner was logged as
+                # "error: kex_exchange_identification: Connection closed by remote host" on every
+                # program run, in every server's auth log. The host may have closed already: no matter.
+                with contextlib.suppress(OSError):
+                    sock.sendall(PROBE_IDENTIFICATION)
     except OSError as error:
         raise HostUnreachable(
             f"host {host.name!r} ({host.user}@{host.address}:{host.port}, vllm-fleet:hosts) is unreachable: "

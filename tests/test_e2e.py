@@ -120,13 +120,22 @@ def test_swap_to_the_second_model(e2e: E2E) -> None:
     assert "stopping vllm-e2e-tiny-a.service" in log and "serving e2e-tiny-b from vllm-e2e-tiny-b.service" in log
 
 
+def sshd_errors() -> int:
+    """The errors sshd logged for clients that left before identifying themselves (its journal, read over
+    SSH: a login logs none of them)."""
+    return int(on_host("journalctl -u ssh -o cat --no-pager | grep -c kex_exchange_identification || true").strip())
+
+
 def test_up_again_changes_nothing(e2e: E2E) -> None:
+    errors = sshd_errors()
     with e2e.phases.measure("noop_preview"):
         e2e.stack.preview(expect_no_changes=True)
     with e2e.phases.measure("noop_up"):
         result = e2e.up()
     changes = dict(result.summary.resource_changes or {})
     assert set(changes) == {auto.OpType.SAME}, changes
+    # Each program run's reachability probe leaves the host's auth log without an error (controller/probe.py).
+    assert sshd_errors() == errors
 
 
 def test_swap_back_downloads_nothing(e2e: E2E) -> None:

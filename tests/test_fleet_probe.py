@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from controller import survey as host_survey
-from controller.probe import HostUnreachable, probe_all
+from controller.probe import HostUnreachable, probe_all, probe_ssh
 from models.hosts import Host
 from models.loader import parse_stack_config
 from tests.support.processes import free_port
@@ -117,3 +117,27 @@ def test_a_survey_that_found_work_to_do_is_read_again_once_that_work_is_done(
     clock[0] += host_survey.CACHE_SECONDS - 1  # converged: a no-op reads the cache for an hour
     survey()
     assert len(surveys) == 2
+
+
+def test_the_probe_says_who_it_is_before_it_leaves() -> None:
+    # sshd logs a client that reads its banner and closes without a word as an error
+    # (kex_exchange_identification), one a client that identified itself as a plain close.
+    server = socket.create_server(("127.0.0.1", 0))
+    heard: list[bytes] = []
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.sendall(b"SSH-2.0-OpenSSH_9.2p1 Debian-2+deb12u3\r\n")
+            conn.settimeout(5)
+            while chunk := conn.recv(256):
+                heard.append(chunk)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        assert probe_ssh(host("sshd", int(server.getsockname()[1]))) == "SSH-2.0-OpenSSH_9.2p1 Debian-2+deb12u3"
+        thread.join(5)
+    finally:
+        server.close()
+    assert b"".join(heard) == b"SSH-2.0-vllm-fleet-probe\r\n"
