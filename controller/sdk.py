@@ -199,12 +199,13 @@ def start_command_provider() -> None:
     import json
     import threading
 
-    from pulumi.runtime.proto import resource_pb2, resource_pb2_grpc
+    from pulumi.runtime.proto import resource_pb2
     from pulumi.runtime.settings import get_monitor
 
-    monitor = get_monitor()
-    if not isinstance(monitor, resource_pb2_grpc.ResourceMonitorStub):  # mocks: no engine, no provider
+    if not engine_runs():  # mocks: no engine, no provider
         return
+    monitor = get_monitor()
+    assert monitor is not None  # the engine's stub (engine_runs)
     # Found, not imported: importing pulumi_command first would hold the request back ~15 ms.
     spec = importlib.util.find_spec("pulumi_command")
     if spec is None or spec.origin is None:

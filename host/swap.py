@@ -283,18 +283,7 @@ def start(
     first. The report was a step of its own after this one: run here, in the same SSH session and process,
     a swap no longer waits for a second session and a second start of the host package (~0.4 s)."""
     plan = Plan.load(plan_file)
-    return start_plan(plan, plan_file, host or SystemdHost(), poll, report_spec, with_bench, reporter)
-
-
-def start_plan(
-    plan: Plan,
-    plan_file: str,
-    host: SystemdHost,
-    poll: float,
-    report_spec: dict[str, Any] | None,
-    with_bench: bool,
-    reporter: Reporter,
-) -> int:
+    host = host or SystemdHost()
     early: EarlyReport | None = None
 
     def watch() -> Callable[[], None]:
