@@ -12,10 +12,12 @@ gc.disable()
 
 import pulumi  # noqa: E402
 
-from controller import sdk  # noqa: E402
+from controller import code_cache, sdk  # noqa: E402
 
 # First: the engine starts the command provider while Python imports and checks what follows.
 sdk.start_command_provider()
+# Then, before the imports that make data classes and pydantic models: their generated code, compiled once.
+code_cache.install()
 
 from components.fleet import FleetArgs, build_fleet  # noqa: E402
 from controller import checks, program  # noqa: E402
