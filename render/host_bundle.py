@@ -62,23 +62,25 @@ def archive() -> bytes:
 @functools.cache
 def transported(cache_dir: Path | None = TRANSPORTED_CACHE) -> str:
     """The archive as it travels to a host: xz-compressed, base64 (about 80 KB for 240 KB of sources).
-    Compressed once per archive and kept in `cache_dir` (None: no cache); a cached copy is used only
-    when it decompresses to this very archive, so a stale or damaged file is compressed afresh."""
+    Compressed once per archive and kept in `cache_dir` (None: no cache), named by the archive's digest
+    and headed by the digest of the text that follows: a copy is used only when that text is the one
+    written for this archive, so a stale or damaged file is compressed afresh. (Checking the digest takes
+    ~0.1 ms; decompressing the copy to compare took 3 ms of every run.)"""
     data = archive()
     path = None if cache_dir is None else cache_dir / f"{hashlib.sha256(data).hexdigest()}.xz.b64"
     if path is not None:
         try:
-            cached = path.read_text(encoding="ascii")
-            if lzma.decompress(base64.b64decode(cached, validate=True)) == data:
+            digest, _, cached = path.read_text(encoding="ascii").partition("\n")
+            if digest == hashlib.sha256(cached.encode("ascii")).hexdigest():
                 return cached
-        except (OSError, ValueError, lzma.LZMAError):
+        except (OSError, ValueError):
             pass
     text = base64.b64encode(lzma.compress(data, preset=9 | lzma.PRESET_EXTREME)).decode()
     if path is not None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             temporary = path.with_suffix(f".{os.getpid()}.tmp")
-            temporary.write_text(text, encoding="ascii")
+            temporary.write_text(f"{hashlib.sha256(text.encode('ascii')).hexdigest()}\n{text}", encoding="ascii")
             temporary.replace(path)
             for stale in path.parent.glob("*.xz.b64"):  # earlier versions of host/
                 if stale != path:

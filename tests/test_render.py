@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
+import lzma
 import os
 import shlex
 import shutil
@@ -413,14 +415,18 @@ def test_the_compressed_host_package_is_cached_by_its_archive(tmp_path: Path) ->
     """A no-op run reads the package's compression from .cache instead of compressing it again; a damaged
     copy is compressed afresh, and a copy of an earlier host/ is removed."""
     fresh = host_bundle.transported.__wrapped__(None)
+    assert lzma.decompress(base64.b64decode(fresh)) == host_bundle.archive()
     stale = tmp_path / "0123.xz.b64"
     stale.write_text(fresh)
     assert host_bundle.transported.__wrapped__(tmp_path) == fresh
     (cached,) = tmp_path.glob("*.xz.b64")
-    assert cached.read_text() == fresh and cached != stale
-    cached.write_text(fresh[:-8] + "AAAAAAA=")
-    assert host_bundle.transported.__wrapped__(tmp_path) == fresh
-    assert cached.read_text() == fresh
+    assert cached != stale
+    written = cached.read_text()
+    assert written.endswith(f"\n{fresh}")
+    cached.write_text(written.replace(fresh, fresh[:-8] + "AAAAAAA="))
+    assert host_bundle.transported.__wrapped__(tmp_path) == fresh  # the damaged text fails its digest
+    assert cached.read_text() == written
+    assert written.partition("\n")[0] == hashlib.sha256(fresh.encode()).hexdigest()
 
 
 def test_every_step_fits_one_shell_argument() -> None:
