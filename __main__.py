@@ -4,6 +4,7 @@ downloads and services (components/), and export what they serve."""
 from __future__ import annotations
 
 import gc
+import os
 
 # The collector stays off from here until every output is awaited (controller/sdk.pause_cyclic_gc says
 # why): the imports below alone ran it about 40 times, a full pass of some 70 ms among them, over modules,
@@ -12,12 +13,14 @@ gc.disable()
 
 import pulumi  # noqa: E402
 
-from controller import code_cache, sdk  # noqa: E402
+from controller import code_cache, probe, sdk  # noqa: E402
 
 # First: the engine starts the command provider while Python imports and checks what follows.
 sdk.start_command_provider()
 # Then, before the imports that make data classes and pydantic models: their generated code, compiled once.
 code_cache.install()
+# And the hosts' SSH probes, from the raw config, while those imports run (controller/probe.py).
+early_probes = probe.start_early(lambda: pulumi.Config("vllm-fleet").get_object("hosts"), os.environ)
 
 from components.fleet import FleetArgs, build_fleet  # noqa: E402
 from controller import checks, program  # noqa: E402
@@ -25,7 +28,7 @@ from controller.cordon import CordonedSteps  # noqa: E402
 from render.monitoring import monitoring_output  # noqa: E402
 
 stack = program.load()
-stack, repairs = checks.check_hosts(stack)
+stack, repairs = checks.check_hosts(stack, early_probes)
 cordoned = CordonedSteps()
 fleet = build_fleet(
     FleetArgs(

@@ -12,6 +12,7 @@ import pulumi
 from pulumi.runtime import config as runtime_config
 
 from components.access import AccessInputs
+from controller import probe
 from controller.access import read_access
 from controller.key_files import key_file_text
 from controller.profiling import start_if_asked
@@ -125,7 +126,7 @@ def load() -> Stack:
     # A production stack's state must be where every operator sees it and its lock holds (models/backend.py).
     if (backend_refusal := refusal(stack.tier, os.environ)) is not None:
         raise pulumi.RunError(backend_refusal)
-    offline = os.environ.get("VLLM_FLEET_OFFLINE") == "1"
+    offline = probe.offline(os.environ)
     key_text, private_key = ssh_key(config, offline)
     hf_token = config.get_secret("hfToken")
     access = read_access(config, stack)

@@ -5,15 +5,13 @@ already installed, its staging disk, its cordon, its cluster network) and the st
 
 from __future__ import annotations
 
-import ipaddress
-import re
 from enum import StrEnum
 from typing import Annotated
 
 from pydantic import Field, field_validator
 
+from models.ssh_address import DEFAULT_SSH_PORT, PORT_MAX, PORT_MIN, check_address
 from models.types import (
-    HOSTNAME_PATTERN,
     SSH_HOST_KEY_PATTERN,
     AbsPath,
     IpAddress,
@@ -60,7 +58,7 @@ class ClusterNetwork(LocalBaseModel):
 class Host(LocalBaseModel):
     name: Name
     address: str
-    port: Annotated[int, Field(ge=1, le=65535)] = 22
+    port: Annotated[int, Field(ge=PORT_MIN, le=PORT_MAX)] = DEFAULT_SSH_PORT
     user: UnixUser = "root"
     host_key: Annotated[str, Field(pattern=SSH_HOST_KEY_PATTERN)] | None = None
     gpus: GpuSpec
@@ -80,14 +78,7 @@ class Host(LocalBaseModel):
     @field_validator("address")
     @classmethod
     def _address_is_ip_or_hostname(cls, value: str) -> str:
-        try:
-            ipaddress.ip_address(value)
-            return value
-        except ValueError:
-            pass
-        if not re.fullmatch(HOSTNAME_PATTERN, value) or len(value) > 253:
-            raise ValueError(f"{value!r} is neither an IP address nor a DNS host name")
-        return value
+        return check_address(value)
 
     @field_validator("staging_path")
     @classmethod

@@ -76,9 +76,6 @@ EngineArg = Annotated[str, StringConstraints(pattern=r'^[A-Za-z0-9_.,:=+/@{}\[\]
 ParserName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9_]{1,64}$")]
 AttentionBackend = Annotated[str, StringConstraints(pattern=r"^[A-Z0-9_]{1,64}$")]
 
-HOSTNAME_PATTERN = (
-    r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
-)
 UNIX_USER_PATTERN = r"^[a-z_][a-z0-9_-]{0,31}$"
 UnixUser = Annotated[str, StringConstraints(pattern=UNIX_USER_PATTERN)]
 UNIT_NAME_PATTERN = r"^vllm-[a-z0-9](?:[a-z0-9-]{0,60}[a-z0-9])?$"
