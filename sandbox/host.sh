@@ -590,11 +590,14 @@ Host $MACHINE
 EOF
 }
 
-# wait_ready SECONDS: until ssh works and `systemctl is-system-running --wait` says running.
+# wait_ready SECONDS: until ssh works and `systemctl is-system-running --wait` says running; 2 when the
+# sandbox stops meanwhile, i.e. its supervisor is gone. Not when systemd-nspawn is: a reboot inside ends
+# it (exit 133) and the supervisor starts the next one a moment later, so a `wait` just after
+# `systemctl reboot` found the sandbox "down" and failed at once.
 wait_ready() {
   local deadline=$((SECONDS + $1)) state=""
   until ssh_run true 2>/dev/null; do
-    is_up || return 2
+    alive supervisor || return 2
     ((SECONDS < deadline)) || return 1
     sleep 0.2
   done
@@ -609,7 +612,7 @@ wait_ready() {
         return 0
         ;;
     esac
-    is_up || return 2
+    alive supervisor || return 2
     ((SECONDS < deadline)) || return 1
     sleep 0.5
   done
@@ -1052,9 +1055,11 @@ main() {
     down) down ;;
     status) status ;;
     wait)
-      is_up || die "the sandbox is down"
-      local t0="$EPOCHREALTIME"
-      wait_ready "$BOOT_TIMEOUT" || die "not ready within ${BOOT_TIMEOUT}s (log: $LOG)"
+      alive supervisor || die "the sandbox is down"
+      local t0="$EPOCHREALTIME" rc=0
+      wait_ready "$BOOT_TIMEOUT" || rc=$?
+      ((rc != 2)) || die "the sandbox stopped while it was booting (log: $LOG)"
+      ((rc == 0)) || die "not ready within ${BOOT_TIMEOUT}s (log: $LOG)"
       say "ready after $(elapsed "$t0")"
       ;;
     ssh)
