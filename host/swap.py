@@ -135,6 +135,10 @@ def follow(
                 except (ValueError, TypeError):  # not a result this code reads: follow the unit to its end
                     result = None
                 final = last_line(result) if result is not None else None
+                # The read above may have come after the result and its last line already (the result
+                # was written as wait_for_result's previous look ended): no later read shows it again.
+                if final is not None and final in lines:
+                    return
         elif time.monotonic() - written_at > FINISH_WAIT:
             return
         else:

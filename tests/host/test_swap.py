@@ -151,6 +151,15 @@ class RecordingSystemd(systemd.SystemdHost):
         return [c[1] for c in self.calls if c[0] == "systemctl" and c[-1] == unit]
 
 
+def write_result(path: Path, text: str) -> None:
+    """Write a transaction's result as run_transaction does: whole, by a rename. A plain write_text from a
+    timer let the step read the file created but still empty, take it for no result it can read, and
+    follow the (never-ending) fake transaction for FINISH_WAIT: a make test run under load failed so."""
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(text, encoding="utf-8")
+    temporary.replace(path)
+
+
 def chat_plan(**fields: Any) -> contract.Plan:
     """A plan of deployment `chat`: vllm-new.service serving /shared/m on port 8000 through engines on
     18000 and 28000, with `fields` besides (and instead)."""
@@ -664,8 +673,8 @@ def test_the_report_starts_once_the_new_unit_is_recorded_active_while_the_swap_f
     def record_active() -> None:
         active.write_text(contract.ActiveRecord(unit=recorded, gpus=(0,)).text())
 
-    def write_result() -> None:
-        swap.result_path(plan).write_text(result)
+    def write_result_now() -> None:
+        write_result(swap.result_path(plan), result)
         written["result"] = time.monotonic()
 
     asked: list[float] = []
@@ -676,7 +685,7 @@ def test_the_report_starts_once_the_new_unit_is_recorded_active_while_the_swap_f
 
     # The transaction, running when the step attaches: serving at 0.1 s, its result at 0.6 s.
     threading.Timer(0.1, record_active).start()
-    threading.Timer(0.6, write_result).start()
+    threading.Timer(0.6, write_result_now).start()
     assert swap.start(str(plan_file), host, poll=0.05, report_spec=REPORT_SPEC, reporter=reporter) == 0
     assert len(asked) == 1
     if recorded == plan.unit_name:
@@ -718,7 +727,7 @@ def test_the_smoke_benchmark_starts_when_the_new_engine_answers_before_the_front
 
     threading.Timer(0.1, mark_ready).start()
     threading.Timer(0.3, record_active).start()
-    threading.Timer(0.6, swap.result_path(plan).write_text, args=(result,)).start()
+    threading.Timer(0.6, write_result, args=(swap.result_path(plan), result)).start()
     early = swap.EarlyReport(plan, REPORT_SPEC, True, reporter, measurer)
     swap.follow(plan, host, lambda _line: None, "c0", poll=0.05, tick=early.tick)
     assert early.result() == {"deployments": {}}
@@ -786,7 +795,7 @@ class TransactionStartedByTheStep(TransactionWritingItsResult):
     def run(self, *args: str, check: bool = True) -> str:
         if args[0] == "systemd-run":
             self.started = True
-            threading.Timer(0.1, self.result_file.write_text, args=(self.result,)).start()
+            threading.Timer(0.1, write_result, args=(self.result_file, self.result)).start()
         return super().run(*args, check=check)
 
     def show(self, unit: str, *props: str) -> dict[str, str]:
@@ -829,7 +838,7 @@ def transaction_writing_its_result(
     plan = world.plan()
     host = TransactionWritingItsResult(world.unit_dir, result_file=swap.result_path(plan), exits=exits)
     result = json.dumps({"status": "succeeded", "message": "ok", "plan_digest": plan.digest})
-    threading.Timer(0.1, swap.result_path(plan).write_text, args=(result,)).start()
+    threading.Timer(0.1, write_result, args=(swap.result_path(plan), result)).start()
     return plan, host
 
 
@@ -886,12 +895,50 @@ def test_the_step_ends_on_the_transactions_last_line_not_on_its_exit(tmp_path: P
     plan = world.plan()
     host = TransactionSayingItsLastLine(world.unit_dir, result_file=swap.result_path(plan), exits=False)
     result = json.dumps({"status": "succeeded", "message": "ok", "plan_digest": plan.digest})
-    threading.Timer(0.1, swap.result_path(plan).write_text, args=(result,)).start()
+    threading.Timer(0.1, write_result, args=(swap.result_path(plan), result)).start()
     said: list[str] = []
     started = time.monotonic()
     swap.follow(plan, host, said.append, "c0")
     assert said == ["[chat] timing: total=1.00s", "ok"]
     assert time.monotonic() - started < swap.FINISH_WAIT
+
+
+@dataclass
+class TransactionEndingDuringTheRead(TransactionWritingItsResult):
+    """One whose result and last line come just as the step reads its journal: that read has the last
+    line, and the step learns of the result only afterwards. It never exits (its reload after the result
+    waits for the step to end)."""
+
+    result: str = ""
+
+    def journal(
+        self, unit: str, cursor: str, lines: int | None = None, own_output: bool = False
+    ) -> tuple[list[str], str]:
+        self.journal_reads += 1
+        if self.journal_reads == 2:
+            write_result(self.result_file, self.result)
+            return ["[chat] timing: total=1.00s", "ok"], "c2"
+        return [], cursor
+
+
+def test_a_last_line_read_before_the_result_was_seen_still_ends_the_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before, the step went on reading for the last line it had already printed, until FINISH_WAIT (2 s
+    # of every such swap; the transaction's own end waits for the step).
+    monkeypatch.setattr(swap, "FINISH_WAIT", 60.0)
+    world = World(tmp_path)
+    plan = world.plan()
+    result = json.dumps({"status": "succeeded", "message": "ok", "plan_digest": plan.digest})
+    host = TransactionEndingDuringTheRead(
+        world.unit_dir, result_file=swap.result_path(plan), exits=False, result=result
+    )
+    said: list[str] = []
+    started = time.monotonic()
+    swap.follow(plan, host, said.append, "c0", poll=0.05)
+    assert said == ["[chat] timing: total=1.00s", "ok"]
+    assert host.journal_reads == 2
+    assert time.monotonic() - started < 30
 
 
 def swapped_blue_green(tmp_path: Path) -> tuple[World, Transaction]:
