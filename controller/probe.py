@@ -106,8 +106,9 @@ class EarlyProbes:
 def early_targets(raw_hosts: object) -> list[Target]:
     """The address and port of each host of the raw `vllm-fleet:hosts` that the program will surely probe:
     written as the Host model accepts them as they stand (models/ssh_address.py, the same rules), and not
-    cordoned (`cordon` absent or false). Anything less plain is left to the probe after validation, so no
-    host is contacted early that the validated config would not contact."""
+    cordoned (`cordon` absent or false). Anything less plain is left to the probe after validation, so the
+    early probes reach only hosts that the validated config probes too (a config refused for another
+    reason has had those hosts' SSH banners read, nothing more)."""
     if not isinstance(raw_hosts, list):
         return []
     targets: list[Target] = []
