@@ -8,6 +8,7 @@ import socket
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from queue import Empty, SimpleQueue
 from typing import TYPE_CHECKING
 
 # Only pydantic-free modules at run time: start_early runs before the program imports its models.
@@ -74,6 +75,11 @@ def probe_ssh(host: Host, timeout: float = 5.0) -> str:
     return judge(host, lambda: read_banner(host.address, host.port, timeout), timeout)
 
 
+# Hosts probed at once: each probe is one socket waiting on the network, so a fleet's probes take about
+# as long as its slowest host's, not the sum of them.
+PROBE_WORKERS = 64
+
+
 Target = tuple[str, int]  # (address, port)
 
 
@@ -85,18 +91,25 @@ class EarlyProbes:
 
     def __init__(self, targets: Sequence[Target], timeout: float) -> None:
         self.timeout = timeout
-        self.futures: dict[Target, Future[str]] = {}
-        for target in dict.fromkeys(targets):
-            future: Future[str] = Future()
-            self.futures[target] = future
-            # A daemon thread: a program that stops on a config error exits without waiting for it.
-            threading.Thread(target=self._run, args=(target, future), name="early-ssh-probe", daemon=True).start()
+        self.futures: dict[Target, Future[str]] = {target: Future() for target in targets}
+        self.pending: SimpleQueue[tuple[Target, Future[str]]] = SimpleQueue()
+        for item in self.futures.items():
+            self.pending.put(item)
+        # At most PROBE_WORKERS at once, as probe_all. Daemon threads, not an executor's: a program that
+        # stops on a config error exits without waiting for them.
+        for _ in range(min(PROBE_WORKERS, len(self.futures))):
+            threading.Thread(target=self._work, name="early-ssh-probe", daemon=True).start()
 
-    def _run(self, target: Target, future: Future[str]) -> None:
-        try:
-            future.set_result(read_banner(target[0], target[1], self.timeout))
-        except BaseException as error:  # handed to whoever asks for this host
-            future.set_exception(error)
+    def _work(self) -> None:
+        while True:
+            try:
+                target, future = self.pending.get_nowait()
+            except Empty:
+                return
+            try:
+                future.set_result(read_banner(target[0], target[1], self.timeout))
+            except BaseException as error:  # handed to whoever asks for this host
+                future.set_exception(error)
 
     def banner(self, host: Host) -> Callable[[], str] | None:
         future = self.futures.get((host.address, host.port))
@@ -138,22 +151,19 @@ def start_early(read_hosts: Callable[[], object], env: Mapping[str, str], timeou
     return EarlyProbes(early_targets(raw_hosts), timeout)
 
 
-# Hosts probed at once: each probe is one socket waiting on the network, so a fleet's probes take about
-# as long as its slowest host's, not the sum of them.
-PROBE_WORKERS = 64
-
-
 def probe_all(hosts: Sequence[Host], timeout: float = 5.0, early: EarlyProbes | None = None) -> None:
     """Probe every host at once (or wait for its early probe); one HostUnreachable naming each host that
     failed, in config order."""
 
+    probes = early if early is not None else EarlyProbes([], timeout)
+
     def one(host: Host) -> str | None:
-        started = early.banner(host) if early is not None else None
+        waited = probes.banner(host)
         try:
-            if started is None:
+            if waited is None:
                 probe_ssh(host, timeout)
             else:
-                judge(host, started, early.timeout if early is not None else timeout)
+                judge(host, waited, probes.timeout)
         except HostUnreachable as error:
             return str(error)
         return None

@@ -241,3 +241,13 @@ def test_the_early_probe_and_the_model_share_their_rules() -> None:
     with pytest.raises(ValueError, match="neither an IP address nor a DNS host name"):
         Host(name="x", address="bad address", gpus={"count": 0})
     assert Host(name="x", address="gpu-01.example", gpus={"count": 0}).port == DEFAULT_SSH_PORT
+
+
+def test_early_probes_run_at_most_probe_workers_at_once(slow_sshd: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same bound as probe_all's: a fleet's early probes do not open a socket per host at once."""
+    monkeypatch.setattr(probe, "PROBE_WORKERS", 1)
+    started = time.monotonic()
+    early = probe.start_early(lambda: [raw(slow_sshd[0]), raw(slow_sshd[1])], {})
+    probe_all([host("slow-a", slow_sshd[0]), host("slow-b", slow_sshd[1])], early=early)
+    elapsed = time.monotonic() - started
+    assert elapsed >= 2 * DELAY, f"two {DELAY:g} s probes with one worker took {elapsed:.2f} s: not bounded"
