@@ -9,9 +9,10 @@ from typing import Any
 import pulumi
 
 from components.component import FleetComponent
-from components.remote import StepLedger, Target, connect
+from components.remote import StepLedger, Target, connect, remote_copy
 from models.hosts import Host
-from render.steps import preflight_script, tools_delete_script, tools_package_script, tools_script
+from render import host_bundle
+from render.steps import preflight_script, tools_delete_script, tools_script
 
 
 @dataclass(frozen=True)
@@ -46,26 +47,26 @@ class GpuHost(FleetComponent):
             create=preflight_script(args.host),
             timeout_seconds=300,
         )
+        # The host package (render/host_bundle.py), one archive of every host tool, goes as a file: a
+        # changed tool changes the copy and the tools step that installs it.
+        self.archive = remote_copy(
+            f"{name}-tools-archive",
+            self.target,
+            source=host_bundle.archive_file(),
+            remote_path=host_bundle.incoming_path(),
+            parent=self,
+            depends_on=[self.preflight],
+        )
         # Tools are shared by every deployment of the host; removing them waits for the last one.
         self.tools = self.add_step(
             "tools",
             self.target,
             create=tools_script(),
             delete=tools_delete_script(),
-            depends_on=[self.preflight],
+            depends_on=[self.archive],
             timeout_seconds=300,
         )
-        # The host package (render/host_bundle.py): one archive of every host tool, so a changed tool
-        # changes this one step. No delete: the files go with the directory, which the tools step removes
-        # once no deployment of any stack is left on the host.
-        self.package = self.add_step(
-            "tools-package",
-            self.target,
-            create=tools_package_script(),
-            depends_on=[self.tools],
-            timeout_seconds=120,
-        )
         # What a step that runs a tool waits for.
-        self.installed: list[pulumi.Resource] = [self.tools, self.package]
+        self.installed: list[pulumi.Resource] = [self.tools]
         self.facts = self.preflight.stdout.apply(parse_facts)
         self.register_outputs({"facts": self.facts, "address": args.host.address})

@@ -44,7 +44,7 @@ class ModelDownload(FleetComponent):
             create=download_script(args.model_name, args.model, storage, host, args.hf_endpoint),
             delete=download_delete_script(args.model_name, args.model, storage, host, pulumi.get_stack()),
             stdin=token_line,
-            depends_on=[args.storage.layout],
+            depends_on=[args.storage.layout, *args.storage.host.installed],
             timeout_seconds=60 * download_timeout_minutes(args.model.size_gb),
         )
         self.model_path = pulumi.Output.from_input(f"{storage.path}/{args.model.dir}")

@@ -1,8 +1,9 @@
 """The one way this project runs a step on a host, so every remote command follows the same rules.
 
-Every step is a `pulumi_command.remote.Command` (pulumi-command v1.2.1). Its rules, each through a
-feature of the provider or of the host (shared/REFERENCE.md section 2 lists where remote commands go
-wrong):
+Every step is a `pulumi_command.remote.Command` (pulumi-command v1.2.1), but one per host: the host
+package's archive is a `remote.CopyToRemote` (`remote_copy`, over SFTP), which shares the connection, the
+triggers and the cordon's rules below. A Command's rules, each through a feature of the provider or of
+the host (shared/REFERENCE.md section 2 lists where remote commands go wrong):
 - the host key is pinned when the host config has one (`connection.hostKey`): a host that shows another
   key is refused before any command runs;
 - bounded connection: `dialErrorLimit` attempts of `perDialTimeout` seconds, from the host config;
@@ -46,6 +47,10 @@ COMMAND_INPUTS = [
     "logging",
     "addPreviousOutputInEnv",
 ]
+
+
+# Every input of pulumi-command's remote.CopyToRemote, as the engine names them.
+COPY_INPUTS = ["connection", "source", "remotePath", "triggers"]
 
 
 class StepLedger(Protocol):
@@ -144,5 +149,35 @@ def remote_step(
                 update=f"{timeout_seconds + KILL_AFTER_SECONDS}s",
                 delete=f"{timeout_seconds + KILL_AFTER_SECONDS}s",
             ),
+        ),
+    )
+
+
+def remote_copy(
+    name: str,
+    target: Target,
+    *,
+    source: str,
+    remote_path: str,
+    parent: pulumi.Resource,
+    depends_on: list[pulumi.Resource] | None = None,
+) -> remote.CopyToRemote:
+    """A file of the controller (`source`, a path) copied to `remote_path` on the host over SFTP, as the
+    connection's user. Its input is the file's digest, not its content: the engine hashes the file on
+    every run and the step copies again only when the digest or the path changes. pulumi-command writes
+    in place and never deletes, so the step that reads the file checks it and removes earlier copies."""
+    host = target.host
+    if host.cordon:
+        target.cordoned.declare(host, name)
+    return remote.CopyToRemote(
+        name,
+        connection=target.connection,
+        source=pulumi.FileAsset(source),
+        remote_path=remote_path,
+        triggers=[host.address, host.port, host.user],
+        opts=pulumi.ResourceOptions(
+            parent=parent,
+            depends_on=depends_on or [],
+            ignore_changes=COPY_INPUTS if host.cordon else None,
         ),
     )

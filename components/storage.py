@@ -41,7 +41,8 @@ class SharedStorage(FleetComponent):
             args.host.target,
             create=storage_script(args.storage, args.kept_dirs, pulumi.get_stack()),
             delete=storage_delete_script(args.storage, pulumi.get_stack()),
-            depends_on=args.host.installed,
+            # It runs no host tool: after the preflight, beside the tools' install.
+            depends_on=[args.host.preflight],
             timeout_seconds=300,
         )
         usage = self.layout.stdout.apply(parse_usage)

@@ -25,7 +25,8 @@ import pulumi
 
 from models.hosts import Host
 
-COMMAND_TYPE = "command:remote:Command"
+# A host's steps: its commands and the copy of its host package (components/remote.py).
+STEP_TYPES = ("command:remote:Command", "command:remote:CopyToRemote")
 
 
 class CordonViolation(pulumi.RunError):
@@ -59,7 +60,7 @@ def applied_steps() -> dict[tuple[str, int, str], dict[str, str]]:
     for resource in resources:
         inputs = resource.get("inputs") or {}
         triggers = inputs.get("triggers")
-        if resource.get("type") != COMMAND_TYPE or not isinstance(triggers, list) or len(triggers) < 3:
+        if resource.get("type") not in STEP_TYPES or not isinstance(triggers, list) or len(triggers) < 3:
             continue
         key = (str(triggers[0]), int(triggers[1]), str(triggers[2]))
         by_host.setdefault(key, {})[str(resource["urn"]).rsplit("::", 1)[-1]] = str(inputs.get("create") or "")

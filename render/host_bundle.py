@@ -2,12 +2,16 @@
 runs one of its tools over SSH before anything is installed.
 
 A host gets one archive (`/usr/local/lib/vllm-fleet/vllm-fleet-host.pyz`) and, for each tool the units
-and steps call by path, a launcher of three lines that runs the tool's module from it. The archive is
-built reproducibly (sorted names, fixed timestamps and modes), so it changes, and its install step
-shows an update in the preview, exactly when a file of `host/` changes; its digest is the package's
-version. The survey and `make status` run before the tools exist on a new host: they send the same
-archive on stdin inside a bootstrap (`bootstrap_source`), so the code that reads the host in a preview
-is the code the swap runs there.
+and steps call by path, a launcher of three lines that runs the tool's module from it (the tools step
+writes them, components/files/tools.sh). The archive is
+built reproducibly (sorted names, fixed timestamps and modes), so it changes, and its steps show an
+update in the preview, exactly when a file of `host/` changes; its digest is the package's version. It
+travels to a host as a file (`archive_file`, copied over SFTP by the host's tools-archive step), not
+inside a step's script: a step's inputs are in the stack's state twice and pass through the engine on
+every run, and the 100 KB of an archive inside the install script were half the state of a one-host
+stack and a fifth of a no-op preview's registrations. The survey and `make status` run before the tools
+exist on a new host: they send the same archive on stdin inside a bootstrap (`bootstrap_source`), so the
+code that reads the host in a preview is the code the swap runs there.
 """
 
 from __future__ import annotations
@@ -24,9 +28,12 @@ from pathlib import Path
 from host.contract import BUNDLE_NAME, TOOLS_DIR
 
 HOST_PACKAGE = Path(__file__).resolve().parent.parent / "host"
-# The compressed package by its archive's digest, beside the survey's cache (gitignored): xz at this preset
-# takes a third of a second of every run's CPU, the largest single cost of a no-op preview of a small stack.
+# The archive file the copy step sends and the bootstrap's compressed package, by the archive's digest,
+# beside the survey's cache (gitignored): xz at this preset takes a third of a second of CPU, the largest
+# single cost of a no-op preview of a small stack when it was done on every run.
 TRANSPORTED_CACHE = HOST_PACKAGE.parent / ".cache" / "host-bundle"
+# Where the copy step puts the archive on a host, one file per version; the tools step unpacks it from there.
+INCOMING_DIR = f"{TOOLS_DIR}/.incoming"
 # Tool name (what units and steps call) -> the module of the host package that runs it.
 TOOLS: dict[str, str] = {
     "gpu-release-guard": "host.gpu_release_guard",
@@ -60,8 +67,45 @@ def archive() -> bytes:
 
 
 @functools.cache
+def archive_file(cache_dir: Path = TRANSPORTED_CACHE) -> str:
+    """The archive as a file for the copy step's asset (`cache_dir/vllm-fleet-host-<version>.pyz`),
+    written when missing or different. The path is relative to the working directory when it lies below
+    it (the engine runs the program in the project's directory), so every checkout of the project states
+    the same asset and the engine compares it by its digest alone."""
+    data = archive()
+    path = cache_dir / f"vllm-fleet-host-{version()}.pyz"
+    try:
+        current = path.read_bytes()
+    except OSError:
+        current = None
+    if current != data:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = path.with_suffix(f".{os.getpid()}.tmp")
+            temporary.write_bytes(data)
+            temporary.replace(path)
+        except OSError as error:
+            raise OSError(
+                f"cannot write the host package for the copy to the hosts at {path} ({error.strerror}): "
+                f"make {cache_dir} writable (it is the project's gitignored cache)"
+            ) from error
+        for stale in path.parent.glob("vllm-fleet-host-*.pyz"):  # earlier versions of host/
+            if stale != path:
+                stale.unlink(missing_ok=True)
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path.resolve())
+
+
+def incoming_path() -> str:
+    """Where the copy step puts this version's archive on a host."""
+    return f"{INCOMING_DIR}/{version()}.pyz"
+
+
+@functools.cache
 def transported(cache_dir: Path | None = TRANSPORTED_CACHE) -> str:
-    """The archive as it travels to a host: xz-compressed, base64 (about 80 KB for 240 KB of sources).
+    """The archive as the bootstrap carries it: xz-compressed, base64 (about 80 KB for 240 KB of sources).
     Compressed once per archive and kept in `cache_dir` (None: no cache), named by the archive's digest
     and headed by the digest of the text that follows: a copy is used only when that text is the one
     written for this archive, so a stale or damaged file is compressed afresh. (Checking the digest takes
@@ -96,10 +140,11 @@ def transported(cache_dir: Path | None = TRANSPORTED_CACHE) -> str:
 # measured on the sandbox). Hash-checked against the source beside it in the archive; a python3 of another
 # version (a tool run by the engine's python) finds its magic number different and compiles the source, as
 # before. The archive the controller builds stays source only, so its digest is the same on every
-# controller. argv[1]: the installed archive's path, which tracebacks name as for the source.
-UNPACK = """import importlib.util, io, lzma, marshal, sys, zipfile
+# controller. stdin: the archive as copied; argv[1]: the installed archive's path, which tracebacks name
+# as for the source.
+UNPACK = """import importlib.util, io, marshal, sys, zipfile
 out = io.BytesIO()
-with zipfile.ZipFile(io.BytesIO(lzma.decompress(sys.stdin.buffer.read()))) as src, zipfile.ZipFile(out, "w") as dst:
+with zipfile.ZipFile(io.BytesIO(sys.stdin.buffer.read())) as src, zipfile.ZipFile(out, "w") as dst:
     for info in src.infolist():
         source = src.read(info)
         dst.writestr(info, source)
@@ -118,17 +163,6 @@ sys.stdout.buffer.write(out.getvalue())
 def version() -> str:
     """The package's version: the digest of its archive."""
     return hashlib.sha256(archive()).hexdigest()[:16]
-
-
-def launcher(tool: str) -> str:
-    """The file installed as TOOLS_DIR/<tool>: runs the tool's module from the archive beside it."""
-    return (
-        "#!/usr/bin/env python3\n"
-        f"# vllm-fleet {tool}: runs {TOOLS[tool]} from the host package {BUNDLE_NAME} beside this file.\n"
-        "import os, runpy, sys\n"
-        f'sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "{BUNDLE_NAME}"))\n'
-        f'runpy.run_module("{TOOLS[tool]}", run_name="__main__", alter_sys=True)\n'
-    )
 
 
 def bundle_path() -> str:

@@ -25,42 +25,25 @@ from render.paths import (
     node_state_dir,
 )
 from render.plan import node_plan, swap_plan
-from render.scripts import HEREDOC_DELIMITER, ParamValue, heredoc_file, render_script, script_body
+from render.scripts import ParamValue, heredoc_file, render_script, script_body
 from render.units import RenderedUnit, render_node_unit, render_unit
 
 
 @functools.cache
 def tools_script() -> str:
-    """The tools' directory; the tools themselves install as one package (tools_package_script)."""
-    return render_script("tools.sh", {"TOOLS_DIR": TOOLS_DIR})
-
-
-@functools.cache
-def tools_package_script() -> str:
-    """Install the host package: one archive of host/ (its version is the archive's digest) and a launcher
-    per tool (render/host_bundle.py). A changed host tool changes this one step. The archive travels as
-    xz-compressed base64 (about 80 KB), inside the 128 KiB one argument of the remote shell may have."""
-    archive = host_bundle.transported()
-    lines = "\n".join(archive[i : i + 100] for i in range(0, len(archive), 100))
-    tools = sorted(host_bundle.TOOLS)
-    script = (
-        "#!/usr/bin/env bash\n"
-        f"# vllm-fleet host package {host_bundle.version()}: {', '.join(tools)}, installed in {TOOLS_DIR}\n"
-        "set -euo pipefail\n"
-        f"base64 -d <<'{HEREDOC_DELIMITER}' >{TOOLS_DIR}/.{BUNDLE_NAME}.xz.tmp\n"
-        f"{lines}\n{HEREDOC_DELIMITER}\n"
-        f"python3 -c '{host_bundle.UNPACK}' {TOOLS_DIR}/{BUNDLE_NAME} <{TOOLS_DIR}/.{BUNDLE_NAME}.xz.tmp"
-        f" >{TOOLS_DIR}/.{BUNDLE_NAME}.tmp\n"
-        f"rm -f {TOOLS_DIR}/.{BUNDLE_NAME}.xz.tmp\n"
-        f"chmod 0644 {TOOLS_DIR}/.{BUNDLE_NAME}.tmp\n"
-        f"mv -f {TOOLS_DIR}/.{BUNDLE_NAME}.tmp {TOOLS_DIR}/{BUNDLE_NAME}\n"
-    )
-    for tool in sorted(host_bundle.TOOLS):
-        script += heredoc_file(f"{TOOLS_DIR}/{tool}", host_bundle.launcher(tool), "0755")
-    return (
-        script
-        + f'echo "installed the vllm-fleet host package {host_bundle.version()} in {TOOLS_DIR}: {" ".join(tools)}"\n'
-    )
+    """Install the host package: the archive of host/ that the tools-archive step copied to the host (its
+    version is the archive's digest), unpacked with its bytecode, and a launcher per tool
+    (render/host_bundle.py). A changed host tool changes this step and the copy."""
+    version = host_bundle.version()
+    params: dict[str, ParamValue] = {
+        "TOOLS_DIR": TOOLS_DIR,
+        "BUNDLE": BUNDLE_NAME,
+        "VERSION": version,
+        "INCOMING": host_bundle.incoming_path(),
+        "UNPACK": host_bundle.UNPACK,
+        "LAUNCHERS": [f"{tool}:{module}" for tool, module in sorted(host_bundle.TOOLS.items())],
+    }
+    return render_script("tools.sh", params)
 
 
 def front_door_files() -> dict[str, str]:

@@ -76,13 +76,11 @@ def pulumi_engine() -> None:
 
 @pytest.fixture
 def host_tools(tmp_path: Path) -> Path:
-    """The host package installed as a host has it (the package step's own script, its directory moved
-    into tmp_path): run a tool as `python TOOLS/<tool> ...`, the way units and steps call it."""
-    from render.paths import TOOLS_DIR  # imports the program's modules: keep the import out of module scope
-    from render.steps import tools_package_script
+    """The host package installed as a host has it (the copy and the tools step's own script, the
+    directory moved into tmp_path): run a tool as `python TOOLS/<tool> ...`, the way units and steps call it."""
+    from tests.support.host_package import install_host_package
 
     tools = tmp_path / "host-tools"
     tools.mkdir()
-    script = tools_package_script().replace(TOOLS_DIR, str(tools))
-    subprocess.run(["bash", "-c", script], check=True, capture_output=True)
+    install_host_package(tools)
     return tools

@@ -8,15 +8,20 @@ from typing import Any
 
 import pytest
 
-from components.remote import COMMAND_INPUTS
+from components.remote import COMMAND_INPUTS, COPY_INPUTS
 from models.loader import load_stack_file, parse_stack_config, read_stack_file
+from render import host_bundle
 from render.plan import activation_timeout
 from tests.support.paths import ROOT
-from tests.support.pulumi_mocks import COMMAND_TYPE, Registered, run_program, unsecret
+from tests.support.pulumi_mocks import COMMAND_TYPE, COPY_TYPE, Registered, run_program, unsecret
 
 
 def commands(resources: dict[str, Registered]) -> dict[str, Registered]:
     return {name: r for name, r in resources.items() if r.type == COMMAND_TYPE}
+
+
+def copies(resources: dict[str, Registered]) -> dict[str, Registered]:
+    return {name: r for name, r in resources.items() if r.type == COPY_TYPE}
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +41,6 @@ def test_prod_graph(prod: dict[str, Registered]) -> None:
         "gpu-01-front-door-proxy",
         "gpu-01-preflight",
         "gpu-01-tools",
-        "gpu-01-tools-package",
         "primary-access-files",
         "primary-serving",
         "primary-unit",
@@ -45,6 +49,13 @@ def test_prod_graph(prod: dict[str, Registered]) -> None:
         "shared-minimax-m2.5-files",
     ]
     assert not any("nvfp4" in name for name in prod)
+    # The host package goes as a file over SFTP: the state holds its path (the engine adds its digest).
+    (archive,) = copies(prod).values()
+    assert archive.name == "gpu-01-tools-archive"
+    assert archive.inputs["source"] == {"fileAsset": f".cache/host-bundle/vllm-fleet-host-{host_bundle.version()}.pyz"}
+    assert archive.inputs["remotePath"] == f"/usr/local/lib/vllm-fleet/.incoming/{host_bundle.version()}.pyz"
+    assert archive.inputs["triggers"] == ["10.40.0.11", 22, "root"]
+    assert unsecret(archive.inputs["connection"])[1]
 
 
 def test_dev_graph() -> None:
@@ -56,7 +67,6 @@ def test_dev_graph() -> None:
         "sandbox-front-door-proxy",
         "sandbox-preflight",
         "sandbox-tools",
-        "sandbox-tools-package",
         "shared-layout",
         "shared-tiny-chat-a-files",
     ]
@@ -181,14 +191,14 @@ def test_dependency_order(prod: dict[str, Registered]) -> None:
     """Preflight, tools, storage, downloads, the staged unit, then serving; destroy runs it backwards."""
     deps = {name: step.options["depends_on"] for name, step in commands(prod).items()}
     assert deps["gpu-01-preflight"] == []
-    assert deps["gpu-01-tools"] == ["gpu-01-preflight"]
+    assert copies(prod)["gpu-01-tools-archive"].options["depends_on"] == ["gpu-01-preflight"]
+    assert deps["gpu-01-tools"] == ["gpu-01-tools-archive"]
     assert deps["gpu-01-front-door-proxy"] == ["gpu-01-preflight"]
-    tools = ["gpu-01-tools", "gpu-01-tools-package"]
-    assert deps["gpu-01-tools-package"] == ["gpu-01-tools"]
-    assert deps["shared-layout"] == sorted(tools)
-    assert deps["shared-kimi-k2.5-int4-files"] == ["shared-layout"]
-    assert deps["shared-minimax-m2.5-files"] == ["shared-layout"]
-    assert deps["primary-unit"] == sorted(["gpu-01-front-door-proxy", *tools, "shared-kimi-k2.5-int4-files"])
+    # The layout runs no tool: it waits for the preflight alone, beside the tools' install.
+    assert deps["shared-layout"] == ["gpu-01-preflight"]
+    assert deps["shared-kimi-k2.5-int4-files"] == ["gpu-01-tools", "shared-layout"]
+    assert deps["shared-minimax-m2.5-files"] == ["gpu-01-tools", "shared-layout"]
+    assert deps["primary-unit"] == ["gpu-01-front-door-proxy", "gpu-01-tools", "shared-kimi-k2.5-int4-files"]
     assert deps["primary-access-files"] == ["gpu-01-front-door-proxy"]
     assert deps["primary-serving"] == ["primary-access-files", "primary-unit"]
     parents = {name: step.options["parent"] for name, step in commands(prod).items()}
@@ -226,7 +236,8 @@ def cordon_fleet_2(fleet_raw: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -
     from controller import cordon
 
     before = run_program("fleet", fleet_raw)
-    applied = {n: r.inputs["create"] for n, r in commands(before).items() if r.inputs["triggers"][1] == 2232}
+    steps = {**commands(before), **copies(before)}
+    applied = {n: r.inputs.get("create", "") for n, r in steps.items() if r.inputs["triggers"][1] == 2232}
     monkeypatch.setattr(cordon, "applied_steps", lambda: {("127.0.0.1", 2232, "root"): applied})
     on_fleet_2 = frozenset(applied)
     fleet_raw["hosts"][1]["cordon"] = True
@@ -241,7 +252,10 @@ def test_cordoned_host_ignores_every_change_and_is_never_probed(
     for name, step in commands(after).items():
         expected = COMMAND_INPUTS if name in on_fleet_2 else []
         assert step.options["ignore_changes"] == expected, name
+    for name, step in copies(after).items():
+        assert step.options["ignore_changes"] == (COPY_INPUTS if name in on_fleet_2 else []), name
     assert "chat-2-serving" in on_fleet_2 and "chat-1-serving" not in on_fleet_2
+    assert "fleet-2-tools-archive" in on_fleet_2
 
 
 @pytest.mark.parametrize("change", ["model", "drop"])

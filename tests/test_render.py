@@ -29,6 +29,7 @@ from render.launch import args_check_spec, engine_environment, vllm_arguments
 from render.paths import FILES, FRONT_DOOR_UNIT, TOOLS_DIR, UNIT_DIR
 from render.scripts import HEREDOC_DELIMITER, MAX_SCRIPT_BYTES, heredoc_file, remote_invocation, render_script
 from render.units import render_node_unit, render_unit, systemd_quote
+from tests.support.host_package import install_host_package
 from tests.support.paths import ROOT
 from tests.support.processes import run_captured
 from tests.support.reference import as_surveyed
@@ -172,6 +173,12 @@ def pinned_text(script: str, units: dict[str, str]) -> str:
     its own becomes its name and digest; a host program a tools group installs, its size and digest."""
     if script.startswith("#!/usr/bin/env bash\n# vllm-fleet tools ("):
         return _installed_files(script)
+    # The host package's version is its archive's digest: it moves with every edit of host/.
+    script = script.replace(host_bundle.version(), "<host package version>")
+    script = script.replace(
+        f"readonly UNPACK={shlex.quote(host_bundle.UNPACK)}\n",
+        f"readonly UNPACK=<render/host_bundle.py's UNPACK: {_digest(host_bundle.UNPACK)}>\n",
+    )
     for body, line in _shared_bodies():
         if body in script:
             assert script.count(body) == 1, f"{line.strip()} stands twice in one script"
@@ -354,22 +361,79 @@ def test_args_check_spec_names_each_flags_config_key() -> None:
 
 
 def test_the_host_package_installs_and_every_tool_runs_from_it(tmp_path: Path) -> None:
-    """The package step, run for real with its paths pointed at a temp dir: the archive holds every
-    module of host/, and each launcher runs its tool from it (argparse's --help)."""
-    script = steps.tools_package_script()
-    assert len(remote_invocation(script, "tools-package.sh", 60, 30).encode()) < 128 * 1024
+    """The tools step, run for real with its paths pointed at a temp dir after the archive was put where
+    the copy step puts it: the archive holds every module of host/, and each launcher runs its tool from
+    it (argparse's --help)."""
     tools_dir = tmp_path / "tools"
     tools_dir.mkdir()
-    subprocess.run(["bash", "-c", script.replace(TOOLS_DIR, str(tools_dir))], check=True, capture_output=True)
+    install_host_package(tools_dir)
     modules = sorted(f"host/{p.name}" for p in (ROOT / "host").glob("*.py"))
     with zipfile.ZipFile(tools_dir / BUNDLE_NAME) as bundle:
         # Each module with its bytecode, compiled by the python3 that installed it.
         assert sorted(bundle.namelist()) == sorted([*modules, *(f"{m}c" for m in modules)])
-    assert sorted(p.name for p in tools_dir.iterdir() if p.name != BUNDLE_NAME) == sorted(host_bundle.TOOLS)
+    assert sorted(p.name for p in tools_dir.iterdir() if p.name not in (BUNDLE_NAME, ".incoming")) == sorted(
+        host_bundle.TOOLS
+    )
+    assert [p.name for p in (tools_dir / ".incoming").iterdir()] == [f"{host_bundle.version()}.pyz"]
+    assert (tools_dir / "swap").read_text() == (
+        "#!/usr/bin/env python3\n"
+        f"# vllm-fleet swap: runs host.swap from the host package {BUNDLE_NAME} beside this file.\n"
+        "import os, runpy, sys\n"
+        f'sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "{BUNDLE_NAME}"))\n'
+        'runpy.run_module("host.swap", run_name="__main__", alter_sys=True)\n'
+    )
+    assert (tools_dir / "swap").stat().st_mode & 0o777 == 0o755
     for tool in ("swap", "prewarm", "model-sync", "gpu-release-guard", "node-watch", "clean-shm"):
         # Outside the repository, so nothing but the archive can provide the `host` package.
         result = run_captured([sys.executable, str(tools_dir / tool), "--help"], cwd=tmp_path)
         assert result.returncode == 0 and "usage" in result.stdout.lower(), (tool, result.stderr[-500:])
+
+
+def test_the_tools_step_refuses_a_missing_or_different_archive_and_removes_earlier_ones(tmp_path: Path) -> None:
+    """The copy writes in place and never deletes: the install checks the file against its version and
+    names the step that copies it again; the archives of earlier versions go once one installs."""
+    tools_dir = tmp_path / "tools"
+    tools_dir.mkdir()
+    script = steps.tools_script().replace(TOOLS_DIR, str(tools_dir))
+    missing = run_captured(["bash", "-c", script], cwd=tmp_path)
+    assert missing.returncode == 1 and "is missing" in missing.stderr and "tools-archive" in missing.stderr
+    incoming = tools_dir / ".incoming" / f"{host_bundle.version()}.pyz"
+    incoming.parent.mkdir()
+    incoming.write_bytes(host_bundle.archive()[:-100])  # a copy that stopped short
+    short = run_captured(["bash", "-c", script], cwd=tmp_path)
+    assert short.returncode == 1 and "did not finish" in short.stderr and "tools-archive" in short.stderr
+    assert not (tools_dir / BUNDLE_NAME).exists()
+    earlier = incoming.parent / "0123456789abcdef.pyz"
+    earlier.write_bytes(b"an earlier version")
+    install_host_package(tools_dir)
+    assert sorted(p.name for p in incoming.parent.iterdir()) == [incoming.name]
+    assert (tools_dir / BUNDLE_NAME).is_file()
+
+
+def test_the_copied_archive_is_a_file_named_by_its_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the copy step sends: the archive itself, written once per version below the cache, named by
+    a path relative to the project (the same asset in every checkout), rewritten when damaged; the files
+    of earlier versions go."""
+    monkeypatch.chdir(tmp_path)
+    cache = tmp_path / ".cache" / "host-bundle"
+    stale = cache / "vllm-fleet-host-0123456789abcdef.pyz"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"earlier")
+    path = host_bundle.archive_file.__wrapped__(cache)
+    assert path == f".cache/host-bundle/vllm-fleet-host-{host_bundle.version()}.pyz"
+    assert (tmp_path / path).read_bytes() == host_bundle.archive()
+    assert hashlib.sha256((tmp_path / path).read_bytes()).hexdigest().startswith(host_bundle.version())
+    assert not stale.exists()
+    written = (tmp_path / path).stat().st_mtime_ns
+    assert host_bundle.archive_file.__wrapped__(cache) == path
+    assert (tmp_path / path).stat().st_mtime_ns == written  # the same version is not written again
+    (tmp_path / path).write_bytes(b"damaged")
+    host_bundle.archive_file.__wrapped__(cache)
+    assert (tmp_path / path).read_bytes() == host_bundle.archive()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert host_bundle.archive_file.__wrapped__(cache) == str(tmp_path / path)
 
 
 def test_the_installed_host_package_carries_bytecode_its_python3_loads(tmp_path: Path) -> None:
@@ -379,8 +443,7 @@ def test_the_installed_host_package_carries_bytecode_its_python3_loads(tmp_path:
     assert python3 is not None
     tools_dir = tmp_path / "tools"
     tools_dir.mkdir()
-    script = steps.tools_package_script().replace(TOOLS_DIR, str(tools_dir))
-    subprocess.run(["bash", "-c", script], check=True, capture_output=True)
+    install_host_package(tools_dir)
     installed = tools_dir / BUNDLE_NAME
     compiled_only = tmp_path / "compiled-only.pyz"
     with zipfile.ZipFile(installed) as bundle, zipfile.ZipFile(compiled_only, "w") as stripped:
@@ -437,3 +500,27 @@ def test_every_step_fits_one_shell_argument() -> None:
             assert len(invocation.encode()) < 128 * 1024, file_name
     with pytest.raises(ValueError, match="split the step"):
         remote_invocation("#!/usr/bin/env bash\n" + "x" * MAX_SCRIPT_BYTES, "huge", 60, 30)
+
+
+def test_preflight_refuses_a_host_whose_sshd_offers_no_sftp(tmp_path: Path) -> None:
+    """The host package goes by SFTP: a host whose sshd has no SFTP subsystem is refused by the preflight,
+    before anything is copied, with the line to add; one that has it gets past that check."""
+    host = stack("dev").hosts[0]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake_sshd = bin_dir / "sshd"  # stands in for `sshd -T`, the effective configuration
+    python = tmp_path / "python"  # the vLLM runtime: no vllm package, the next check's refusal
+    python.write_text("#!/bin/sh\necho\n")
+    python.chmod(0o755)
+    script = steps.preflight_script(host).replace(host.runtime.python, str(python))
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    fake_sshd.write_text("#!/bin/sh\nprintf 'port 22\\npermitrootlogin without-password\\n'\n")
+    fake_sshd.chmod(0o755)
+    refused = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, check=False)
+    assert refused.returncode == 1
+    assert (
+        "offers no SFTP subsystem" in refused.stderr and "Subsystem sftp /usr/lib/openssh/sftp-server" in refused.stderr
+    )
+    fake_sshd.write_text("#!/bin/sh\nprintf 'port 22\\nsubsystem sftp /usr/lib/openssh/sftp-server\\n'\n")
+    passed = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, check=False)
+    assert passed.returncode == 1 and "has no vllm package" in passed.stderr, passed.stderr

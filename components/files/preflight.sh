@@ -6,6 +6,14 @@ set -euo pipefail
 
 fail() { echo "preflight of host $HOST_NAME: $*" >&2; exit 1; }
 
+# The host package goes by SFTP (the host's tools-archive step): its sshd must offer the subsystem. Only
+# root reads sshd's effective configuration; a user that cannot finds out at the copy instead.
+sshd_bin=$(command -v sshd || echo /usr/sbin/sshd)
+if [ -x "$sshd_bin" ] && effective_sshd=$("$sshd_bin" -T 2>/dev/null); then
+  grep -qi '^subsystem sftp' <<<"$effective_sshd" ||
+    fail "its sshd offers no SFTP subsystem, which the copy of the host package needs (step $HOST_NAME-tools-archive); add 'Subsystem sftp /usr/lib/openssh/sftp-server' (Debian's and Ubuntu's default) to /etc/ssh/sshd_config and reload ssh"
+fi
+
 [ -x "$PYTHON" ] || fail "the vLLM runtime $PYTHON is missing (vllm-fleet:hosts[].runtime.python); install vLLM in that venv or fix the path"
 vllm_version=$("$PYTHON" - <<'PY'
 import importlib.metadata as metadata

@@ -23,6 +23,7 @@ class Registered:
 
 
 COMMAND_TYPE = "command:remote:Command"
+COPY_TYPE = "command:remote:CopyToRemote"
 SECRET_SIG = "4dabf18193072939515e22adb298388d"  # Pulumi's marker of a secret value on the wire
 
 
@@ -31,6 +32,13 @@ def unsecret(value: Any) -> tuple[Any, bool]:
     if isinstance(value, dict) and SECRET_SIG in value:
         return value["value"], True
     return value, False
+
+
+def comparable(value: Any) -> Any:
+    """An input as the engine compares it: a file asset by its path (the engine adds its digest)."""
+    if isinstance(value, pulumi.FileAsset):
+        return {"fileAsset": value.path}
+    return value
 
 
 class RecordingMocks(pulumi.runtime.Mocks):
@@ -42,7 +50,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
         if args.typ == COMMAND_TYPE:
             outputs["stdout"] = outputs.get("stdout") or ""
             outputs["stderr"] = outputs.get("stderr") or ""
-        self.resources[args.name] = Registered(args.typ, args.name, dict(args.inputs))
+        self.resources[args.name] = Registered(args.typ, args.name, {k: comparable(v) for k, v in args.inputs.items()})
         return f"{args.name}-id", outputs
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[Any, Any], list[tuple[str, str]] | None]:
@@ -70,22 +78,28 @@ def run_program(stack: str, raw_config: dict[str, Any]) -> dict[str, Registered]
     os.environ.update(overrides)
 
     options: dict[str, pulumi.ResourceOptions] = {}
-    original = remote.Command.__init__
+    # The steps' classes (a command, the host package's copy), their options recorded as they are made.
+    classes: list[Any] = [remote.Command, remote.CopyToRemote]
+    originals = [cls.__init__ for cls in classes]
 
-    def recording_init(self: Any, resource_name: str, *args: Any, **kwargs: Any) -> None:
-        options[resource_name] = kwargs["opts"]
-        original(self, resource_name, *args, **kwargs)
+    def recording(original: Any) -> Any:
+        def recording_init(self: Any, resource_name: str, *args: Any, **kwargs: Any) -> None:
+            options[resource_name] = kwargs["opts"]
+            original(self, resource_name, *args, **kwargs)
+
+        return recording_init
 
     @pulumi.runtime.test  # type: ignore[untyped-decorator]
     def evaluate() -> None:
         runpy.run_path(str(ROOT / "__main__.py"), run_name="__main__")
 
-    command_class: Any = remote.Command
-    command_class.__init__ = recording_init
+    for cls, original in zip(classes, originals, strict=True):
+        cls.__init__ = recording(original)
     try:
         evaluate()
     finally:
-        command_class.__init__ = original
+        for cls, original in zip(classes, originals, strict=True):
+            cls.__init__ = original
         for name, value in previous.items():
             if value is None:
                 os.environ.pop(name, None)

@@ -4,4 +4,4 @@ readonly HOST_NAME=sandbox
 readonly PYTHON=/opt/vllm-env/bin/python3
 readonly EXPECTED_GPUS=2
 readonly EXPECTED_VLLM_VERSION=0.32.0
-# <the body of components/files/preflight.sh after line 1: 50 lines, 2718 bytes, sha256 0bef6ec3c3fbb3c99141ee51ad921b8c0330b2445ba1bd2f73f59a86df8bfc1f>
+# <the body of components/files/preflight.sh after line 1: 58 lines, 3343 bytes, sha256 758478bb3ae68aab6b0ec6609abc2283c3c365b80fe4aaf5f89b7c4ae4c60216>
