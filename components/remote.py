@@ -165,7 +165,7 @@ def remote_copy(
     """A file of the controller (`source`, a path) copied to `remote_path` on the host over SFTP, as the
     connection's user. Its input is the file's digest, not its content: the engine hashes the file on
     every run and the step copies again only when the digest or the path changes. pulumi-command writes
-    in place and never deletes, so the step that reads the file checks it and removes earlier copies."""
+    in place and never deletes, so the step that reads the file checks it and removes old copies."""
     host = target.host
     if host.cordon:
         target.cordoned.declare(host, name)

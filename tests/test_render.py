@@ -389,9 +389,9 @@ def test_the_host_package_installs_and_every_tool_runs_from_it(tmp_path: Path) -
         assert result.returncode == 0 and "usage" in result.stdout.lower(), (tool, result.stderr[-500:])
 
 
-def test_the_tools_step_refuses_a_missing_or_different_archive_and_removes_earlier_ones(tmp_path: Path) -> None:
+def test_the_tools_step_refuses_a_missing_or_different_archive_and_removes_month_old_ones(tmp_path: Path) -> None:
     """The copy writes in place and never deletes: the install checks the file against its version and
-    names the step that copies it again; the archives of earlier versions go once one installs."""
+    names the step that copies it again; the archives of other versions go once a month old."""
     tools_dir = tmp_path / "tools"
     tools_dir.mkdir()
     script = steps.tools_script().replace(TOOLS_DIR, str(tools_dir))
@@ -404,9 +404,15 @@ def test_the_tools_step_refuses_a_missing_or_different_archive_and_removes_earli
     assert short.returncode == 1 and "did not finish" in short.stderr and "tools-archive" in short.stderr
     assert not (tools_dir / BUNDLE_NAME).exists()
     earlier = incoming.parent / "0123456789abcdef.pyz"
-    earlier.write_bytes(b"an earlier version")
+    earlier.write_bytes(b"an earlier version, copied 31 days ago")
+    month_ago = time.time() - 31 * 86400
+    os.utime(earlier, (month_ago, month_ago))
+    recent = incoming.parent / "fedcba9876543210.pyz"  # another stack's, at another version, this week
+    recent.write_bytes(b"another version, copied 6 days ago")
+    week_ago = time.time() - 6 * 86400
+    os.utime(recent, (week_ago, week_ago))
     install_host_package(tools_dir)
-    assert sorted(p.name for p in incoming.parent.iterdir()) == [incoming.name]
+    assert sorted(p.name for p in incoming.parent.iterdir()) == sorted([incoming.name, recent.name])
     assert (tools_dir / BUNDLE_NAME).is_file()
 
 

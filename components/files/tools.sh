@@ -20,8 +20,9 @@ fi
 python3 -c "$UNPACK" "$TOOLS_DIR/$BUNDLE" <"$INCOMING" >"$TOOLS_DIR/.$BUNDLE.tmp"
 chmod 0644 "$TOOLS_DIR/.$BUNDLE.tmp"
 mv -f "$TOOLS_DIR/.$BUNDLE.tmp" "$TOOLS_DIR/$BUNDLE"
-# The copy step never deletes: the archives of earlier versions go here.
-find "$(dirname "$INCOMING")" -maxdepth 1 -name '*.pyz' ! -name "$VERSION.pyz" -delete
+# The copy step never deletes: archives of other versions go here once a month old. Not at once: another
+# stack on this host, at another version of vllm-fleet, may re-run its tools step without copying again.
+find "$(dirname "$INCOMING")" -maxdepth 1 -name '*.pyz' ! -name "$VERSION.pyz" -mtime +30 -delete
 for launcher in "${LAUNCHERS[@]}"; do
   tool=${launcher%%:*}
   module=${launcher#*:}
