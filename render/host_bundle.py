@@ -8,8 +8,8 @@ built reproducibly (sorted names, fixed timestamps and modes), so it changes, an
 update in the preview, exactly when a file of `host/` changes; its digest is the package's version. It
 travels to a host as a file (`archive_file`, copied over SFTP by the host's tools-archive step), not
 inside a step's script: a step's inputs are in the stack's state twice and pass through the engine on
-every run, and the 100 KB of an archive inside the install script were half the state of a one-host
-stack and a fifth of a no-op preview's registrations. The survey and `make status` run before the tools
+every run, and the 100 KB of an archive inside the install script were 60% of the dev stack's state and
+the longest link of a no-op's registrations. The survey and `make status` run before the tools
 exist on a new host: they send the same archive on stdin inside a bootstrap (`bootstrap_source`), so the
 code that reads the host in a preview is the code the swap runs there.
 """
