@@ -70,6 +70,12 @@ class Target:
     cordoned: StepLedger
 
 
+def host_triggers(host: Host) -> list[str | int]:
+    """A step's `triggers`: the host's identity, which replaces the step when it moves to another host and
+    by which controller/cordon.py finds a host's steps in the state."""
+    return [host.address, host.port, host.user]
+
+
 def connect(host: Host, private_key: pulumi.Input[str], cordoned: StepLedger) -> Target:
     connection = remote.ConnectionArgs(
         host=host.address,
@@ -134,7 +140,7 @@ def remote_step(
         stdin=pulumi.Output.secret(stdin) if stdin is not None else None,
         add_previous_output_in_env=False,
         logging=remote.Logging.STDOUT_AND_STDERR if log_output else remote.Logging.NONE,
-        triggers=[host.address, host.port, host.user],
+        triggers=host_triggers(host),
         opts=pulumi.ResourceOptions(
             parent=parent,
             depends_on=depends_on or [],
@@ -174,7 +180,7 @@ def remote_copy(
         connection=target.connection,
         source=pulumi.FileAsset(source),
         remote_path=remote_path,
-        triggers=[host.address, host.port, host.user],
+        triggers=host_triggers(host),
         opts=pulumi.ResourceOptions(
             parent=parent,
             depends_on=depends_on or [],

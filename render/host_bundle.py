@@ -17,6 +17,7 @@ code that reads the host in a preview is the code the swap runs there.
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import hashlib
 import io
@@ -66,6 +67,18 @@ def archive() -> bytes:
     return buffer.getvalue()
 
 
+def _keep_in_cache(path: Path, data: bytes, versions: str) -> None:
+    """Write `data` to `path` whole (a temporary file, then a rename) and remove the files of the other
+    versions of host/ beside it (those matching the glob `versions`). OSError when the folder is not writable."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(f".{os.getpid()}.tmp")
+    temporary.write_bytes(data)
+    temporary.replace(path)
+    for stale in path.parent.glob(versions):
+        if stale != path:
+            stale.unlink(missing_ok=True)
+
+
 @functools.cache
 def archive_file(cache_dir: Path = TRANSPORTED_CACHE) -> str:
     """The archive as a file for the copy step's asset (`cache_dir/vllm-fleet-host-<version>.pyz`),
@@ -80,18 +93,12 @@ def archive_file(cache_dir: Path = TRANSPORTED_CACHE) -> str:
         current = None
     if current != data:
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            temporary = path.with_suffix(f".{os.getpid()}.tmp")
-            temporary.write_bytes(data)
-            temporary.replace(path)
+            _keep_in_cache(path, data, "vllm-fleet-host-*.pyz")
         except OSError as error:
             raise OSError(
                 f"cannot write the host package for the copy to the hosts at {path} ({error.strerror}): "
                 f"make {cache_dir} writable (it is the project's gitignored cache)"
             ) from error
-        for stale in path.parent.glob("vllm-fleet-host-*.pyz"):  # earlier versions of host/
-            if stale != path:
-                stale.unlink(missing_ok=True)
     try:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
@@ -121,16 +128,9 @@ def transported(cache_dir: Path | None = TRANSPORTED_CACHE) -> str:
             pass
     text = base64.b64encode(lzma.compress(data, preset=9 | lzma.PRESET_EXTREME)).decode()
     if path is not None:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            temporary = path.with_suffix(f".{os.getpid()}.tmp")
-            temporary.write_text(f"{hashlib.sha256(text.encode('ascii')).hexdigest()}\n{text}", encoding="ascii")
-            temporary.replace(path)
-            for stale in path.parent.glob("*.xz.b64"):  # earlier versions of host/
-                if stale != path:
-                    stale.unlink(missing_ok=True)
-        except OSError:
-            pass  # a read-only checkout compresses on every run, as before
+        headed = f"{hashlib.sha256(text.encode('ascii')).hexdigest()}\n{text}".encode("ascii")
+        with contextlib.suppress(OSError):  # a read-only checkout compresses on every run, as before
+            _keep_in_cache(path, headed, "*.xz.b64")
     return text
 
 
