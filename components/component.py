@@ -7,9 +7,8 @@ from __future__ import annotations
 from typing import ClassVar, Unpack
 
 import pulumi
-from pulumi_command import remote
 
-from components.remote import StepOptions, Target, remote_step
+from components.remote import RemoteCommand, StepOptions, Target, remote_step
 
 
 class FleetComponent(pulumi.ComponentResource):
@@ -19,6 +18,6 @@ class FleetComponent(pulumi.ComponentResource):
     def __init__(self, name: str, opts: pulumi.ResourceOptions | None) -> None:
         super().__init__(self.TYPE, name, None, opts)
 
-    def add_step(self, part: str, target: Target, **options: Unpack[StepOptions]) -> remote.Command:
+    def add_step(self, part: str, target: Target, **options: Unpack[StepOptions]) -> RemoteCommand:
         """This component's step `<name>-<part>` on `target`'s host (components.remote.remote_step)."""
         return remote_step(f"{self.pulumi_resource_name}-{part}", target, parent=self, **options)

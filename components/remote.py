@@ -1,9 +1,14 @@
 """The one way this project runs a step on a host, so every remote command follows the same rules.
 
-Every step is a `pulumi_command.remote.Command` (pulumi-command v1.2.1), but one per host: the host
-package's archive is a `remote.CopyToRemote` (`remote_copy`, over SFTP), which shares the connection, the
-triggers and the cordon's rules below. A Command's rules, each through a feature of the provider or of
-the host (shared/REFERENCE.md section 2 lists where remote commands go wrong):
+Every step is a `command:remote:Command` of the pulumi-command provider (v1.2.1), but one per host: the
+host package's archive is a `command:remote:CopyToRemote` (`remote_copy`, over SFTP), which shares the
+connection, the triggers and the cordon's rules below. Both are declared as the provider's generated
+Python classes declare them (RemoteCommand, RemoteCopy: the same type, inputs, version and options), not
+through those classes: importing them costs ~10 ms and each of their resources resolves its class's type
+hints again, in every program run, and a no-op `pulumi up` runs the program twice (bench, no-op).
+tests/test_remote_parity.py holds them to what the generated classes send. A Command's rules, each
+through a feature of the provider or of the host (shared/REFERENCE.md section 2 lists where remote
+commands go wrong):
 - the host key is pinned when the host config has one (`connection.hostKey`): a host that shows another
   key is refused before any command runs;
 - bounded connection: `dialErrorLimit` attempts of `perDialTimeout` seconds, from the host config;
@@ -25,11 +30,11 @@ the host (shared/REFERENCE.md section 2 lists where remote commands go wrong):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NotRequired, Protocol, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, Protocol, TypedDict
 
 import pulumi
-from pulumi_command import remote
 
+from components.command_provider import plugin_version
 from models.hosts import Host
 from render.scripts import remote_invocation
 
@@ -53,6 +58,80 @@ COMMAND_INPUTS = [
 COPY_INPUTS = ["connection", "source", "remotePath", "triggers"]
 
 
+class Connection(TypedDict):
+    """A step's `connection` as the provider takes it (its ConnectionArgs, by the engine's names)."""
+
+    host: str
+    port: int
+    user: str
+    privateKey: pulumi.Input[str]
+    dialErrorLimit: int
+    perDialTimeout: int
+    hostKey: NotRequired[str]
+
+
+class CommandInputs(TypedDict):
+    """The inputs of a `command:remote:Command` that steps set, by the engine's names."""
+
+    connection: pulumi.Input[Connection]
+    create: str
+    delete: str | None
+    stdin: pulumi.Input[str] | None
+    addPreviousOutputInEnv: bool
+    logging: Literal["stdoutAndStderr", "none"]
+    triggers: list[str | int]
+
+
+class CopyInputs(TypedDict):
+    """The inputs of a `command:remote:CopyToRemote`, by the engine's names."""
+
+    connection: pulumi.Input[Connection]
+    source: pulumi.Asset
+    remotePath: str
+    triggers: list[str | int]
+
+
+def provider_options(opts: pulumi.ResourceOptions) -> pulumi.ResourceOptions:
+    """A step's options with what pulumi-command's generated classes add to every resource of theirs: the
+    provider's version (the engine keys its default provider by it), the connection as a secret output
+    (it holds the key) and a replacement when the triggers change (a step moved to another host)."""
+    version = plugin_version()
+    if version is None:
+        raise RuntimeError("the pulumi_command package is missing from the program's virtualenv; run `make setup`")
+    opts = pulumi.ResourceOptions.merge(pulumi.ResourceOptions(version=version), opts)
+    return pulumi.ResourceOptions.merge(
+        opts,
+        pulumi.ResourceOptions(additional_secret_outputs=["connection"], replace_on_changes=["triggers[*]"]),
+    )
+
+
+class RemoteCommand(pulumi.CustomResource):
+    """A step: pulumi-command's `command:remote:Command`, declared as pulumi_command.remote.Command does."""
+
+    if TYPE_CHECKING:  # set by the SDK from the provider's outputs; no annotation for it to resolve at run time
+        stdout: pulumi.Output[str]
+        stderr: pulumi.Output[str]
+
+    def __init__(self, name: str, inputs: CommandInputs, opts: pulumi.ResourceOptions) -> None:
+        # Its outputs beside its inputs, as the generated class names them, so the SDK makes their attributes.
+        properties: dict[str, Any] = {
+            **inputs,
+            "connection": pulumi.Output.secret(inputs["connection"]),
+            "stdout": None,
+            "stderr": None,
+        }
+        super().__init__("command:remote:Command", name, properties, provider_options(opts))
+
+
+class RemoteCopy(pulumi.CustomResource):
+    """A file copied to a host: pulumi-command's `command:remote:CopyToRemote`, declared as
+    pulumi_command.remote.CopyToRemote does."""
+
+    def __init__(self, name: str, inputs: CopyInputs, opts: pulumi.ResourceOptions) -> None:
+        properties: dict[str, Any] = {**inputs, "connection": pulumi.Output.secret(inputs["connection"])}
+        super().__init__("command:remote:CopyToRemote", name, properties, provider_options(opts))
+
+
 class StepLedger(Protocol):
     """Where each step declared on a cordoned host is told (controller/cordon.py's CordonedSteps): it
     refuses a step the host does not have yet, and keeps the name for the check of removals at the end."""
@@ -66,7 +145,7 @@ class Target:
     ledger its steps are declared to when the host is cordoned."""
 
     host: Host
-    connection: remote.ConnectionArgs
+    connection: Connection
     cordoned: StepLedger
 
 
@@ -77,15 +156,16 @@ def host_triggers(host: Host) -> list[str | int]:
 
 
 def connect(host: Host, private_key: pulumi.Input[str], cordoned: StepLedger) -> Target:
-    connection = remote.ConnectionArgs(
+    connection = Connection(
         host=host.address,
         port=host.port,
         user=host.user,
-        private_key=pulumi.Output.secret(private_key),
-        host_key=host.host_key,
-        dial_error_limit=host.dial_attempts,
-        per_dial_timeout=host.dial_timeout_seconds,
+        privateKey=pulumi.Output.secret(private_key),
+        dialErrorLimit=host.dial_attempts,
+        perDialTimeout=host.dial_timeout_seconds,
     )
+    if host.host_key is not None:
+        connection["hostKey"] = host.host_key
     return Target(host=host, connection=connection, cordoned=cordoned)
 
 
@@ -115,7 +195,7 @@ def remote_step(
     owns_singleton: bool = False,
     log_output: bool = True,
     spans: str | None = None,
-) -> remote.Command:
+) -> RemoteCommand:
     """A remote command running a rendered script (see render/) over SSH (a component makes its steps
     with components/component.FleetComponent.add_step, which names and parents them).
 
@@ -128,20 +208,22 @@ def remote_step(
     invocation = remote_invocation(create, name, timeout_seconds, KILL_AFTER_SECONDS)
     if host.cordon:
         target.cordoned.declare(host, name, invocation, spans)
-    return remote.Command(
+    return RemoteCommand(
         name,
-        connection=target.connection,
-        create=invocation,
-        delete=(
-            remote_invocation(delete, f"{name}-delete", timeout_seconds, KILL_AFTER_SECONDS)
-            if delete is not None
-            else None
+        CommandInputs(
+            connection=target.connection,
+            create=invocation,
+            delete=(
+                remote_invocation(delete, f"{name}-delete", timeout_seconds, KILL_AFTER_SECONDS)
+                if delete is not None
+                else None
+            ),
+            stdin=pulumi.Output.secret(stdin) if stdin is not None else None,
+            addPreviousOutputInEnv=False,
+            logging="stdoutAndStderr" if log_output else "none",
+            triggers=host_triggers(host),
         ),
-        stdin=pulumi.Output.secret(stdin) if stdin is not None else None,
-        add_previous_output_in_env=False,
-        logging=remote.Logging.STDOUT_AND_STDERR if log_output else remote.Logging.NONE,
-        triggers=host_triggers(host),
-        opts=pulumi.ResourceOptions(
+        pulumi.ResourceOptions(
             parent=parent,
             depends_on=depends_on or [],
             delete_before_replace=owns_singleton,
@@ -167,7 +249,7 @@ def remote_copy(
     remote_path: str,
     parent: pulumi.Resource,
     depends_on: list[pulumi.Resource] | None = None,
-) -> remote.CopyToRemote:
+) -> RemoteCopy:
     """A file of the controller (`source`, a path) copied to `remote_path` on the host over SFTP, as the
     connection's user. Its input is the file's digest, not its content: the engine hashes the file on
     every run and the step copies again only when the digest or the path changes. pulumi-command writes
@@ -175,13 +257,15 @@ def remote_copy(
     host = target.host
     if host.cordon:
         target.cordoned.declare(host, name)
-    return remote.CopyToRemote(
+    return RemoteCopy(
         name,
-        connection=target.connection,
-        source=pulumi.FileAsset(source),
-        remote_path=remote_path,
-        triggers=host_triggers(host),
-        opts=pulumi.ResourceOptions(
+        CopyInputs(
+            connection=target.connection,
+            source=pulumi.FileAsset(source),
+            remotePath=remote_path,
+            triggers=host_triggers(host),
+        ),
+        pulumi.ResourceOptions(
             parent=parent,
             depends_on=depends_on or [],
             ignore_changes=COPY_INPUTS if host.cordon else None,

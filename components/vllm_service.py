@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pulumi
-from pulumi_command import remote
 
 from components.component import FleetComponent
 from components.deployment_args import DeploymentArgs
@@ -16,6 +15,7 @@ from components.front_door import FrontDoor
 from components.host import GpuHost
 from components.model_download import ModelDownload
 from components.outputs import plain_output
+from components.remote import RemoteCommand
 from render.launch import engine_environment, vllm_arguments
 from render.paths import endpoint_url
 from render.plan import activation_timeout
@@ -55,9 +55,9 @@ class VllmService(FleetComponent):
     unit_name: pulumi.Output[str]
     model_path: pulumi.Output[str]
     launch: pulumi.Output[dict[str, Any]]
-    unit: remote.Command
+    unit: RemoteCommand
     # Its stdout ends with the post-deploy report (components/deploy_report.py reads it).
-    serving: remote.Command
+    serving: RemoteCommand
 
     def __init__(self, name: str, args: VllmServiceArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(name, opts)

@@ -195,25 +195,21 @@ def start_command_provider() -> None:
     Sent from a thread, straight to the engine; should it fail, the first Command starts the provider as
     before."""
     import contextlib
-    import importlib.util
-    import json
     import threading
 
     from pulumi.runtime.proto import resource_pb2
     from pulumi.runtime.settings import get_monitor
 
+    from components.command_provider import plugin_version
+
     if not engine_runs():  # mocks: no engine, no provider
         return
     monitor = get_monitor()
     assert monitor is not None  # the engine's stub (engine_runs)
-    # Found, not imported: importing pulumi_command first would hold the request back ~15 ms.
-    spec = importlib.util.find_spec("pulumi_command")
-    if spec is None or spec.origin is None:
+    version = plugin_version()
+    if version is None:
         return
-    plugin = json.loads((pathlib.Path(spec.origin).parent / "pulumi-plugin.json").read_text(encoding="utf-8"))
-    request = resource_pb2.ResourceInvokeRequest(
-        tok="command:local:run", version=plugin["version"], acceptResources=True
-    )
+    request = resource_pb2.ResourceInvokeRequest(tok="command:local:run", version=version, acceptResources=True)
     request.args.update({"command": "true"})
 
     def ask() -> None:

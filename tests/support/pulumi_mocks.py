@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
-from pulumi_command import remote
 
+from components.remote import RemoteCommand, RemoteCopy
 from tests.support.paths import ROOT
 
 
@@ -79,13 +79,13 @@ def run_program(stack: str, raw_config: dict[str, Any]) -> dict[str, Registered]
 
     options: dict[str, pulumi.ResourceOptions] = {}
     # The steps' classes (a command, the host package's copy), their options recorded as they are made.
-    classes: list[Any] = [remote.Command, remote.CopyToRemote]
+    classes: list[Any] = [RemoteCommand, RemoteCopy]
     originals = [cls.__init__ for cls in classes]
 
     def recording(original: Any) -> Any:
-        def recording_init(self: Any, resource_name: str, *args: Any, **kwargs: Any) -> None:
-            options[resource_name] = kwargs["opts"]
-            original(self, resource_name, *args, **kwargs)
+        def recording_init(self: Any, resource_name: str, inputs: Any, opts: pulumi.ResourceOptions) -> None:
+            options[resource_name] = opts
+            original(self, resource_name, inputs, opts)
 
         return recording_init
 
