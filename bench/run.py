@@ -80,6 +80,28 @@ def fresh_pulumi_home(tmp: Path) -> dict[str, str]:
     return {**ENV, "PULUMI_HOME": str(home)}
 
 
+def graph_replay_project(tmp: Path, env: dict[str, str]) -> Path:
+    """The graph floor (bench/graph_replay.py): a project of vllm-fleet's name on the same stack whose
+    program declares the stack's resources from its exported state and nothing else. The export holds the
+    stack's secrets in plaintext (the sandbox's SSH key), so it is written only into this run's temporary
+    folder, readable by its owner alone. Its preview must be a no-op, or the bench stops: a replay that
+    differed would time something else (and its `up` would change the stack)."""
+    project = tmp / "graph-replay"
+    project.mkdir(mode=0o700)
+    (project / "Pulumi.yaml").write_text((ROOT / "Pulumi.yaml").read_text())
+    (project / f"Pulumi.{STACK}.yaml").write_text(STACK_FILE.read_text())
+    (project / "__main__.py").write_text((OUT / "graph_replay.py").read_text())
+    (project / ".venv").symlink_to(ROOT / ".venv")
+    exported = run_captured(
+        ["pulumi", "stack", "export", "--stack", STACK, "--show-secrets"], cwd=ROOT, env=env, check=True
+    ).stdout
+    descriptor = os.open(project / "graph.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as graph:
+        graph.write(exported)
+    run_captured(["pulumi", "preview", "--stack", STACK, "--expect-no-changes"], cwd=project, env=env, check=True)
+    return project
+
+
 def ssh_sessions() -> int:
     """SSH logins the sandbox's sshd accepted so far; read with nsenter, so reading opens none."""
     out = run_captured(
@@ -96,9 +118,17 @@ def ssh_sessions() -> int:
 
 
 def bench_noop(tmp: Path) -> dict[str, Any]:
-    env = fresh_pulumi_home(tmp)
+    env = {**fresh_pulumi_home(tmp), "VLLM_FLEET_BENCH_ROOT": str(ROOT)}
     floor = empty_project(tmp, env)
-    results: dict[str, list[float]] = {"preview": [], "up": [], "floor_preview": [], "floor_up": []}
+    replay = graph_replay_project(tmp, env)
+    results: dict[str, list[float]] = {
+        "preview": [],
+        "up": [],
+        "floor_preview": [],
+        "floor_up": [],
+        "graph_preview": [],
+        "graph_up": [],
+    }
     # The first run after a change reads the host once (controller/survey.py keeps a survey that found
     # work to do only for that up): the counted no-ops are the ones after it.
     timed(["pulumi", "preview", "--stack", STACK, "--expect-no-changes"], ROOT, env)
@@ -106,8 +136,14 @@ def bench_noop(tmp: Path) -> dict[str, Any]:
     for _ in range(NOOP_RUNS):
         results["preview"].append(timed(["pulumi", "preview", "--stack", STACK, "--expect-no-changes"], ROOT, env))
         results["floor_preview"].append(timed(["pulumi", "preview", "--stack", "floor"], floor, env))
+        results["graph_preview"].append(
+            timed(["pulumi", "preview", "--stack", STACK, "--expect-no-changes"], replay, env)
+        )
         results["up"].append(timed(["pulumi", "up", "--stack", STACK, "--yes", "--expect-no-changes"], ROOT, env))
         results["floor_up"].append(timed(["pulumi", "up", "--stack", "floor", "--yes"], floor, env))
+        results["graph_up"].append(
+            timed(["pulumi", "up", "--stack", STACK, "--yes", "--expect-no-changes"], replay, env)
+        )
     sessions = ssh_sessions() - sessions_before
     run_captured(["pulumi", "stack", "rm", "floor", "--yes", "--force"], cwd=floor, env=env)
     med = {k: median(v) for k, v in results.items()}
@@ -116,6 +152,14 @@ def bench_noop(tmp: Path) -> dict[str, Any]:
         "median": med,
         "ratio_preview": med["preview"] / med["floor_preview"],
         "ratio_up": med["up"] / med["floor_up"],
+        # The issue's measure: each interleaved pair's own ratio, then their median. A pair shares the
+        # machine's moment (its load, its caches), which the two medians, taken apart, do not.
+        "pair_ratio_preview": median(
+            [a / b for a, b in zip(results["preview"], results["floor_preview"], strict=True)]
+        ),
+        "pair_ratio_up": median([a / b for a, b in zip(results["up"], results["floor_up"], strict=True)]),
+        "ratio_graph_preview": med["graph_preview"] / med["floor_preview"],
+        "ratio_graph_up": med["graph_up"] / med["floor_up"],
         "ssh_sessions_during_noop": sessions,
     }
 
@@ -686,10 +730,14 @@ def plot(results: dict[str, Any]) -> list[str]:
     if "noop" in results:
         noop = results["noop"]["median"]
         fig, ax = plt.subplots(figsize=(6, 3.5))
+        # A results.json from before the graph replay was measured has no graph_* figures.
+        labels = ["preview", "graph preview", "floor preview", "up", "graph up", "floor up"]
+        keys = ["preview", "graph_preview", "floor_preview", "up", "graph_up", "floor_up"]
+        shown = [(label, key) for label, key in zip(labels, keys, strict=True) if key in noop]
         ax.bar(
-            ["preview", "floor preview", "up", "floor up"],
-            [noop["preview"], noop["floor_preview"], noop["up"], noop["floor_up"]],
-            color=["C0", "C7", "C0", "C7"],
+            [label for label, _ in shown],
+            [noop[key] for _, key in shown],
+            color=["C7" if key.startswith("floor") else "C1" if key.startswith("graph") else "C0" for _, key in shown],
         )
         ax.set_ylabel("seconds (median)")
         ax.set_title("No-op converge of the dev stack vs an empty program")
@@ -725,6 +773,21 @@ def yes(met: bool) -> str:
     return "yes" if met else "no"
 
 
+def noop_row(noop: dict[str, Any], verb: str, runs: int) -> str:
+    """A no-op's row: judged, as issue 23 asks, on the median of the interleaved pairs' own ratios; the
+    ratio of the two medians beside it. Results from before the pairs were kept have only the latter."""
+    ours, floor = noop["median"][verb], noop["median"][f"floor_{verb}"]
+    pairs = noop.get(f"pair_ratio_{verb}")
+    judged = pairs if pairs is not None else noop[f"ratio_{verb}"]
+    measured = f"{ours:.2f} s vs {floor:.2f} s = {noop[f'ratio_{verb}']:.2f}x" + (
+        f"; median of the pairs' ratios {pairs:.2f}x" if pairs is not None else ""
+    )
+    return (
+        f"| no-op `pulumi {verb}` vs empty program (interleaved pairs) | {measured} | {runs} each | <= 1.2x "
+        f"(median of the pairs) | {yes(judged <= 1.2)} |"
+    )
+
+
 def provenance(results: dict[str, Any], measured: dict[str, dict[str, str]], fresh: list[str]) -> str:
     """Which figures this run measured, and when and at which commit the kept ones were."""
     if set(fresh) == set(results):
@@ -748,10 +811,14 @@ def report(results: dict[str, Any], files: list[str], measured: dict[str, dict[s
         noop = results["noop"]
         n = len(noop["runs"]["up"])
         lines += [
-            f"| no-op `pulumi preview` vs empty program (interleaved) | {noop['median']['preview']:.2f} s vs {noop['median']['floor_preview']:.2f} s = {noop['ratio_preview']:.2f}x | {n} each | <= 1.2x | {yes(noop['ratio_preview'] <= 1.2)} |",
-            f"| no-op `pulumi up` vs empty program (interleaved) | {noop['median']['up']:.2f} s vs {noop['median']['floor_up']:.2f} s = {noop['ratio_up']:.2f}x | {n} each | <= 1.2x | {yes(noop['ratio_up'] <= 1.2)} |",
+            noop_row(noop, "preview", n),
+            noop_row(noop, "up", n),
             f"| SSH sessions opened by the no-op `up`s | {noop['ssh_sessions_during_noop']} | {n} | 0 | {yes(noop['ssh_sessions_during_noop'] == 0)} |",
         ]
+        if "ratio_graph_up" in noop:  # measured since the graph replay exists
+            lines.append(
+                f"| the same no-ops of a program that declares the stack's resources from its state and nothing else (bench/graph_replay.py: what the engine and the SDK need for this graph) vs empty program | preview {noop['median']['graph_preview']:.2f} s = {noop['ratio_graph_preview']:.2f}x, up {noop['median']['graph_up']:.2f} s = {noop['ratio_graph_up']:.2f}x | {n} each | - (where the time goes) | - |"
+            )
     if "swap" in results:
         for mode, m in results["swap"]["modes"].items():
             target = "0 failed" if mode == "blue-green" else "each gap <= its start-to-ready + 2 s"
