@@ -26,12 +26,29 @@ COMMAND_PROVIDER_VERSION = "1.2.1"
 PROJECT_FILES = ("Pulumi.yaml", "__main__.py", "components", "controller", "models", "host", "render")
 
 
+def engine_home(backend: Path) -> Path:
+    """The PULUMI_HOME of an engine on `backend`: the project's own (.tools/pulumi-home, where make setup
+    registered the command provider) for the project's state and the engine's own checks; for any other
+    backend (a test's, a bench section's) a home beside it that shares those plugins. The CLI writes an
+    automatic log of every command into PULUMI_HOME/logs (Pulumi 3.274, kept 7 days or 500 MB) and lists
+    that folder at every start: make test's thousands of commands made each later command of the user's
+    ~90 ms slower for a week, and each test's commands list the logs of every test before it."""
+    shared = TOOLS / "pulumi-home"
+    if backend == ROOT / ".state" or backend.is_relative_to(TOOLS):
+        return shared
+    home = backend.parent / f"{backend.name}-pulumi-home"
+    with contextlib.suppress(FileExistsError):
+        home.mkdir(parents=True)
+        (home / "plugins").symlink_to(shared / "plugins")
+    return home
+
+
 def engine_env(backend: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = {
         "PULUMI_BACKEND_URL": f"file://{backend}",
         # The dev passphrase of scripts/env.sh, so a copy of Pulumi.dev.yaml (its salt, its secret) opens.
         "PULUMI_CONFIG_PASSPHRASE": "vllm-fleet-dev-sandbox",
-        "PULUMI_HOME": str(TOOLS / "pulumi-home"),
+        "PULUMI_HOME": str(engine_home(backend)),
         "PULUMI_SKIP_UPDATE_CHECK": "true",
         "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
         # Hosts are probed unless a test asks otherwise, whatever the calling environment says.
