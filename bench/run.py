@@ -731,7 +731,7 @@ def plot(results: dict[str, Any]) -> list[str]:
         noop = results["noop"]["median"]
         fig, ax = plt.subplots(figsize=(6, 3.5))
         # A results.json from before the graph replay was measured has no graph_* figures.
-        labels = ["preview", "graph preview", "floor preview", "up", "graph up", "floor up"]
+        labels = ["preview", "graph\npreview", "floor\npreview", "up", "graph\nup", "floor\nup"]
         keys = ["preview", "graph_preview", "floor_preview", "up", "graph_up", "floor_up"]
         shown = [(label, key) for label, key in zip(labels, keys, strict=True) if key in noop]
         ax.bar(
