@@ -74,10 +74,7 @@ def fresh_pulumi_home(tmp: Path) -> dict[str, str]:
     CLI reads its folder of automatic logs (one file per command, kept 7 days or 500 MB) at every start:
     after a `make test` it holds thousands of files, which added ~90 ms to every command of both sides and
     so flattered the ratio. A fresh folder measures what a new machine sees."""
-    home = tmp / "pulumi-home"
-    home.mkdir()
-    (home / "plugins").symlink_to(Path(ENV["PULUMI_HOME"]) / "plugins")
-    return {**ENV, "PULUMI_HOME": str(home)}
+    return {**ENV, "PULUMI_HOME": str(engine.home_with_shared_plugins(tmp / "pulumi-home"))}
 
 
 def graph_replay_project(tmp: Path, env: dict[str, str]) -> Path:

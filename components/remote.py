@@ -98,10 +98,11 @@ def provider_options(opts: pulumi.ResourceOptions) -> pulumi.ResourceOptions:
     version = plugin_version()
     if version is None:
         raise RuntimeError("the pulumi_command package is missing from the program's virtualenv; run `make setup`")
-    opts = pulumi.ResourceOptions.merge(pulumi.ResourceOptions(version=version), opts)
     return pulumi.ResourceOptions.merge(
         opts,
-        pulumi.ResourceOptions(additional_secret_outputs=["connection"], replace_on_changes=["triggers[*]"]),
+        pulumi.ResourceOptions(
+            version=version, additional_secret_outputs=["connection"], replace_on_changes=["triggers[*]"]
+        ),
     )
 
 

@@ -19,6 +19,7 @@ from components.remote import CommandInputs, Connection, CopyInputs, RemoteComma
 # Importing pulumi_command.remote imports its deprecated CopyFile as well, which warns; not ours to fix.
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
+    import pulumi_command
     from pulumi_command import remote
 
     _ = remote.Command  # the package imports its submodules lazily: here, inside the filter
@@ -174,11 +175,4 @@ def test_the_copy_is_registered_as_the_generated_copy_class_registers_it(
 
 
 def test_the_provider_version_is_the_one_the_package_names() -> None:
-    assert command_provider.plugin_version() == pulumi_command_version()
-
-
-def pulumi_command_version() -> str:
-    import pulumi_command
-
-    version: str = pulumi_command._utilities.get_version()  # type: ignore[no-untyped-call]
-    return version
+    assert command_provider.plugin_version() == pulumi_command._utilities.get_version()  # type: ignore[no-untyped-call]

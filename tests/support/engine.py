@@ -22,6 +22,8 @@ from tests.support.paths import ROOT
 from tests.support.processes import run_captured
 
 TOOLS = ROOT / ".tools"
+# The project's PULUMI_HOME (scripts/env.sh), where make setup registered the command provider.
+SHARED_HOME = TOOLS / "pulumi-home"
 COMMAND_PROVIDER_VERSION = "1.2.1"
 PROJECT_FILES = ("Pulumi.yaml", "__main__.py", "components", "controller", "models", "host", "render")
 
@@ -33,13 +35,16 @@ def engine_home(backend: Path) -> Path:
     automatic log of every command into PULUMI_HOME/logs (Pulumi 3.274, kept 7 days or 500 MB) and lists
     that folder at every start: make test's thousands of commands made each later command of the user's
     ~90 ms slower for a week, and each test's commands list the logs of every test before it."""
-    shared = TOOLS / "pulumi-home"
     if backend == ROOT / ".state" or backend.is_relative_to(TOOLS):
-        return shared
-    home = backend.parent / f"{backend.name}-pulumi-home"
+        return SHARED_HOME
+    return home_with_shared_plugins(backend.parent / f"{backend.name}-pulumi-home")
+
+
+def home_with_shared_plugins(home: Path) -> Path:
+    """`home` as a PULUMI_HOME of its own (logs, workspaces) whose plugins are those make setup registered."""
     with contextlib.suppress(FileExistsError):
         home.mkdir(parents=True)
-        (home / "plugins").symlink_to(shared / "plugins")
+        (home / "plugins").symlink_to(SHARED_HOME / "plugins")
     return home
 
 
