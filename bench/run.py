@@ -26,6 +26,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import engine_trace  # noqa: E402
 from models.loader import read_stack_file  # noqa: E402
 from scripts.fleet_stack import fleet_stack  # noqa: E402
 from tests.support import engine, sandbox_env  # noqa: E402
@@ -142,6 +143,7 @@ def bench_noop(tmp: Path) -> dict[str, Any]:
             timed(["pulumi", "up", "--stack", STACK, "--yes", "--expect-no-changes"], replay, env)
         )
     sessions = ssh_sessions() - sessions_before
+    traces = traced_noop_ups({"ours": ROOT, "graph": replay, "floor": floor}, tmp, env)
     run_captured(["pulumi", "stack", "rm", "floor", "--yes", "--force"], cwd=floor, env=env)
     med = {k: median(v) for k, v in results.items()}
     return {
@@ -158,7 +160,27 @@ def bench_noop(tmp: Path) -> dict[str, Any]:
         "ratio_graph_preview": med["graph_preview"] / med["floor_preview"],
         "ratio_graph_up": med["graph_up"] / med["floor_up"],
         "ssh_sessions_during_noop": sessions,
+        "trace": traces,
     }
+
+
+# Traced runs per program: each `up` under tracing is slower (the SDK instruments the program's gRPC calls),
+# so they are timed apart from the pairs above, and only to say where the time goes.
+TRACED_RUNS = 3
+
+
+def traced_noop_ups(projects: dict[str, Path], tmp: Path, env: dict[str, str]) -> dict[str, dict[str, float]]:
+    """Per program, the median seconds of each part of a no-op `pulumi up` (bench/engine_trace.py), from
+    the engine's OpenTelemetry spans. The traces hold the stack's secrets: they are written into this run's
+    temporary folder (its owner's alone) and deleted as soon as they are read."""
+    parts: dict[str, list[dict[str, float]]] = {name: [] for name in projects}
+    for i in range(TRACED_RUNS):
+        for name, project in projects.items():
+            trace = tmp / f"trace-{name}-{i}.json"
+            stack = "floor" if name == "floor" else STACK
+            timed(["pulumi", "up", "--stack", stack, "--yes", "--otel-traces", f"file://{trace}"], project, env)
+            parts[name].append(engine_trace.read_breakdown(trace))
+    return {name: {part: median([run[part] for run in runs]) for part in runs[0]} for name, runs in parts.items()}
 
 
 # ---- 2. swaps: downtime as the client feels it, per mode, and the controller's overhead -------------
@@ -785,6 +807,28 @@ def noop_row(noop: dict[str, Any], verb: str, runs: int) -> str:
     )
 
 
+def trace_table(trace: dict[str, dict[str, float]]) -> list[str]:
+    """Where a no-op `pulumi up`'s time goes, per program (bench/engine_trace.py says how each part is cut)."""
+    names = {"ours": "vllm-fleet", "graph": "graph replay", "floor": "empty program"}
+    shown = [name for name in names if name in trace]
+    phases = [*engine_trace.PHASES, engine_trace.PROVIDER_START]
+    total = {name: sum(trace[name][phase] for phase in engine_trace.PHASES) for name in shown}
+    lines = [
+        "",
+        "Where a no-op `pulumi up`'s time goes, from the engine's own OpenTelemetry spans (`--otel-traces`; "
+        "bench/engine_trace.py), summed over the up's two plans; medians of "
+        f"{TRACED_RUNS} traced runs each, in ms. Tracing slows the program's start (the SDK instruments its gRPC "
+        "calls), so these runs are not the timed ones above.",
+        "",
+        "| part | " + " | ".join(names[name] for name in shown) + " |",
+        "| --- |" + " --- |" * len(shown),
+    ]
+    for phase in phases:
+        lines.append(f"| {phase} | " + " | ".join(f"{1000 * trace[name][phase]:.0f}" for name in shown) + " |")
+    lines.append("| total | " + " | ".join(f"{1000 * total[name]:.0f}" for name in shown) + " |")
+    return lines
+
+
 def provenance(results: dict[str, Any], measured: dict[str, dict[str, str]], fresh: list[str]) -> str:
     """Which figures this run measured, and when and at which commit the kept ones were."""
     if set(fresh) == set(results):
@@ -931,6 +975,8 @@ def report(results: dict[str, Any], files: list[str], measured: dict[str, dict[s
         )
     if files:
         lines += ["", " ".join(f"![{name.removesuffix('.png')}]({name})" for name in files)]
+    if "noop" in results and "trace" in results["noop"]:
+        lines += trace_table(results["noop"]["trace"])
     if "fleet" in results:
         lines += [
             "",
