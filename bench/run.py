@@ -37,8 +37,10 @@ OUT = ROOT / "bench"
 RUNS = int(os.environ.get("BENCH_RUNS", "5"))
 # The no-op pairs: on this 2-core machine one `pulumi up` of either side varies by +-0.3 s from run to run,
 # as much as the difference measured, so the up's ratio of the medians of 5-6 pairs was 1.38x, 1.51x and
-# 1.46x in three runs within an hour; 11 pairs cost a minute more.
-NOOP_RUNS = int(os.environ.get("BENCH_NOOP_RUNS", "11"))
+# 1.46x in three runs within an hour; 11 pairs cost a minute more. On 2026-12-05 the pairs' own ratios of
+# one 11-pair run spread from 0.93 to 1.33 and two runs within the hour judged the up 1.28x and 1.19x: 21 pairs
+# (odd, so the median is a pair's) cost two minutes more and narrow the median's spread by about a quarter.
+NOOP_RUNS = int(os.environ.get("BENCH_NOOP_RUNS", "21"))
 # The dev stack, or with VLLM_FLEET_SANDBOX_NAME=fleet-N its copy pointed at that sandbox host.
 STACK, STACK_FILE = sandbox_env.dev_stack()
 ENV = engine.engine_env(
