@@ -62,10 +62,14 @@ def median(values: list[float]) -> float:
 
 
 def empty_project(tmp: Path, env: dict[str, str]) -> Path:
-    """The floor: the same engine and backend running a Python program that declares nothing."""
+    """The floor: the same engine and backend running a Python program that declares nothing. Its project
+    has a name of the bench's own: the bench removes its stack at the end, and a project called `floor` in
+    the same backend (one timed by hand, say) lost its stack to that."""
     project = tmp / "floor"
     project.mkdir()
-    (project / "Pulumi.yaml").write_text("name: floor\nruntime:\n  name: python\n  options:\n    virtualenv: .venv\n")
+    (project / "Pulumi.yaml").write_text(
+        "name: vllm-fleet-bench-floor\nruntime:\n  name: python\n  options:\n    virtualenv: .venv\n"
+    )
     (project / "__main__.py").write_text("import pulumi  # noqa: F401\n")
     (project / ".venv").symlink_to(ROOT / ".venv")
     run_captured(["pulumi", "stack", "select", "--create", "floor"], cwd=project, env=env, check=True)
