@@ -32,7 +32,6 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 # OTLP span kinds.
 SERVER = 2
@@ -141,7 +140,7 @@ def breakdown(spans: list[Span]) -> dict[str, float]:
     return parts
 
 
-def read_breakdown(path: Path) -> dict[str, Any]:
+def read_breakdown(path: Path) -> dict[str, float]:
     """The breakdown of one traced command's file, which is deleted once read (it holds the secrets)."""
     try:
         with path.open(encoding="utf-8") as trace:

@@ -61,6 +61,10 @@ def median(values: list[float]) -> float:
 # ---- 1. no-op converge against the floor ------------------------------------------------------------
 
 
+# The empty program's stack, in its project of the bench's own (empty_project).
+FLOOR_STACK = "floor"
+
+
 def empty_project(tmp: Path, env: dict[str, str]) -> Path:
     """The floor: the same engine and backend running a Python program that declares nothing. Its project
     has a name of the bench's own: the bench removes its stack at the end, and a project called `floor` in
@@ -72,7 +76,7 @@ def empty_project(tmp: Path, env: dict[str, str]) -> Path:
     )
     (project / "__main__.py").write_text("import pulumi  # noqa: F401\n")
     (project / ".venv").symlink_to(ROOT / ".venv")
-    run_captured(["pulumi", "stack", "select", "--create", "floor"], cwd=project, env=env, check=True)
+    run_captured(["pulumi", "stack", "select", "--create", FLOOR_STACK], cwd=project, env=env, check=True)
     return project
 
 
@@ -139,18 +143,18 @@ def bench_noop(tmp: Path) -> dict[str, Any]:
     sessions_before = ssh_sessions()
     for _ in range(NOOP_RUNS):
         results["preview"].append(timed(["pulumi", "preview", "--stack", STACK, "--expect-no-changes"], ROOT, env))
-        results["floor_preview"].append(timed(["pulumi", "preview", "--stack", "floor"], floor, env))
+        results["floor_preview"].append(timed(["pulumi", "preview", "--stack", FLOOR_STACK], floor, env))
         results["graph_preview"].append(
             timed(["pulumi", "preview", "--stack", STACK, "--expect-no-changes"], replay, env)
         )
         results["up"].append(timed(["pulumi", "up", "--stack", STACK, "--yes", "--expect-no-changes"], ROOT, env))
-        results["floor_up"].append(timed(["pulumi", "up", "--stack", "floor", "--yes"], floor, env))
+        results["floor_up"].append(timed(["pulumi", "up", "--stack", FLOOR_STACK, "--yes"], floor, env))
         results["graph_up"].append(
             timed(["pulumi", "up", "--stack", STACK, "--yes", "--expect-no-changes"], replay, env)
         )
     sessions = ssh_sessions() - sessions_before
     traces = traced_noop_ups({"ours": ROOT, "graph": replay, "floor": floor}, tmp, env)
-    run_captured(["pulumi", "stack", "rm", "floor", "--yes", "--force"], cwd=floor, env=env)
+    run_captured(["pulumi", "stack", "rm", FLOOR_STACK, "--yes", "--force"], cwd=floor, env=env)
     med = {k: median(v) for k, v in results.items()}
     return {
         "runs": results,
@@ -185,7 +189,7 @@ def traced_noop_ups(projects: dict[str, Path], tmp: Path, env: dict[str, str]) -
     for i in range(TRACED_RUNS):
         for name, project in projects.items():
             trace = tmp / f"trace-{name}-{i}.json"
-            stack = "floor" if name == "floor" else STACK
+            stack = FLOOR_STACK if name == "floor" else STACK
             try:
                 timed(["pulumi", "up", "--stack", stack, "--yes", "--otel-traces", f"file://{trace}"], project, env)
                 parts[name].append(engine_trace.read_breakdown(trace))
