@@ -83,14 +83,25 @@ def wait_serving(endpoint: str, root: str, timeout: float) -> float:
     return took
 
 
+def boot_of(host: str = TEST_HOST) -> str:
+    """Which boot of a sandbox host this is: when its PID 1 started (ticks since this machine booted; the
+    kernel's boot id is this machine's, shared by every container). Empty while its sshd does not answer."""
+    return on_host("cut -d ' ' -f 22 /proc/1/stat", check=False, timeout=10, host=host).strip()
+
+
 def reboot_until(
     condition: Callable[[], bool], timeout: float, every: float = 1, host: str = TEST_HOST
 ) -> float | None:
-    """Reboot a sandbox host, wait for its sshd, then up to `timeout` s until `condition()` holds: the
-    seconds from the reboot; None when out of time."""
+    """Reboot a sandbox host, wait for its sshd in the new boot, then up to `timeout` s until `condition()`
+    holds: the seconds from the reboot; None when out of time. The old system goes on answering for a
+    moment after `systemctl reboot` returns, and a condition that held before the reboot would hold there
+    too: the wait is for another PID 1, not for a pause."""
+    before = boot_of(host)
+    assert before, f"{host} does not answer before its reboot"
     started = time.monotonic()
     on_host("systemctl reboot", check=False, host=host)
-    time.sleep(2)
+    if wait_until(lambda: boot_of(host) not in ("", before), timeout=300, every=0.5) is None:
+        raise AssertionError(f"{host} did not come back in a new boot within 300 s of `systemctl reboot`")
     subprocess.run([str(HOST_SH), "wait"], check=True, timeout=300, env={**os.environ, "VLLM_FLEET_SANDBOX_NAME": host})
     if wait_until(condition, timeout, every) is None:
         return None
