@@ -692,6 +692,13 @@ name_host() { # name_host ROOT: this host's name, and every sandbox host's fabri
   } >"$1/etc/hosts"
 }
 
+# set_locale ROOT: the system locale a Debian server's installer writes. debootstrap does not, and without
+# it sshd's pam_env logs "Unable to open env file: /etc/default/locale" at every login, which reads like a
+# fault on a host that has none. Written at `up` like the names, so that adding it rebuilt no base image.
+set_locale() {
+  printf 'LANG=C.UTF-8\n' >"$1/etc/default/locale"
+}
+
 mount_root() {
   local lower="$1"
   mkdir -p "$STATE/overlay/upper" "$STATE/overlay/work" "$ROOT"
@@ -743,6 +750,7 @@ up() {
   ip -n "$NETNS" link set lo up
   fabric_join
   name_host "$ROOT"
+  set_locale "$ROOT"
   start_forwarders
   : >"$LOG"
   (exec setsid "$SELF" _supervise "$INSTANCE") </dev/null >>"$LOG" 2>&1 9>&- 8>&- &
