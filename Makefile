@@ -3,7 +3,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 ENV := source scripts/env.sh &&
 
-.PHONY: help setup up down test lint unit preview-prod bench status monitoring
+.PHONY: help setup up down test lint preview-prod bench status monitoring
 
 help:
 	@echo "make up     set everything up and deploy the dev stack to the local sandbox, then chat with it"
