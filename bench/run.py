@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import re
 import shlex
@@ -56,6 +57,25 @@ def timed(command: list[str], cwd: Path, env: dict[str, str] | None = None) -> f
 
 def median(values: list[float]) -> float:
     return statistics.median(values)
+
+
+def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
+    """A distribution-free interval for the median of what `values` sample, at least `confidence` sure:
+    the k-th smallest and the k-th largest value, k the largest rank at which both tails of Binomial(n, 1/2)
+    below k together stay within 1 - confidence (with 21 pairs, the 6th of each end: 97.3%). On this
+    2-core machine one run of pairs spreads from 0.93x to 1.33x, so a median alone does not say how near
+    the target a result is."""
+    ordered = sorted(values)
+    n = len(ordered)
+    k, below = 0, 0.0  # k values at each end may lie outside: P(Binomial(n, 1/2) < k + 1) = below
+    while True:
+        next_below = below + math.comb(n, k) / 2**n
+        if 2 * next_below > 1 - confidence or k + 1 > (n + 1) // 2:
+            break
+        k, below = k + 1, next_below
+    if k == 0:
+        raise ValueError(f"{n} values cannot bound a median at {confidence:.0%}")
+    return ordered[k - 1], ordered[n - k]
 
 
 # ---- 1. no-op converge against the floor ------------------------------------------------------------
@@ -125,6 +145,11 @@ def ssh_sessions() -> int:
     return int(out.strip() or 0)
 
 
+def pair_ratios(results: dict[str, list[float]], verb: str) -> list[float]:
+    """Each interleaved pair's own ratio, ours over the empty program's."""
+    return [ours / floor for ours, floor in zip(results[verb], results[f"floor_{verb}"], strict=True)]
+
+
 def bench_noop(tmp: Path) -> dict[str, Any]:
     env = {**fresh_pulumi_home(tmp), "VLLM_FLEET_BENCH_ROOT": str(ROOT)}
     floor = empty_project(tmp, env)
@@ -163,10 +188,15 @@ def bench_noop(tmp: Path) -> dict[str, Any]:
         "ratio_up": med["up"] / med["floor_up"],
         # The issue's measure: each interleaved pair's own ratio, then their median. A pair shares the
         # machine's moment (its load, its caches), which the two medians, taken apart, do not.
-        "pair_ratio_preview": median(
-            [a / b for a, b in zip(results["preview"], results["floor_preview"], strict=True)]
-        ),
-        "pair_ratio_up": median([a / b for a, b in zip(results["up"], results["floor_up"], strict=True)]),
+        "pair_ratio_preview": median(pair_ratios(results, "preview")),
+        "pair_ratio_up": median(pair_ratios(results, "up")),
+        # How sure each of those medians is (median_interval), as [low, high]; a short sanity run of fewer
+        # than 6 pairs cannot say.
+        **{
+            f"pair_ratio_{verb}_interval": list(median_interval(pair_ratios(results, verb)))
+            for verb in ("preview", "up")
+            if NOOP_RUNS >= 6
+        },
         "ratio_graph_preview": med["graph_preview"] / med["floor_preview"],
         "ratio_graph_up": med["graph_up"] / med["floor_up"],
         "ssh_sessions_during_noop": sessions,
@@ -816,8 +846,11 @@ def noop_row(noop: dict[str, Any], verb: str, runs: int) -> str:
     ours, floor = noop["median"][verb], noop["median"][f"floor_{verb}"]
     pairs = noop.get(f"pair_ratio_{verb}")
     judged = pairs if pairs is not None else noop[f"ratio_{verb}"]
-    measured = f"{ours:.2f} s vs {floor:.2f} s = {noop[f'ratio_{verb}']:.2f}x" + (
-        f"; median of the pairs' ratios {pairs:.2f}x" if pairs is not None else ""
+    interval = noop.get(f"pair_ratio_{verb}_interval")
+    measured = (
+        f"{ours:.2f} s vs {floor:.2f} s = {noop[f'ratio_{verb}']:.2f}x"
+        + (f"; median of the pairs' ratios {pairs:.2f}x" if pairs is not None else "")
+        + (f" (95% interval {interval[0]:.2f}-{interval[1]:.2f}x)" if interval is not None else "")
     )
     return (
         f"| no-op `pulumi {verb}` vs empty program (interleaved pairs) | {measured} | {runs} each | <= 1.2x "
