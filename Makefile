@@ -3,7 +3,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 ENV := source scripts/env.sh &&
 
-.PHONY: help setup up down test lint preview-prod bench status monitoring
+.PHONY: help setup up down test lint preview-prod bench status monitoring lock
 
 help:
 	@echo "make up     set everything up and deploy the dev stack to the local sandbox, then chat with it"
@@ -12,6 +12,7 @@ help:
 	@echo "make bench  benchmarks (after make up); writes bench/RESULTS.md"
 	@echo "make status what each deployment does now and its drift (STACK=dev, ARGS=--json)"
 	@echo "make monitoring  Prometheus targets, rules, a Grafana dashboard from the stack (STACK=dev, ARGS=--out DIR)"
+	@echo "make lock   after changing a pin in pyproject.toml: resolve it afresh into constraints.txt"
 
 setup:
 	@scripts/setup.sh
@@ -43,3 +44,7 @@ bench: setup
 
 monitoring:
 	@$(ENV) $$VENV/python scripts/monitoring.py --stack $${STACK:-dev} $(ARGS)
+
+# Every version make setup installs, resolved afresh from pyproject.toml's pins (scripts/lock.sh).
+lock:
+	@scripts/lock.sh

@@ -72,17 +72,14 @@ if [ "${VLLM_FLEET_SETUP_SANDBOX:-}" = 1 ]; then
   ) &
 fi
 
-# The venv, keyed on the pinned dependencies in pyproject.toml.
-deps_hash=$(sha256sum pyproject.toml | cut -c1-16)
+# The venv, keyed on the pins in pyproject.toml and the versions of everything they pull in (constraints.txt,
+# written by `make lock`): a new machine installs what this one tested, not the newest of each on its day.
+deps_hash=$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)
 if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.deps-stamp 2>/dev/null)" != "$deps_hash" ]; then
   progress setup "creating .venv" "installing the pinned Python dependencies" "$LOG" python3 -m venv .venv
-  .venv/bin/python - <<'PY' > .venv/requirements.txt
-import tomllib
-project = tomllib.load(open("pyproject.toml", "rb"))["project"]
-print("\n".join(project["dependencies"] + project["optional-dependencies"]["dev"]))
-PY
+  .venv/bin/python scripts/requirements.py > .venv/requirements.txt
   progress setup "installing the pinned Python dependencies into .venv" "the Pulumi engine" "$LOG" \
-    .venv/bin/pip install -q -r .venv/requirements.txt
+    .venv/bin/pip install -q -r .venv/requirements.txt -c constraints.txt
   echo "$deps_hash" > .venv/.deps-stamp
 fi
 # The program's bytecode, written here because Python will not write it itself where the environment
