@@ -85,8 +85,12 @@ def wait_serving(endpoint: str, root: str, timeout: float) -> float:
 
 def boot_of(host: str = TEST_HOST) -> str:
     """Which boot of a sandbox host this is: when its PID 1 started (ticks since this machine booted; the
-    kernel's boot id is this machine's, shared by every container). Empty while its sshd does not answer."""
-    return on_host("cut -d ' ' -f 22 /proc/1/stat", check=False, timeout=10, host=host).strip()
+    kernel's boot id is this machine's, shared by every container). Empty while its sshd does not answer,
+    or answers for a system on its way down and never finishes."""
+    try:
+        return on_host("cut -d ' ' -f 22 /proc/1/stat", check=False, timeout=10, host=host).strip()
+    except subprocess.TimeoutExpired:
+        return ""
 
 
 def reboot_until(
