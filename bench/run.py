@@ -7,6 +7,7 @@ marked with the date and commit it was measured at."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import math
@@ -181,6 +182,13 @@ def bench_noop(tmp: Path) -> dict[str, Any]:
     traces = traced_noop_ups({"ours": ROOT, "graph": replay, "floor": floor}, tmp, env)
     run_captured(["pulumi", "stack", "rm", FLOOR_STACK, "--yes", "--force"], cwd=floor, env=env)
     med = {k: median(v) for k, v in results.items()}
+    pairs = {verb: pair_ratios(results, verb) for verb in ("preview", "up")}
+    # How sure each pairs' median is (median_interval), as [low, high]; a short sanity run has too few pairs
+    # to say, and median_interval refuses it.
+    intervals: dict[str, list[float]] = {}
+    for verb, ratios in pairs.items():
+        with contextlib.suppress(ValueError):
+            intervals[f"pair_ratio_{verb}_interval"] = list(median_interval(ratios))
     return {
         "runs": results,
         "median": med,
@@ -188,15 +196,9 @@ def bench_noop(tmp: Path) -> dict[str, Any]:
         "ratio_up": med["up"] / med["floor_up"],
         # The issue's measure: each interleaved pair's own ratio, then their median. A pair shares the
         # machine's moment (its load, its caches), which the two medians, taken apart, do not.
-        "pair_ratio_preview": median(pair_ratios(results, "preview")),
-        "pair_ratio_up": median(pair_ratios(results, "up")),
-        # How sure each of those medians is (median_interval), as [low, high]; a short sanity run of fewer
-        # than 6 pairs cannot say.
-        **{
-            f"pair_ratio_{verb}_interval": list(median_interval(pair_ratios(results, verb)))
-            for verb in ("preview", "up")
-            if NOOP_RUNS >= 6
-        },
+        "pair_ratio_preview": median(pairs["preview"]),
+        "pair_ratio_up": median(pairs["up"]),
+        **intervals,
         "ratio_graph_preview": med["graph_preview"] / med["floor_preview"],
         "ratio_graph_up": med["graph_up"] / med["floor_up"],
         "ssh_sessions_during_noop": sessions,
