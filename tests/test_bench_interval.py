@@ -32,3 +32,37 @@ def test_the_interval_is_at_least_as_sure_as_asked_and_one_rank_narrower_would_n
 def test_too_few_pairs_to_bound_a_median_are_refused() -> None:
     with pytest.raises(ValueError, match="5 values cannot bound a median"):
         run.median_interval([1.0, 2.0, 3.0, 4.0, 5.0])
+
+
+def noop_result(pairs: float, interval: tuple[float, float]) -> dict[str, object]:
+    return {
+        "median": {"up": 1.9, "floor_up": 1.6},
+        "ratio_up": 1.9 / 1.6,
+        "pair_ratio_up": pairs,
+        "pair_ratio_up_interval": list(interval),
+        "config_models_ms": {"pydantic": 30.0, "models": 34.0},
+    }
+
+
+@pytest.mark.parametrize(
+    ("pairs", "interval", "verdict"),
+    [
+        (1.19, (1.14, 1.23), "| yes (at the edge: the interval reaches past 1.2x) |"),
+        (1.15, (1.12, 1.18), "| yes |"),
+        (1.2, (1.16, 1.2), "| yes |"),
+        (1.23, (1.18, 1.26), "| no |"),
+    ],
+)
+def test_a_median_under_the_target_whose_interval_reaches_past_it_is_said_to_be_at_the_edge(
+    pairs: float, interval: tuple[float, float], verdict: str
+) -> None:
+    assert run.noop_row(noop_result(pairs, interval), "up", 21).endswith(verdict)
+
+
+def test_the_config_models_share_is_given_per_run_and_per_up() -> None:
+    (text,) = [line for line in run.config_models_lines(noop_result(1.19, (1.14, 1.23))) if line]
+    # Two runs of 64 ms per up, against the empty program's 1.6 s.
+    assert "pydantic's import 30 ms" in text
+    assert "classes 34 ms" in text
+    assert "128 ms per no-op `up`" in text
+    assert "0.08x of the empty program's `up`" in text
