@@ -121,19 +121,20 @@ def access_problems(
             "vllm-fleet:tlsPrivateKey is set but vllm-fleet:access.tls is not; add access.tls.certificateFile "
             "or remove the key"
         )
-    for name, address in bind_addresses.items():
+    # In config order: the mapping is built from vllm-fleet:deployments, so its index is the entry's.
+    for i, (name, address) in enumerate(bind_addresses.items()):
         if is_loopback(address):
             continue
         if not key_count and not access.open:
             message = (
-                f"deployment {name!r} listens on {address} (deployments[].bindAddress) and no API key is set, "
-                f"so anyone who reaches the host may use it; add keys with `{API_KEYS_COMMAND}`, or say that it "
-                "is meant to be open with vllm-fleet:access.open: true"
+                f"vllm-fleet:deployments[{i}].bindAddress: deployment {name!r} listens on {address} and no API key "
+                f"is set, so anyone who reaches the host may use it; add keys with `{API_KEYS_COMMAND}`, or say "
+                "that it is meant to be open with vllm-fleet:access.open: true"
             )
             (errors if tier == "production" else warnings).append(message)
         if access.tls is None and not access.open and tier == "production":
             warnings.append(
-                f"deployment {name!r} listens on {address} without TLS: API keys cross the network in clear "
-                "text; set vllm-fleet:access.tls"
+                f"vllm-fleet:deployments[{i}].bindAddress: deployment {name!r} listens on {address} without TLS: "
+                "API keys cross the network in clear text; set vllm-fleet:access.tls"
             )
     return errors, warnings

@@ -35,8 +35,12 @@ Path = tuple[int | str, ...]
 
 
 def key_path(path: Path) -> str:
-    """`.gpus.count`, `.gpus[2]`: a path inside an entry as the stack file spells it."""
-    return "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in path)
+    """`.gpus.count`, `.gpus[2]`: a path inside an entry as the stack file spells it. pydantic marks an error
+    in a mapping's key, not its value, with a last part `[key]`: that is the name the user wrote."""
+    return "".join(
+        f"[{part}]" if isinstance(part, int) else " (the name itself)" if part == "[key]" else f".{part}"
+        for part in path
+    )
 
 
 @dataclass

@@ -12,10 +12,12 @@ from typing import Any
 
 import yaml
 from pydantic import ValidationError
+from pydantic.alias_generators import to_camel
 
 from models.config import StackConfig
-from models.defaults import Provenance, annotate_rule_error, apply_defaults
+from models.defaults import Provenance, annotate_rule_error, apply_defaults, key_path
 from models.rules import stack_errors
+from models.types import PATTERN_WORDS
 
 NAMESPACE = "vllm-fleet"
 CATALOG_PATH = Path(__file__).with_name("catalog.yaml")
@@ -91,15 +93,47 @@ def _resolve_models(raw_models: Any, catalog: Mapping[str, Mapping[str, Any]]) -
 
 
 def _format_location(loc: tuple[int | str, ...]) -> str:
-    key = NAMESPACE + ":"
-    first = True
-    for part in loc:
-        if isinstance(part, int):
-            key += f"[{part}]"
-        else:
-            key += part if first else f".{part}"
-        first = False
-    return key
+    head, *rest = loc
+    return f"{NAMESPACE}:{head}{key_path(tuple(rest))}"
+
+
+# What a shell, a unit file or a path would read differently: a value with one of these was refused for it.
+UNSAFE_TEXT = ("'", '"', "`", "$", ";", "&", "|", "<", ">", "\\", " ", "\n", "\t", "..")
+# pydantic's error types whose own message speaks of Python types, in the words of the YAML the user wrote.
+TYPE_WORDS = {
+    "list_type": "must be a YAML list, e.g. [0, 1]",
+    "tuple_type": "must be a YAML list, e.g. [0, 1]",
+    "dict_type": "must be a mapping of `key: value` lines",
+    "model_type": "must be a mapping of `key: value` lines",
+    "missing": "is required; add it (the README's config reference lists every key)",
+    "int_parsing": "must be a whole number, written without units",
+    "float_parsing": "must be a number, written without units",
+    "finite_number": "must be a finite number",
+}
+
+
+def _plain_message(item: Mapping[str, Any], message: str) -> str:
+    """pydantic's message for one error, in the terms of the stack file and with the fix where one is known."""
+    kind, value = item["type"], item.get("input")
+    if kind == "extra_forbidden":
+        key = str(item["loc"][-1]) if item["loc"] else ""
+        camel = to_camel(key)
+        # Config keys are camelCase (models/types.py's LocalBaseModel): a snake_case spelling is the likely slip.
+        hint = f" (config keys are camelCase: {camel}?)" if camel != key else ""
+        return f"unknown key{hint}; check its spelling against the README's config reference"
+    if kind == "string_pattern_mismatch":
+        pattern = item["ctx"]["pattern"]
+        words = PATTERN_WORDS.get(pattern)
+        unsafe = isinstance(value, str) and any(text in value for text in UNSAFE_TEXT)
+        problem = (
+            "has characters that are refused here (shell metacharacters, spaces, quotes, newlines and '..')"
+            if unsafe
+            else "is not in the form this key takes"
+        )
+        return f"{problem}: {words} (pattern {pattern})" if words else f"{problem}; it must match {pattern}"
+    if kind == "string_type" and isinstance(value, int | float) and not isinstance(value, bool):
+        return f'{message}; quote it in the YAML ("{value}")'
+    return TYPE_WORDS.get(kind, message)
 
 
 def _format_validation_error(error: ValidationError, prov: Provenance) -> str:
@@ -119,13 +153,7 @@ def _format_validation_error(error: ValidationError, prov: Provenance) -> str:
             key, from_default = prov.locate(loc[0], loc[1], tuple(loc[2:]))
         value = item.get("input")
         shown = "" if isinstance(value, Mapping | list) else f" (got {value!r})"
-        if item["type"] == "extra_forbidden":
-            message = "unknown key; check its spelling against the README's config reference"
-        elif item["type"] == "string_pattern_mismatch":
-            message = (
-                "has characters or a form not allowed here (shell metacharacters, spaces, quotes, newlines "
-                f"and '..' are refused); it must match {item['ctx']['pattern']}"
-            )
+        message = _plain_message(item, message)
         line = f"{key}: {message}{shown}"
         if from_default:
             assert isinstance(loc[0], str) and isinstance(loc[1], int)
@@ -174,7 +202,8 @@ def parse_stack_config(raw: Mapping[str, Any], catalog: Mapping[str, Mapping[str
         raise ConfigError("\n".join(problems))
     data["models"] = _resolve_models(data.get("models", {}), catalog if catalog is not None else load_catalog())
     try:
-        stack = StackConfig.model_validate(data)
+        # By the stack file's camelCase keys alone: the models' Python names are for the code that builds them.
+        stack = StackConfig.model_validate(data, by_alias=True, by_name=False)
     except ValidationError as error:
         raise ConfigError(_format_validation_error(error, provenance)) from None
     # The rules across keys, once every key is valid on its own; they already name their keys (the

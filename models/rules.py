@@ -23,6 +23,13 @@ def gpu_budget_gib(host: Host, gpu_count: int, utilization: float) -> float:
     return host.gpus.memory_gib * gpu_count * utilization
 
 
+def _use_a_host(hosts: dict[str, Host], name: str) -> str:
+    """The fix for a reference to a host the stack does not list."""
+    if not hosts:
+        return f"vllm-fleet:hosts is empty: add {name!r} there (name, address, gpus)"
+    return f"use one of {sorted(hosts)} from vllm-fleet:hosts"
+
+
 _Thing = TypeVar("_Thing")
 
 
@@ -45,8 +52,7 @@ def stack_errors(stack: StackConfig) -> list[str]:
     for i, store in enumerate(stack.storage):
         if store.host not in hosts:
             errors.append(
-                f"vllm-fleet:storage[{i}].host: unknown host {store.host!r}; "
-                f"use one of {sorted(hosts)} from vllm-fleet:hosts"
+                f"vllm-fleet:storage[{i}].host: unknown host {store.host!r}; {_use_a_host(hosts, store.host)}"
             )
         elif store.host in storage_by_host:
             errors.append(
@@ -86,8 +92,18 @@ def stack_errors(stack: StackConfig) -> list[str]:
             for name, adapter in stack.adapters.items()
         ]
         for key, revision, pin in revisions:
-            if not PINNED_REVISION.match(revision):
-                errors.append(f"vllm-fleet:{key}.revision: {revision!r} is a branch; a production stack needs {pin}")
+            if PINNED_REVISION.match(revision):
+                continue
+            if PINNED_REVISION.match(revision.lower()):
+                # The Hub names commits in lowercase; an uppercase sha names no revision there.
+                errors.append(
+                    f"vllm-fleet:{key}.revision: {revision!r} is a commit sha in uppercase; write it in lowercase"
+                )
+            else:
+                errors.append(
+                    f"vllm-fleet:{key}.revision: {revision!r} is not a full commit sha (a branch, tag or short sha can "
+                    f"move or be ambiguous); a production stack needs {pin}"
+                )
     errors.extend(_deployment_errors(stack, hosts, storage_by_host))
     errors.extend(_rollout_errors(stack))
     errors.extend(_multi_node_errors(stack, hosts, storage_by_host))
@@ -105,7 +121,7 @@ def _deployment_errors(stack: StackConfig, hosts: dict[str, Host], storage_by_ho
         key = f"vllm-fleet:deployments[{i}]"
         host = hosts.get(dep.host)
         if host is None:
-            errors.append(f"{key}.host: unknown host {dep.host!r}; use one of {sorted(hosts)}")
+            errors.append(f"{key}.host: unknown host {dep.host!r}; {_use_a_host(hosts, dep.host)}")
             continue
         if dep.host not in storage_by_host:
             errors.append(
@@ -122,6 +138,14 @@ def _deployment_errors(stack: StackConfig, hosts: dict[str, Host], storage_by_ho
         serving = dep.overrides.apply(model.serving)
         # A multi-node deployment uses the same GPU indices on every node (checked by _multi_node_errors).
         for node in (n for n in dep.node_names if n in hosts):
+            if hosts[node].gpus.count == 0:
+                # Not one line per index: the head's CPU rule below says it once; a node's is said here.
+                if node != dep.host and dep.gpus:
+                    errors.append(
+                        f"{key}.gpus: node {node!r} has no GPUs (hosts[].gpus.count: 0); a multi-node deployment "
+                        "runs on hosts with GPUs"
+                    )
+                continue
             for gpu in dep.gpus:
                 if gpu >= hosts[node].gpus.count:
                     errors.append(

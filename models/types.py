@@ -24,6 +24,8 @@ class LocalBaseModel(BaseModel):
         alias_generator=to_camel,
         populate_by_name=True,
         str_strip_whitespace=False,
+        # A YAML `.inf` or `.nan` is no size, share or timeout.
+        allow_inf_nan=False,
     )
 
 
@@ -61,20 +63,24 @@ PINNED_REVISION = re.compile(r"^[0-9a-f]{40}$")
 Label = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9 ._/()+,:-]{1,120}$")]
 
 # Served model names appear in URLs and JSON; vLLM accepts names like "moonshotai/Kimi-K2.5".
-ServedName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:-]{0,127}$")]
+SERVED_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/:-]{0,127}$"
+ServedName = Annotated[str, StringConstraints(pattern=SERVED_NAME_PATTERN)]
 # A model id clients send: a served name, or a model's path (vLLM's id where a launch sets no served name).
 ClientModelId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9/][A-Za-z0-9._/:-]{0,255}$")]
 
 ENV_NAME_PATTERN = r"^[A-Z_][A-Z0-9_]{0,127}$"
 EnvName = Annotated[str, StringConstraints(pattern=ENV_NAME_PATTERN)]
 # Environment values go into a systemd EnvironmentFile: no spaces, quotes or expansions needed.
-EnvValue = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.,:=+/@-]{0,512}$")]
+ENV_VALUE_PATTERN = r"^[A-Za-z0-9_.,:=+/@-]{0,512}$"
+EnvValue = Annotated[str, StringConstraints(pattern=ENV_VALUE_PATTERN)]
 
 # Engine arguments are passed to execve by systemd, never through a shell, but they are also shown in
 # previews and journals; the allow-list keeps JSON values such as '{"level": 3}' possible.
 EngineArg = Annotated[str, StringConstraints(pattern=r'^[A-Za-z0-9_.,:=+/@{}\[\]" -]{1,512}$')]
-ParserName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9_]{1,64}$")]
-AttentionBackend = Annotated[str, StringConstraints(pattern=r"^[A-Z0-9_]{1,64}$")]
+PARSER_NAME_PATTERN = r"^[a-z0-9_]{1,64}$"
+ParserName = Annotated[str, StringConstraints(pattern=PARSER_NAME_PATTERN)]
+ATTENTION_BACKEND_PATTERN = r"^[A-Z0-9_]{1,64}$"
+AttentionBackend = Annotated[str, StringConstraints(pattern=ATTENTION_BACKEND_PATTERN)]
 
 UNIX_USER_PATTERN = r"^[a-z_][a-z0-9_-]{0,31}$"
 UnixUser = Annotated[str, StringConstraints(pattern=UNIX_USER_PATTERN)]
@@ -84,11 +90,27 @@ UnitStem = Annotated[str, StringConstraints(pattern=UNIT_NAME_PATTERN)]
 SSH_HOST_KEY_PATTERN = (
     r"^(ssh-ed25519|ecdsa-sha2-nistp256|ssh-rsa) [A-Za-z0-9+/=]{16,2048}( [\x21-\x7e][\x20-\x7e]{0,200})?$"
 )
-VersionString = Annotated[str, StringConstraints(pattern=r"^[0-9][A-Za-z0-9.+-]{0,63}$")]
+VERSION_PATTERN = r"^[0-9][A-Za-z0-9.+-]{0,63}$"
+VersionString = Annotated[str, StringConstraints(pattern=VERSION_PATTERN)]
 
 # A service unit's full name, as systemctl prints it (vllm-glm5.service).
 SystemdServiceName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@:-]{0,240}\.service$")]
 
+# What each pattern asks for, in words: a config error quotes them beside the pattern (models/loader.py).
+PATTERN_WORDS = {
+    NAME_PATTERN: "lowercase letters, digits, '.' and '-', starting and ending with a letter or digit, at most 63 characters",
+    HF_REPO_PATTERN: "a Hugging Face repository id, ORG/NAME",
+    REVISION_PATTERN: "a 40-hex commit sha (lowercase) or a branch or tag name of letters, digits, '.', '_' and '-'",
+    SERVED_NAME_PATTERN: "letters, digits, '.', '_', '/', ':' and '-', starting with a letter or digit",
+    ENV_NAME_PATTERN: "UPPER_CASE letters, digits and '_', not starting with a digit",
+    ENV_VALUE_PATTERN: "letters, digits and _ . , : = + / @ - only (no spaces, quotes or $)",
+    PARSER_NAME_PATTERN: "lowercase letters, digits and '_', as vLLM names its parsers",
+    ATTENTION_BACKEND_PATTERN: "UPPER_CASE letters, digits and '_', as vLLM names its backends (e.g. FLASH_ATTN)",
+    UNIX_USER_PATTERN: "a Unix user name: lowercase letters, digits, '_' and '-'",
+    UNIT_NAME_PATTERN: "vllm- and then lowercase letters, digits and '-' (e.g. vllm-chat)",
+    SSH_HOST_KEY_PATTERN: "`TYPE KEY [comment]` as `ssh-keyscan -t ed25519` prints it (ssh-ed25519, ecdsa-sha2-nistp256 or ssh-rsa)",
+    VERSION_PATTERN: "a version starting with a digit, e.g. 0.11.0",
+}
 
 # Storage may not be one of these (deleting an unwanted model deletes its directory) nor lie under the trees.
 SYSTEM_DIRECTORIES = frozenset({"/home", "/opt", "/root", "/srv", "/mnt", "/media", "/var", "/var/lib", "/tmp"})

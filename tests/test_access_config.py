@@ -35,6 +35,10 @@ def test_bad_api_keys_are_refused_without_showing_the_key(keys: dict[str, str]) 
 def test_production_on_a_public_address_needs_keys_or_says_it_is_open() -> None:
     errors, _ = access_problems(Access(), "production", {"primary": "0.0.0.0"}, 0, False)
     assert len(errors) == 1 and "vllm-fleet:apiKeys" in errors[0] and "access.open: true" in errors[0]
+    # The entry's key first, as every config error: the second deployment is deployments[1].
+    errors, warnings = access_problems(Access(), "production", {"local": "127.0.0.1", "primary": "0.0.0.0"}, 0, False)
+    assert errors[0].startswith("vllm-fleet:deployments[1].bindAddress: deployment 'primary' listens on 0.0.0.0")
+    assert warnings[0].startswith("vllm-fleet:deployments[1].bindAddress: deployment 'primary'")
     assert access_problems(Access(), "production", {"primary": "0.0.0.0"}, 1, False)[0] == []
     assert access_problems(Access(open=True), "production", {"primary": "0.0.0.0"}, 0, False)[0] == []
     assert access_problems(Access(), "production", {"primary": "127.0.0.1"}, 0, False) == ([], [])

@@ -110,7 +110,7 @@ def test_bad_adapter_config_is_refused_naming_the_key(dev_raw: dict[str, Any], c
 
 def test_production_pins_adapter_revisions(prod_raw: dict[str, Any]) -> None:
     prod_raw["adapters"] = {"tuned": {"repo": "acme/kimi-tuned", "revision": "main", "bases": ["kimi-k2.5-int4"]}}
-    assert "vllm-fleet:adapters.tuned.revision: 'main' is a branch" in error_of(prod_raw)
+    assert "vllm-fleet:adapters.tuned.revision: 'main' is not a full commit sha" in error_of(prod_raw)
     prod_raw["adapters"]["tuned"]["revision"] = "b" * 40
     parse_stack_config(prod_raw)
 

@@ -131,7 +131,7 @@ def test_unknown_preset_host_and_model(prod_raw: dict[str, Any]) -> None:
 def test_production_requires_pinned_revision(prod_raw: dict[str, Any], dev_raw: dict[str, Any]) -> None:
     prod_raw["models"]["minimax-m2.5"]["revision"] = "main"
     message = error_of(prod_raw)
-    assert "vllm-fleet:models.minimax-m2.5.revision: 'main' is a branch" in message
+    assert "vllm-fleet:models.minimax-m2.5.revision: 'main' is not a full commit sha" in message
     assert (
         dev_raw["models"]["tiny-chat-a"]["revision"] == "main"
         or len(dev_raw["models"]["tiny-chat-a"]["revision"]) == 40
@@ -323,7 +323,7 @@ def test_engine_ports_are_claimed_like_the_front_door_port(prod_raw: dict[str, A
     ("value", "problem"),
     [
         ({"enable multithread": True}, "is not an option name"),
-        ("num_threads=8", "Input should be a valid dictionary"),
+        ("num_threads=8", "must be a mapping of `key: value` lines"),
     ],
 )
 def test_model_loader_extra_config_is_a_json_object_of_option_names(
@@ -439,3 +439,75 @@ def test_each_model_meets_at_its_own_master_port(fleet_raw: dict[str, Any]) -> N
     (b,) = parse_stack_config(raw).resolved_deployments()
     assert a.master_port != b.master_port
     assert all(29500 <= rd.master_port < 29600 for rd in (a, b))
+
+
+# Slips a new user makes in a stack file, and what the error says: the key, what is wrong, the fix.
+@pytest.mark.parametrize(
+    ("slip", "said"),
+    [
+        # Python's name of a key is not the stack file's: refused, with the camelCase spelling offered.
+        (
+            lambda r: r["deployments"][0].update(bind_address="127.0.0.1"),
+            "vllm-fleet:deployments[0].bind_address: unknown key (config keys are camelCase: bindAddress?)",
+        ),
+        # A value without a metacharacter is not told it has one; the pattern comes with its words.
+        (
+            lambda r: r["deployments"][0].update(name="Chat"),
+            "vllm-fleet:deployments[0].name: is not in the form this key takes: lowercase letters, digits",
+        ),
+        (
+            lambda r: r["deployments"][0].update(name="chat;reboot"),
+            "vllm-fleet:deployments[0].name: has characters that are refused here (shell metacharacters",
+        ),
+        # A mapping's own key names itself, not pydantic's `[key]`.
+        (
+            lambda r: r["deployments"][0].update(environment={"bad-name": "1"}),
+            "vllm-fleet:deployments[0].environment.bad-name (the name itself): is not in the form this key takes: "
+            "UPPER_CASE letters",
+        ),
+        (
+            lambda r: r["deployments"][0].update(environment={"NCCL_MAX_NCHANNELS": 16}),
+            "vllm-fleet:deployments[0].environment.NCCL_MAX_NCHANNELS: Input should be a valid string; quote it in "
+            'the YAML ("16")',
+        ),
+        (lambda r: r["deployments"][0].update(gpus="0,1"), "vllm-fleet:deployments[0].gpus: must be a YAML list"),
+        (
+            lambda r: r["hosts"].__setitem__(0, "sandbox"),
+            "vllm-fleet:hosts[0]: must be a mapping of `key: value` lines",
+        ),
+        (lambda r: r["storage"][0].pop("capacityGb"), "vllm-fleet:storage[0].capacityGb: is required; add it"),
+        (
+            lambda r: r["storage"][0].update(capacityGb="20GB"),
+            "vllm-fleet:storage[0].capacityGb: must be a number, written without units (got '20GB')",
+        ),
+        (
+            lambda r: r["storage"][0].update(capacityGb=float("inf")),
+            "vllm-fleet:storage[0].capacityGb: must be a finite",
+        ),
+        (lambda r: r.update(hosts=[]), "vllm-fleet:hosts is empty: add 'sandbox' there"),
+        # A host with no GPUs: one line that says so, not one per GPU index.
+        (
+            lambda r: r["hosts"][0]["gpus"].update(count=0),
+            "vllm-fleet:deployments[0].gpus: host 'sandbox' has no GPUs (hosts[].gpus.count: 0); a CPU deployment",
+        ),
+    ],
+)
+def test_a_slip_in_the_dev_stack_is_named_with_its_key_and_fix(dev_raw: dict[str, Any], slip: Any, said: str) -> None:
+    slip(dev_raw)
+    message = error_of(dev_raw)
+    assert said in message
+    assert "does not exist on host" not in message  # the per-index lines of a host with GPUs
+
+
+@pytest.mark.parametrize(
+    ("revision", "said"),
+    [
+        ("A" * 40, "is a commit sha in uppercase; write it in lowercase"),
+        ("abc1234", "is not a full commit sha"),
+    ],
+)
+def test_a_production_revision_that_is_no_full_sha_says_what_it_is(
+    prod_raw: dict[str, Any], revision: str, said: str
+) -> None:
+    prod_raw["models"]["minimax-m2.5"]["revision"] = revision
+    assert f"vllm-fleet:models.minimax-m2.5.revision: {revision!r} {said}" in error_of(prod_raw)
