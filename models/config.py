@@ -271,7 +271,7 @@ class Deployment(LocalBaseModel):
         if any(p > 65535 for p in ports):
             raise ValueError(
                 f"backendPorts: the default engine ports port+10000 and port+20000 ({ports[0]}, {ports[1]}) pass "
-                "65535; set backendPorts to two free ports"
+                "65535; set backendPorts to two free ports, or use a port of at most 45535"
             )
         if ports[0] == ports[1] or self.port in ports:
             raise ValueError(

@@ -131,6 +131,9 @@ def _plain_message(item: Mapping[str, Any], message: str) -> str:
             else "is not in the form this key takes"
         )
         return f"{problem}: {words} (pattern {pattern})" if words else f"{problem}; it must match {pattern}"
+    if kind == "missing" and item["loc"] and isinstance(item["loc"][-1], int):
+        # An entry of a fixed-length list (backendPorts): the list is short, not a key unwritten.
+        return "missing: the list takes more entries than it was given (the README's config reference says how many)"
     if kind == "string_type" and isinstance(value, int | float) and not isinstance(value, bool):
         return f'{message}; quote it in the YAML ("{value}")'
     return TYPE_WORDS.get(kind, message)

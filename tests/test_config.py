@@ -511,3 +511,11 @@ def test_a_production_revision_that_is_no_full_sha_says_what_it_is(
 ) -> None:
     prod_raw["models"]["minimax-m2.5"]["revision"] = revision
     assert f"vllm-fleet:models.minimax-m2.5.revision: {revision!r} {said}" in error_of(prod_raw)
+
+
+def test_a_short_fixed_list_and_ports_past_the_range_say_how_to_fix_them(dev_raw: dict[str, Any]) -> None:
+    dev_raw["deployments"][0]["backendPorts"] = [18000]
+    assert "vllm-fleet:deployments[0].backendPorts[1]: missing: the list takes more entries" in error_of(dev_raw)
+    del dev_raw["deployments"][0]["backendPorts"]
+    dev_raw["deployments"][0]["port"] = 60000
+    assert "or use a port of at most 45535" in error_of(dev_raw)
