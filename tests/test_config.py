@@ -450,6 +450,11 @@ def test_each_model_meets_at_its_own_master_port(fleet_raw: dict[str, Any]) -> N
             lambda r: r["deployments"][0].update(bind_address="127.0.0.1"),
             "vllm-fleet:deployments[0].bind_address: unknown key (config keys are camelCase: bindAddress?)",
         ),
+        # ... also where the stack file has no camelCase spelling beside it (pydantic's populate_by_name took it).
+        (
+            lambda r: r["deployments"][0].update(bind_address=r["deployments"][0].pop("bindAddress")),
+            "vllm-fleet:deployments[0].bind_address: unknown key (config keys are camelCase: bindAddress?)",
+        ),
         # A value without a metacharacter is not told it has one; the pattern comes with its words.
         (
             lambda r: r["deployments"][0].update(name="Chat"),
