@@ -54,11 +54,11 @@ def host_versions(
                 )
             hosts.append(host)
             continue
-        hosts.append(host.model_copy(update={"runtime": host.runtime.model_copy(update={"vllm_version": release})}))
+        hosts.append(dataclasses.replace(host, runtime=dataclasses.replace(host.runtime, vllm_version=release)))
         notes.append(f"host {host.name!r} runs vLLM {reading}: the launch is rendered for that release")
     if hosts == list(config.hosts):
         return config, errors, notes
-    config = config.model_copy(update={"hosts": hosts})
+    config = dataclasses.replace(config, hosts=tuple(hosts))
     return config, errors + stack_errors(config), notes
 
 

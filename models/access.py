@@ -13,11 +13,11 @@ import ipaddress
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import Field, field_validator
-
-from models.types import NAME_PATTERN, LocalBaseModel
+from models.base import After, ConfigModel, Limits
+from models.types import NAME_PATTERN
 
 # What an API key may be made of: long enough to guess at no rate, and only characters that need no
 # quoting in the front door's configuration (`openssl rand -hex 32` makes one).
@@ -25,12 +25,13 @@ API_KEY_PATTERN = re.compile(r"[A-Za-z0-9._-]{16,256}")
 API_KEYS_COMMAND = "pulumi config set --secret --path 'vllm-fleet:apiKeys.<client>' < <file with the key>"
 
 
-class Tls(LocalBaseModel):
+@dataclass(frozen=True, kw_only=True)
+class Tls(ConfigModel):
     """The front door's certificate: a PEM file on this machine (the chain, the server's certificate
     first), relative to the project or absolute. Its private key is the secret `vllm-fleet:tlsPrivateKey`
     (or `vllm-fleet:tlsPrivateKeyFile`, a file on this machine, as the sandbox generates one)."""
 
-    certificate_file: Annotated[str, Field(pattern=r"^[A-Za-z0-9_./-]{1,255}$")]
+    certificate_file: Annotated[str, Limits(pattern=r"^[A-Za-z0-9_./-]{1,255}$")]
 
 
 def _network(value: str) -> str:
@@ -40,7 +41,12 @@ def _network(value: str) -> str:
         raise ValueError(f"{value!r} is not an IP address or network (e.g. 10.0.0.5 or 10.0.0.0/24)") from None
 
 
-class Access(LocalBaseModel):
+def _networks(values: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(_network(v) for v in values)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Access(ConfigModel):
     """`vllm-fleet:access`: how every deployment's front door lets clients in."""
 
     # Serve without API keys, said explicitly: a production stack that binds a non-loopback address
@@ -48,12 +54,7 @@ class Access(LocalBaseModel):
     open: bool = False
     tls: Tls | None = None
     # Addresses or networks allowed to read /metrics (the Prometheus host); nobody else.
-    metrics_from: tuple[str, ...] = ()
-
-    @field_validator("metrics_from")
-    @classmethod
-    def _networks(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(_network(v) for v in value)
+    metrics_from: Annotated[tuple[str, ...], After(_networks)] = ()
 
 
 def parse_api_keys(value: Any) -> dict[str, str]:

@@ -4,30 +4,29 @@ the rules across keys are models/rules.adapter_errors."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Self
+from dataclasses import dataclass
+from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
-
-from models.types import HfRepo, LocalBaseModel, Name, Revision
+from models.base import ConfigModel, Limits
+from models.types import HfRepo, Name, Revision
 
 # The LoRA ranks vLLM's --max-lora-rank accepts.
 LoraRank = Literal[1, 8, 16, 32, 64, 128, 256, 320, 512]
 
 
-class LoraLimits(LocalBaseModel):
+@dataclass(frozen=True, kw_only=True)
+class LoraLimits(ConfigModel):
     """LoRA adapters served by the engine (vLLM's --enable-lora and its limits). Setting this changes the
     engine's launch (one restart); adapters come and go afterwards with no restart (vllm-fleet:adapters)."""
 
     # Adapters in one batch (--max-loras) and held in CPU memory (--max-cpu-loras, at least max-loras).
-    max_loras: Annotated[int, Field(ge=1, le=256)] = 4
+    max_loras: Annotated[int, Limits(ge=1, le=256)] = 4
     max_lora_rank: LoraRank = 16
-    max_cpu_loras: Annotated[int, Field(ge=1, le=4096)] | None = None
+    max_cpu_loras: Annotated[int, Limits(ge=1, le=4096)] | None = None
 
-    @model_validator(mode="after")
-    def _cpu_holds_the_batch(self) -> Self:
+    def __post_init__(self) -> None:
         if self.max_cpu_loras is not None and self.max_cpu_loras < self.max_loras:
             raise ValueError(f"maxCpuLoras {self.max_cpu_loras} is below maxLoras {self.max_loras}: vLLM refuses it")
-        return self
 
     @property
     def adapters_held(self) -> int:
@@ -35,7 +34,8 @@ class LoraLimits(LocalBaseModel):
         return self.max_cpu_loras or self.max_loras
 
 
-class AdapterSpec(LocalBaseModel):
+@dataclass(frozen=True, kw_only=True)
+class AdapterSpec(ConfigModel):
     """A LoRA adapter (vllm-fleet:adapters.<name>): clients send <name> as `model` to a deployment that lists it.
     Its files sit on the deployment's storage beside the models (adapters/<name>), downloaded, verified,
     kept and removed like a model's; the engine loads it at runtime, so adding, updating or removing one
@@ -45,12 +45,13 @@ class AdapterSpec(LocalBaseModel):
     revision: Revision = "main"
     # The models it was trained on or fits (same architecture and shapes): a deployment serving another
     # model cannot list it. Its adapter_config.json must name one of their repos as its base.
-    bases: Annotated[tuple[Name, ...], Field(min_length=1)]
-    size_gb: Annotated[float, Field(gt=0)] = 0.1
+    bases: Annotated[tuple[Name, ...], Limits(min_length=1)]
+    size_gb: Annotated[float, Limits(gt=0)] = 0.1
     keep: bool = False
 
 
-class ResolvedAdapter(LocalBaseModel):
+@dataclass(frozen=True, kw_only=True)
+class ResolvedAdapter(ConfigModel):
     """An adapter a deployment serves, with where its files are and what its bases are on disk."""
 
     name: Name

@@ -5,18 +5,17 @@ already installed, its staging disk, its cordon, its cluster network) and the st
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import Field, field_validator
-
+from models.base import After, ConfigModel, Limits
 from models.ssh_address import DEFAULT_SSH_PORT, PORT_MAX, PORT_MIN, check_address
 from models.types import (
     SSH_HOST_KEY_PATTERN,
     AbsPath,
     IpAddress,
     Label,
-    LocalBaseModel,
     Name,
     UnixUser,
     VersionString,
@@ -30,75 +29,65 @@ class Interconnect(StrEnum):
     NONE = "none"
 
 
-class GpuSpec(LocalBaseModel):
+@dataclass(frozen=True, kw_only=True)
+class GpuSpec(ConfigModel):
     """What the host has; preflight compares it with what nvidia-smi reports."""
 
-    count: Annotated[int, Field(ge=0, le=64)]
+    count: Annotated[int, Limits(ge=0, le=64)]
     model: Label = "none"
-    memory_gib: Annotated[float, Field(gt=0, le=4096)] = 1.0
+    memory_gib: Annotated[float, Limits(gt=0, le=4096)] = 1.0
     interconnect: Interconnect = Interconnect.PCIE
-    compute_capability: Annotated[str, Field(pattern=r"^\d{1,2}\.\d$")] | None = None
+    compute_capability: Annotated[str, Limits(pattern=r"^\d{1,2}\.\d$")] | None = None
 
 
-class Runtime(LocalBaseModel):
+@dataclass(frozen=True, kw_only=True)
+class Runtime(ConfigModel):
     """The vLLM installation already on the host (the project does not install CUDA stacks)."""
 
     python: AbsPath = "/root/ml-env/bin/python3"
     vllm_version: VersionString | None = None
 
 
-class ClusterNetwork(LocalBaseModel):
+@dataclass(frozen=True, kw_only=True)
+class ClusterNetwork(ConfigModel):
     """Where the other nodes of a multi-node deployment reach this host: an address on a private network
     (the engines' traffic is unencrypted and can run code) and the interface that carries it."""
 
     address: IpAddress
-    interface: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]{1,15}$")]
+    interface: Annotated[str, Limits(pattern=r"^[A-Za-z0-9_.:-]{1,15}$")]
 
 
-class Host(LocalBaseModel):
+@dataclass(frozen=True, kw_only=True)
+class Host(ConfigModel):
     name: Name
-    address: str
-    port: Annotated[int, Field(ge=PORT_MIN, le=PORT_MAX)] = DEFAULT_SSH_PORT
+    address: Annotated[str, After(check_address)]
+    port: Annotated[int, Limits(ge=PORT_MIN, le=PORT_MAX)] = DEFAULT_SSH_PORT
     user: UnixUser = "root"
-    host_key: Annotated[str, Field(pattern=SSH_HOST_KEY_PATTERN)] | None = None
+    host_key: Annotated[str, Limits(pattern=SSH_HOST_KEY_PATTERN)] | None = None
     gpus: GpuSpec
     runtime: Runtime = Runtime()
     # Host-local disk (an NVMe) that models are copied to before a swap, while the old model serves; the
     # engine then loads from there instead of the shared storage. Unset: it loads from the storage.
-    staging_path: AbsPath | None = None
+    staging_path: Annotated[AbsPath, After(not_a_system_directory)] | None = None
     # Bounded SSH connection: attempts x seconds is the longest a step waits for an unreachable host.
-    dial_attempts: Annotated[int, Field(ge=1, le=20)] = 3
-    dial_timeout_seconds: Annotated[int, Field(ge=1, le=120)] = 10
+    dial_attempts: Annotated[int, Limits(ge=1, le=20)] = 3
+    dial_timeout_seconds: Annotated[int, Limits(ge=1, le=120)] = 10
     # Out of service: what runs there keeps running, `pulumi up` runs no step there and never contacts it,
     # and a change of what it should serve is refused until the cordon is lifted.
     cordon: bool = False
     # This host's address and interface for multi-node deployments (VLLM_HOST_IP, GLOO/NCCL_SOCKET_IFNAME).
     cluster: ClusterNetwork | None = None
 
-    @field_validator("address")
-    @classmethod
-    def _address_is_ip_or_hostname(cls, value: str) -> str:
-        return check_address(value)
 
-    @field_validator("staging_path")
-    @classmethod
-    def _staging_not_a_system_directory(cls, value: str | None) -> str | None:
-        return None if value is None else not_a_system_directory(value)
-
-
-class Storage(LocalBaseModel):
+@dataclass(frozen=True, kw_only=True)
+class Storage(ConfigModel):
     name: Name
     host: Name
-    path: AbsPath
+    path: Annotated[AbsPath, After(not_a_system_directory)]
     hf_home: AbsPath | None = None
-    capacity_gb: Annotated[float, Field(gt=0)]
-    free_margin_gb: Annotated[float, Field(ge=0)] = 50.0
+    capacity_gb: Annotated[float, Limits(gt=0)]
+    free_margin_gb: Annotated[float, Limits(ge=0)] = 50.0
     owner: UnixUser = "root"
-
-    @field_validator("path")
-    @classmethod
-    def _not_a_system_directory(cls, value: str) -> str:
-        return not_a_system_directory(value)
 
     @property
     def effective_hf_home(self) -> str:

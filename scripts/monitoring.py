@@ -28,6 +28,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from models.base import validate  # noqa: E402
 from models.monitoring import Monitoring  # noqa: E402
 from render import monitoring as render  # noqa: E402
 from scripts.pulumi_cli import pulumi  # noqa: E402
@@ -61,7 +62,7 @@ def write_files(
     """Write the stack's monitoring files from its `monitoring` output; returns them by kind."""
     out.mkdir(parents=True, exist_ok=True)
     paths = files_for(stack, out)
-    thresholds = Monitoring.model_validate(output.get("thresholds") or {})
+    thresholds = validate(Monitoring, output.get("thresholds") or {})
     targets = output.get("targets") or []
     deployments = [group["labels"]["deployment"] for group in targets]
     board = render.dashboard(stack, deployments, thresholds)

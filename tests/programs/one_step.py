@@ -11,10 +11,11 @@ import pulumi
 
 from components.remote import connect, remote_step
 from controller.cordon import CordonedSteps
+from models.base import validate
 from models.hosts import Host
 
 config = pulumi.Config("onestep")
-host = Host.model_validate(config.require_object("host"))
+host = validate(Host, config.require_object("host"))
 target = connect(host, pulumi.Output.secret(Path(config.require("keyFile")).read_text()), CordonedSteps())
 
 
