@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import TypeVar
 
+from models.adapters import adapter_download_name
 from models.config import DistributedBackend, StackConfig, StackTier
 from models.hosts import Host, Storage
-from models.types import PINNED_REVISION
+from models.types import MAX_NAME_LENGTH, PINNED_REVISION
 from models.vllm_flags import REMOVED_FLAGS, canonical_flag, vllm_release
 
 # At least this share of the memory vLLM may use must stay free for the KV cache and activations.
@@ -330,6 +331,12 @@ def adapter_errors(stack: StackConfig) -> list[str]:
     could mean as the model, and the engine is launched to serve as many as are listed."""
     errors: list[str] = []
     for name, adapter in stack.adapters.items():
+        if len(directory := adapter_download_name(name)) > MAX_NAME_LENGTH:
+            errors.append(
+                f"vllm-fleet:adapters.{name}: the name is {len(name)} characters; at most "
+                f"{MAX_NAME_LENGTH - len(directory) + len(name)}, as its files go in {directory[: -len(name)]}<name>, "
+                f"a name of at most {MAX_NAME_LENGTH} characters"
+            )
         for base in adapter.bases:
             if base not in stack.models:
                 errors.append(

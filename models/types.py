@@ -15,6 +15,7 @@ from models.base import After, Limits
 
 # A name that is safe in a unit name, a path component, a Pulumi resource name and a shell word.
 NAME_PATTERN = r"^[a-z0-9](?:[a-z0-9.-]{0,61}[a-z0-9])?$"
+MAX_NAME_LENGTH = 63  # NAME_PATTERN's: a DNS label's
 Name = Annotated[str, Limits(pattern=NAME_PATTERN)]
 
 

@@ -97,6 +97,10 @@ def test_adapters_are_downloaded_counted_and_kept_like_models(dev_raw: dict[str,
         ),
         (lambda raw: raw["adapters"]["terse"].update(bases=["nope"]), "vllm-fleet:adapters.terse.bases: 'nope'"),
         (
+            lambda raw: raw["adapters"].update({"a" * 56: raw["adapters"]["terse"]}),
+            f"vllm-fleet:adapters.{'a' * 56}: the name is 56 characters; at most 55, as its files go in adapter-<name>",
+        ),
+        (
             lambda raw: raw["models"]["tiny-chat-a"].update(serving={"extraArgs": ["--enable-lora"]}),
             "--enable-lora",
         ),
