@@ -911,6 +911,8 @@ def config_models_lines(noop: dict[str, Any]) -> list[str]:
     the part of the `up`'s ratio that is (an `up` runs the program twice), and what a run whose config
     changed pays besides (the validation)."""
     cost = noop["config_models_ms"]
+    if "kept" not in cost:
+        return []  # kept from a run before the models were data classes: its figures measured other code
     per_up = 2 * (cost["models"] + cost["kept"]) / 1000
     return [
         "",

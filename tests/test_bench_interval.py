@@ -66,3 +66,10 @@ def test_the_config_share_is_given_per_run_and_per_up() -> None:
     assert "16 ms per no-op `up`" in text
     assert "0.010x of the empty program's `up`" in text
     assert "validates it besides: 52 ms" in text
+
+
+def test_a_kept_run_of_the_pydantic_models_gives_no_config_line() -> None:
+    """`--keep noop` of a results file from before the models were data classes: its figures were of other code."""
+    noop = noop_result(1.19, (1.14, 1.23))
+    noop["config_models_ms"] = {"pydantic": 30.0, "models": 34.0}
+    assert run.config_models_lines(noop) == []
