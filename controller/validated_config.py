@@ -4,9 +4,10 @@ Validation is pydantic's (models/base.py): its import and the build of the confi
 more than the rest of the program's own Python, and a no-op `pulumi up` runs the program twice. What came
 out of it, a frozen `StackConfig` already checked against the rules across keys, is kept in a file per stack
 beside the code cache, under a key of everything it came from: the raw `vllm-fleet:` values, every file of
-models/ (the code, the rules and the catalog of presets), pydantic's version and Python's. A run with
-another key validates as before and replaces the file. A file that cannot be read is a miss; one that cannot
-be written is not kept. An invalid config is never kept: it fails in every run, with the same message.
+models/ (the code, the rules and the catalog of presets), the packages validation runs (pydantic, PyYAML)
+and Python's version. A run with another key validates as before and replaces the file. A file that
+cannot be read is a miss; one that cannot be written is not kept. An invalid config is never kept: it
+fails in every run, with the same message.
 
 The raw values hold no secret: the loader is given none (controller/program.read_raw), so none is kept.
 The file is pickled: like `__pycache__` and the code cache it is written by this checkout's program into
@@ -34,17 +35,29 @@ CACHE_DIR = ROOT / ".cache" / "validated-config"
 MODELS_DIR = ROOT / "models"
 
 
+# What validation runs besides models/: pydantic (and its core), the YAML parser of the catalog, and what
+# the models' types come from.
+PACKAGES = ("pydantic", "pydantic_core", "yaml", "annotated_types", "typing_extensions")
+
+
 def validation_inputs(models_dir: Path = MODELS_DIR) -> bytes:
-    """What validation does besides the raw values: the models' files (code, rules, catalog), pydantic's
-    version and Python's. Read on every run (~0.2 ms); a change of any of them validates again."""
+    """What validation depends on besides the raw values: every file of models/ (the code, the rules, the
+    catalog), the packages it runs (where each one's module file is, its size and time, which installing
+    another version rewrites; pydantic's version besides) and Python's version. Read on every run (~1 ms); a
+    change of any of them validates again."""
     digest = hashlib.sha256(sys.version.encode())
-    spec = importlib.util.find_spec("pydantic")  # finds the package without importing it
-    if spec is not None and spec.origin is not None:
-        with contextlib.suppress(OSError):
-            digest.update(Path(spec.origin).with_name("version.py").read_bytes())
-    for path in sorted(models_dir.iterdir()):
-        if path.suffix in (".py", ".yaml"):
-            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    for package in PACKAGES:
+        spec = importlib.util.find_spec(package)  # finds a package without importing it
+        if spec is not None and spec.origin is not None:
+            with contextlib.suppress(OSError):
+                origin = Path(spec.origin)
+                stat = origin.stat()
+                digest.update(f"{package}\0{origin}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
+                if package == "pydantic":
+                    digest.update(origin.with_name("version.py").read_bytes())
+    for path in sorted(models_dir.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            digest.update(str(path.relative_to(models_dir)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.digest()
 
 

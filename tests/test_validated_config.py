@@ -65,7 +65,10 @@ def test_the_code_key_covers_every_file_of_the_models(tmp_path: Path) -> None:
     (models / "catalog.yaml").write_text("a: {repo: x/y}\n")
     after_catalog = validated_config.validation_inputs(models)
     (models / "rules.py").write_text("\n")
-    assert len({before, after_catalog, validated_config.validation_inputs(models)}) == 3
+    after_rules = validated_config.validation_inputs(models)
+    (models / "presets").mkdir()
+    (models / "presets" / "glm.json").write_text("{}")
+    assert len({before, after_catalog, after_rules, validated_config.validation_inputs(models)}) == 4
 
 
 def test_an_invalid_config_is_refused_every_time_and_never_kept(tmp_path: Path) -> None:
