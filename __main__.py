@@ -10,8 +10,9 @@ import os
 # why): the imports below alone ran it about 40 times, a full pass of some 70 ms among them, over modules,
 # classes and schemas that all live to the program's end.
 gc.disable()
-# pydantic reads every installed distribution's entry points for plugins when it builds its first model
-# (~3 ms of every run); these models use none. A value the user set stands.
+# pydantic reads every installed distribution's entry points for plugins when it builds its first validator
+# (~3 ms of a run that validates the config: controller/validated_config.py); these models use none. A value
+# the user set stands.
 os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 import pulumi  # noqa: E402
@@ -20,7 +21,7 @@ from controller import code_cache, probe, sdk  # noqa: E402
 
 # First: the engine starts the command provider while Python imports and checks what follows.
 sdk.start_command_provider()
-# Then, before the imports that make data classes and pydantic models: their generated code, compiled once.
+# Then, before the imports that make data classes (the config models too): their generated code, compiled once.
 code_cache.install()
 # And the hosts' SSH probes, from the raw config, while those imports run (controller/probe.py).
 early_probes = probe.start_early(lambda: pulumi.Config("vllm-fleet").get_object("hosts"), os.environ)

@@ -11,7 +11,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from queue import Empty, SimpleQueue
 from typing import TYPE_CHECKING
 
-# Only pydantic-free modules at run time: start_early runs before the program imports its models.
+# Only a module of a few lines at run time: start_early runs before the program imports its models.
 from models.ssh_address import DEFAULT_SSH_PORT, check_address, is_port
 
 if TYPE_CHECKING:

@@ -113,8 +113,13 @@ class _ServingOverridesBase(ConfigModel):
         extra_args: ExtraArgs | None
 
     def apply(self, defaults: ServingDefaults) -> ServingDefaults:
-        changes = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}  # type: ignore[arg-type]
-        return dataclasses.replace(defaults, **{name: value for name, value in changes.items() if value is not None})
+        named = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+        return dataclasses.replace(defaults, **{name: value for name, value in named.items() if value is not None})
+
+
+def _or_none(annotation: Any) -> Any:
+    """A field's type or None: as text when the field's is text (this module's annotations are)."""
+    return f"{annotation} | None" if isinstance(annotation, str) else annotation | None
 
 
 # The same fields as ServingDefaults, all optional: a deployment changes only what it names. Built from
@@ -125,7 +130,7 @@ if TYPE_CHECKING:
 else:
     ServingOverrides = dataclasses.make_dataclass(
         "ServingOverrides",
-        [(f.name, f"{f.type} | None", dataclasses.field(default=None)) for f in dataclasses.fields(ServingDefaults)],
+        [(f.name, _or_none(f.type), dataclasses.field(default=None)) for f in dataclasses.fields(ServingDefaults)],
         bases=(_ServingOverridesBase,),
         frozen=True,
         kw_only=True,
