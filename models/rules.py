@@ -242,7 +242,7 @@ def _multi_node_errors(stack: StackConfig, hosts: dict[str, Host], storage_by_ho
             continue
         unknown = [n for n in dep.nodes if n not in hosts]
         if unknown:
-            errors.append(f"{key}: unknown host(s) {unknown}; use names from vllm-fleet:hosts")
+            errors.append(f"{key}: unknown host(s) {unknown}; {_use_a_host(hosts, unknown[0])}")
             continue
         for node in dep.nodes:
             if hosts[node].cluster is None:

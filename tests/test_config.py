@@ -411,6 +411,10 @@ def test_a_deployment_across_two_hosts_resolves_every_node(fleet_raw: dict[str, 
     ("change", "message"),
     [
         (lambda r: r["deployments"][0].update(nodes=["fleet-2", "fleet-1"]), "the head first"),
+        (
+            lambda r: r["deployments"][0].update(nodes=["fleet-1", "fleet-9"]),
+            "nodes: unknown host(s) ['fleet-9']; use one of ['fleet-1', 'fleet-2'] from vllm-fleet:hosts",
+        ),
         (lambda r: r["hosts"][1].pop("cluster"), "host 'fleet-2' has no hosts[].cluster"),
         (lambda r: r["storage"][1].update(path="/data"), "every node must see the model at the same path"),
         (lambda r: r["deployments"][0].update(gpus=[2, 3]), "= 2 GPUs must equal 2 GPUs per node x 2 nodes"),
