@@ -7,11 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from models.base import ConfigModel, Limits
+from models.base import ConfigModel, Limits, Number
 from models.types import HfRepo, Name, Revision
 
 # The LoRA ranks vLLM's --max-lora-rank accepts.
-LoraRank = Literal[1, 8, 16, 32, 64, 128, 256, 320, 512]
+LoraRank = Annotated[Literal[1, 8, 16, 32, 64, 128, 256, 320, 512], Number()]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -47,9 +47,32 @@ class ConfigModel:
     }
 
 
+def _not_true_or_false(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError("must be a number, not true or false")
+    return value
+
+
+def _a_number(schema: CoreSchema) -> CoreSchema:
+    from pydantic_core import core_schema
+
+    return core_schema.no_info_before_validator_function(_not_true_or_false, schema)
+
+
+@dataclasses.dataclass(frozen=True)
+class Number:
+    """A number field refuses YAML's true and false, which pydantic's lax mode takes for 1 and 0 (`port: true`
+    would be port 1, `drainSeconds: false` no drain at all); numbers written as text still pass, as
+    `pulumi config set --path` writes them. `Limits` with a bound (ge, le, gt) is a Number too."""
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return _a_number(handler(source))
+
+
 @dataclasses.dataclass(frozen=True)
 class Limits:
-    """Constraints of a field's value, pydantic's core-schema keys: `Limits(ge=1, le=64)`, `Limits(pattern=...)`."""
+    """Constraints of a field's value, pydantic's core-schema keys: `Limits(ge=1, le=64)`, `Limits(pattern=...)`.
+    A bound (ge, le, gt) makes the field a `Number`."""
 
     ge: float | None = None
     le: float | None = None
@@ -60,7 +83,8 @@ class Limits:
 
     def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
         constraints = {key: value for key, value in dataclasses.asdict(self).items() if value is not None}
-        return {**handler(source), **constraints}
+        schema: CoreSchema = {**handler(source), **constraints}
+        return _a_number(schema) if constraints.keys() & {"ge", "le", "gt"} else schema
 
 
 @dataclasses.dataclass(frozen=True)

@@ -493,6 +493,17 @@ def test_each_model_meets_at_its_own_master_port(fleet_raw: dict[str, Any]) -> N
             lambda r: r["storage"][0].update(capacityGb=float("inf")),
             "vllm-fleet:storage[0].capacityGb: must be a finite",
         ),
+        # YAML's true and false are no numbers (pydantic's lax mode took them for 1 and 0: no drain at all).
+        (
+            lambda r: r["deployments"][0].update(drainSeconds=False),
+            "vllm-fleet:deployments[0].drainSeconds: must be a number, not true or false (got False)",
+        ),
+        (lambda r: r["deployments"][0].update(gpus=[True]), "vllm-fleet:deployments[0].gpus[0]: must be a number, not"),
+        (lambda r: r["hosts"][0]["gpus"].update(count=True), "vllm-fleet:hosts[0].gpus.count: must be a number, not"),
+        (
+            lambda r: r["models"]["tiny-chat-a"].update(serving={"lora": {"maxLoraRank": True}}),
+            "vllm-fleet:models.tiny-chat-a.serving.lora.maxLoraRank: must be a number, not true or false",
+        ),
         (lambda r: r.update(hosts=[]), "vllm-fleet:hosts is empty: add 'sandbox' there"),
         # A host with no GPUs: one line that says so, not one per GPU index.
         (
