@@ -330,12 +330,13 @@ def adapter_errors(stack: StackConfig) -> list[str]:
     """LoRA adapters: each listed one exists, fits the model the deployment serves, has a name no client
     could mean as the model, and the engine is launched to serve as many as are listed."""
     errors: list[str] = []
+    # Its files go in a directory named after it (adapter-<name>), which must be a name itself.
+    longest = MAX_NAME_LENGTH - len(adapter_download_name(""))
     for name, adapter in stack.adapters.items():
-        if len(directory := adapter_download_name(name)) > MAX_NAME_LENGTH:
+        if len(name) > longest:
             errors.append(
-                f"vllm-fleet:adapters.{name}: the name is {len(name)} characters; at most "
-                f"{MAX_NAME_LENGTH - len(directory) + len(name)}, as its files go in {directory[: -len(name)]}<name>, "
-                f"a name of at most {MAX_NAME_LENGTH} characters"
+                f"vllm-fleet:adapters.{name}: the name is {len(name)} characters; at most {longest}, as its files go "
+                f"in {adapter_download_name('<name>')}, a name of at most {MAX_NAME_LENGTH} characters"
             )
         for base in adapter.bases:
             if base not in stack.models:

@@ -83,7 +83,7 @@ SystemdServiceName = Annotated[str, Limits(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@:-
 
 # What each pattern asks for, in words: a config error quotes them beside the pattern (models/loader.py).
 PATTERN_WORDS = {
-    NAME_PATTERN: "lowercase letters, digits, '.' and '-', starting and ending with a letter or digit, at most 63 characters",
+    NAME_PATTERN: f"lowercase letters, digits, '.' and '-', starting and ending with a letter or digit, at most {MAX_NAME_LENGTH} characters",
     HF_REPO_PATTERN: "a Hugging Face repository id, ORG/NAME",
     REVISION_PATTERN: "a 40-hex commit sha (lowercase) or a branch or tag name of letters, digits, '.', '_' and '-'",
     SERVED_NAME_PATTERN: "letters, digits, '.', '_', '/', ':' and '-', starting with a letter or digit",
