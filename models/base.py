@@ -9,8 +9,9 @@ when the config or this code changed (controller/validated_config.py keeps the l
 
 The rules are still pydantic's, written once on the fields: `Limits(...)` for its constraints (ge, le, gt,
 pattern, max_length, min_length: what `Field(...)` took; a bounded field is a `Number`, which refuses true
-and false) and `After(function)` for a check or a normalization (what `AfterValidator` took); a rule across a model's fields is its `__post_init__`, which
-pydantic calls after the fields' validation and a constructor call in the code calls too. A model built
+and false) and `After(function)` for a check or a normalization (what `AfterValidator` took); a rule
+across a model's fields is its `__post_init__`, which pydantic calls after the fields' validation and a
+constructor call in the code calls too. A model built
 in the code from validated parts (`ResolvedDeployment`, `dataclasses.replace`) runs its `__post_init__`
 and no field rule.
 """

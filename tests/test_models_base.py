@@ -8,6 +8,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from models.base import plain, validate
@@ -24,6 +25,8 @@ def test_the_json_form_is_pydantics(stack_file: str) -> None:
     config = load_stack_file(ROOT / stack_file)
     adapter = TypeAdapter(StackConfig)
     assert plain(config) == adapter.dump_python(config, mode="json")
+    # Plain data: an enum member equals its value (StrEnum), but only plain data is what any serializer takes.
+    yaml.safe_dump(plain(config))
     assert plain(config, by_alias=True) == adapter.dump_python(config, mode="json", by_alias=True)
 
 
