@@ -145,6 +145,11 @@ class Plan(DeploymentPlan):
     drain_seconds: int = 120
     # Read the model into the page cache before anything stops (RAM minus this margin at most); None: off.
     prewarm_margin_gib: float | None = 8.0
+    # Before a stop-then-start stops anything: the share of the model's files that must be in the page cache
+    # (read again once by the pre-warm when less is); None: measured and said, never refused.
+    prewarm_min_resident_share: float | None = None
+    # The stack's name of the model the unit serves (what the host's start records name it by).
+    model: str = ""
     # Where the engine loads from: model_dir, or a copy on the host's staging disk made before the stop.
     load_dir: str = ""
     # Who may call it: the directory of its access files (listen, TLS, key check, /metrics) that the site

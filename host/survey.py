@@ -15,6 +15,8 @@ before it stops anything. It reports:
               and how many drift repairs its activations have made (the `repairs` file)
   claims      per live deployment, the GPUs, ports and unit names its last swap claimed
   memory      MemTotal and MemAvailable of /proc/meminfo, in MiB
+  starts      each model's last start on this host, whichever deployment started it: what it loaded and
+              how, and where the start's time went (host/start_records.py)
   vllm        with --python: the vLLM version that venv has (what the host runs, pinned or not)
 A process's unit is the last *.service of its cgroup path; a login session's scope or no cgroup means
 it belongs to no unit (host/facts.py reads all of these). Standard library only.
@@ -47,6 +49,7 @@ from host.facts import (
     unit_launch,
     unit_of,
 )
+from host.start_records import read_records
 from host.systemd import parse_show
 
 MANAGED_BY = re.compile(r"^# Managed by vllm-fleet: stack (\S+?), deployment (\S+?)\. ")
@@ -237,6 +240,7 @@ def survey() -> dict[str, Any]:
             "active": active_records(),
             "claims": claims(),
             "memory": memory(),
+            "starts": read_records(),
         }
 
 

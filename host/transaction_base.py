@@ -27,7 +27,11 @@ from host.contract import (
     adopted_drop_in,
     read_claims,
 )
+from host.facts import unit_environment, unit_launch
 from host.judgement import claim_conflicts
+from host.page_cache import Residency
+from host.start_phases import journal_command, parse_journal, phases_of
+from host.start_records import StartRecord, loaded_from, started_at, write_record
 from host.swap_files import install_file, remove_drop_in, write_file
 from host.systemd import SystemdHost, now
 
@@ -97,6 +101,11 @@ class TransactionBase:
         self.timings: dict[str, float] = {}
         # Units whose files this transaction removed: the manager forgets them once the result is written.
         self.removed_units: list[str] = []
+        # What the new engine's start record says of how it was brought close (host/transaction.py sets
+        # these as it pre-warms and measures): the pre-warm that ran, the page cache before the start.
+        self.mode = "stop-start"
+        self.prewarmed = "none"
+        self.resident: Residency | None = None
 
     def log(self, message: str) -> None:
         self._log(f"[{self.plan.deployment}] {message}")
@@ -251,7 +260,34 @@ class TransactionBase:
         self.timings["start_to_ready" if ready else "start_failed_after"] = now() - start
         if ready:
             write_file(self.state_dir / ENGINE_READY_FILE, f"{plan.unit_name}\n", 0o644)
+            self.record_start(cursor, self.timings["start_to_ready"])
         return ready, cursor
+
+    def record_start(self, cursor: str, seconds: float) -> None:
+        """Keep what the new engine loaded and where its start went (host/start_records.py), for the
+        forecast of the next swap to this model here. A record that cannot be made is said, not fatal."""
+        plan = self.plan
+        try:
+            journal = self.host.run(*journal_command(plan.unit_name, cursor), check=False)
+            phases = phases_of(parse_journal(journal))
+            unit_text = (self.unit_dir / plan.unit_name).read_text(encoding="utf-8")
+            launch = unit_launch(unit_text, unit_environment(unit_text)) or {}
+            loaded = loaded_from(
+                plan.model,
+                Path(plan.load_dir or plan.model_dir),
+                list(launch.get("argv") or []),
+                self.prewarmed,
+                self.resident.share if self.resident is not None else None,
+            )
+            record = StartRecord(
+                started_at(phases, seconds), plan.owner, plan.unit_name, self.mode, seconds, loaded, phases
+            )
+            write_record(self.state_root, record)
+        except (OSError, ValueError) as error:
+            self.log(f"could not record the start of {plan.unit_name}: {error}")
+            return
+        if phases is not None:
+            self.log(f"where the start went: {phases.describe()}")
 
     def wait_active(self, unit: str, timeout: float, job: StartJob | None = None) -> bool:
         """Until `unit` is active (its ExecStartPost saw it serve), failed, restarting, or out of time. With

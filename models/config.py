@@ -222,6 +222,10 @@ class Deployment(ConfigModel):
     # Before anything stops, read the new model into the page cache, leaving this much RAM free (GiB);
     # null turns the pre-warm off.
     prewarm_margin_gib: Annotated[float, Limits(ge=0, le=4096)] | None = 8.0
+    # Right before a stop-then-start stops the old engine: the share (0-1) of the new model's files that
+    # must be in the page cache. Less, and the pre-warm reads them again once; still less, and the swap
+    # refuses before anything stops (the load would read the rest from storage). null: measured and said only.
+    prewarm_min_resident_share: Annotated[float, Limits(ge=0, le=1)] | None = None
     served_model_name: ServedName | None = None
     # Further model ids the engine answers to (vLLM serves every name --served-model-name lists). Unset:
     # the ids clients use today keep answering (what the deployment's engine or the units it replaces

@@ -38,6 +38,8 @@ def swap_plan(rd: ResolvedDeployment, stack: str) -> Plan:
         "swap_mode": "stop-start" if rd.multi_node else rd.deployment.swap_mode.value,
         "drain_seconds": rd.deployment.drain_seconds,
         "prewarm_margin_gib": rd.deployment.prewarm_margin_gib,
+        "prewarm_min_resident_share": rd.deployment.prewarm_min_resident_share,
+        "model": rd.model_name,
         "model_dir": rd.model_path,
         "load_dir": rd.load_path,
         "python": rd.host.runtime.python,

@@ -371,6 +371,17 @@ def test_a_staging_path_moves_the_load_and_stays_off_the_storage(prod_raw: dict[
     assert "is a system directory" in error_of(prod_raw)
 
 
+def test_the_share_of_the_model_that_must_be_resident_is_a_share_and_reaches_the_plan(
+    dev_raw: dict[str, Any],
+) -> None:
+    dev_raw["deployments"][0]["prewarmMinResidentShare"] = 1.5
+    assert "prewarmMinResidentShare" in error_of(dev_raw)
+    dev_raw["deployments"][0]["prewarmMinResidentShare"] = 0.9
+    (rd,) = parse_stack_config(dev_raw).resolved_deployments()
+    plan = swap_plan(rd, "dev")
+    assert (plan.prewarm_min_resident_share, plan.model) == (0.9, "tiny-chat-a")
+
+
 # ---- fleets: rollout groups, cordons, multi-node deployments ---------------------------------------
 
 
