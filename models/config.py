@@ -140,6 +140,25 @@ else:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ReferenceLoad(ConfigModel):
+    """A start of the model measured on a known server (the catalog's): the swap forecast's prior for it
+    on a host where it has not started yet (models/forecast.py)."""
+
+    seconds: Annotated[float, Limits(gt=0, le=86400)]  # start to serving; the low end of a range
+    up_to_seconds: Annotated[float, Limits(gt=0, le=86400)] | None = None  # the high end, when a range
+    where: Label  # the server, storage, loader and release it was measured with
+
+    def __post_init__(self) -> None:
+        if self.up_to_seconds is not None and self.up_to_seconds < self.seconds:
+            raise ValueError(f"referenceLoad.upToSeconds {self.up_to_seconds:g} is below its seconds {self.seconds:g}")
+
+    @property
+    def typical_seconds(self) -> float:
+        """The middle of the range (the figure itself when it is one)."""
+        return (self.seconds + (self.up_to_seconds or self.seconds)) / 2
+
+
+@dataclass(frozen=True, kw_only=True)
 class ModelSpec(ConfigModel):
     """A model that must be on disk: catalog preset merged with the stack's overrides."""
 
@@ -152,6 +171,7 @@ class ModelSpec(ConfigModel):
     architecture: Label | None = None
     notes: str | None = None
     serving: ServingDefaults = ServingDefaults()
+    reference_load: ReferenceLoad | None = None
     # Keep the files on disk when no deployment serves the model (swapping back downloads nothing).
     keep: bool = False
 

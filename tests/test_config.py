@@ -382,6 +382,13 @@ def test_the_share_of_the_model_that_must_be_resident_is_a_share_and_reaches_the
     assert (plan.prewarm_min_resident_share, plan.model) == (0.9, "tiny-chat-a")
 
 
+def test_a_reference_load_is_a_range_from_low_to_high(prod_raw: dict[str, Any]) -> None:
+    prod_raw["models"]["minimax-m2.5"]["referenceLoad"] = {"seconds": 90, "upToSeconds": 60, "where": "a lab box"}
+    assert "referenceLoad.upToSeconds 60 is below its seconds 90" in error_of(prod_raw)
+    prod_raw["models"]["minimax-m2.5"]["referenceLoad"] = {"seconds": 60, "upToSeconds": 90, "where": "a lab box"}
+    assert parse_stack_config(prod_raw).models["minimax-m2.5"].reference_load.typical_seconds == 75  # type: ignore[union-attr]
+
+
 # ---- fleets: rollout groups, cordons, multi-node deployments ---------------------------------------
 
 

@@ -1,0 +1,267 @@
+"""How long a model's start on a host will take, and what that rests on: the preview says both.
+
+A swap to model M on host H is forecast from the best that is known, in this order:
+
+  1. M's own last start on H, whichever deployment started it (host/start_records.py keeps one per model,
+     the survey reports them as `starts`): its seconds, with the weights' part scaled by what differs
+     now: the checkpoint's size, and the share of it the page cache will hold (pre-warmed or not). A
+     different loader is said, not scaled: nothing measured says by how much.
+  2. What the catalog knows of M (`referenceLoad`: the reference server's own starts of it), measured
+     elsewhere: said as such.
+  3. The rates of models/downtime.py, one per way of reading (lazy, prefetch, the page cache).
+
+Facts the host does not report (its RAM in the reference server's recorded survey, the filesystem of the
+model's directory) are named as unknown, never assumed. Pure functions over the survey's plain JSON.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from models import downtime
+from models.config import GIB_PER_GB, ReferenceLoad, ResolvedDeployment
+
+# Left free by the pre-warm when a deployment does not say (deployments[].prewarmMarginGib's default).
+DEFAULT_MARGIN_GIB = 8.0
+# A share of the page cache that differs by less than this from the recorded start's is the same.
+SAME_SHARE = 0.1
+# A size within this ratio of the recorded one is the same checkpoint.
+SAME_SIZE = 0.02
+
+
+@dataclass(frozen=True)
+class Target:
+    """The start a swap will make: the model and how it will be loaded."""
+
+    model: str  # the stack's name
+    repo: str
+    revision: str
+    size_gb: float
+    load_format: str | None = None  # what the launch passes; None: vLLM's default
+    load_strategy: str | None = None
+    # The page cache's share expected at the start: the pre-warm's margin (None: no pre-warm) and a
+    # staging copy (read as it is copied, so its pages are there).
+    prewarm_margin_gib: float | None = DEFAULT_MARGIN_GIB
+    staged: bool = False
+    reference: ReferenceLoad | None = None
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What the host's survey says, as the forecast reads it."""
+
+    name: str
+    mem_available_gib: float | None = None  # None: the survey did not report it
+    filesystem: str | None = None  # of the model's directory; None: not reported
+    records: tuple[Mapping[str, Any], ...] = ()  # the survey's `starts`
+
+
+@dataclass(frozen=True)
+class StartForecast:
+    seconds: float
+    basis: str  # the sentence the preview prints after the figure
+    source: str  # "own start" | "catalog" | "rates"
+
+
+def host_facts(name: str, found: Mapping[str, Any], model_path: str) -> HostFacts:
+    """The forecast's facts from a host's survey (host/survey.py): MemAvailable (0 or missing: not
+    reported), the filesystem holding `model_path` (from `mounts`), the start records."""
+    available = (found.get("memory") or {}).get("availableMib") or 0
+    return HostFacts(
+        name=name,
+        mem_available_gib=available / 1024 if available > 0 else None,
+        filesystem=filesystem_of(model_path, found.get("mounts")),
+        records=tuple(found.get("starts") or ()),
+    )
+
+
+def filesystem_of(path: str, mounts: Sequence[Mapping[str, Any]] | None) -> str | None:
+    """The type of the filesystem `path` is on: its longest mount point (None without a mount table)."""
+    best: tuple[int, str] | None = None
+    for mount in mounts or ():
+        point = str(mount.get("path") or "")
+        if not point or not (path == point or path.startswith(point.rstrip("/") + "/")):
+            continue
+        if best is None or len(point) > best[0]:
+            best = (len(point), str(mount.get("type") or ""))
+    return best[1] if best and best[1] else None
+
+
+def expected_share(target: Target, facts: HostFacts) -> float | None:
+    """The share of the checkpoint the page cache will hold when the engine starts: all of a staging copy;
+    what the pre-warm's budget (MemAvailable less its margin) holds; none without a pre-warm. None when
+    MemAvailable is not reported."""
+    if target.staged:
+        return 1.0
+    if target.prewarm_margin_gib is None:
+        return 0.0
+    if facts.mem_available_gib is None:
+        return None
+    size_gib = target.size_gb * GIB_PER_GB
+    return max(0.0, min(1.0, (facts.mem_available_gib - target.prewarm_margin_gib) / size_gib)) if size_gib else 1.0
+
+
+def last_start(target: Target, records: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The model's own last start among the host's records: its repository at the same revision first,
+    then the same repository, then (for a record without a manifest) the same name."""
+
+    def matches(record: Mapping[str, Any], exact: bool) -> bool:
+        loaded = record.get("loaded") or {}
+        if loaded.get("repo"):
+            return loaded["repo"] == target.repo and (not exact or loaded.get("revision") == target.revision)
+        return bool(loaded.get("model")) and loaded.get("model") == target.model
+
+    for exact in (True, False):
+        own = [r for r in records if matches(r, exact)]
+        if own:
+            return max(own, key=lambda r: float(r.get("at") or 0))
+    return None
+
+
+def _when(at: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(at))
+
+
+def _phase(record: Mapping[str, Any], name: str) -> float | None:
+    phases = record.get("phases") or {}
+    return next((float(p["seconds"]) for p in phases.get("phases") or () if p.get("name") == name), None)
+
+
+def _reported(record: Mapping[str, Any], name: str) -> float | None:
+    value = ((record.get("phases") or {}).get("reported") or {}).get(name)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _loader(format_: str | None, strategy: str | None) -> str:
+    return f"--load-format {format_ or 'auto'}, --safetensors-load-strategy {strategy or 'lazy'}"
+
+
+def prior_cold_rate(target: Target) -> tuple[float, str]:
+    """GB/s of a load that reads from storage, before this host measured one: the catalog's reference
+    start (all of it counted as the weights': an upper bound of their time), else downtime.py's rate."""
+    if target.reference is not None:
+        return target.size_gb / target.reference.typical_seconds, "the catalog's reference load"
+    if target.load_strategy == "prefetch":
+        return downtime.PREFETCH_GB_PER_SECOND, "the published prefetch rate"
+    return downtime.LAZY_GB_PER_SECOND, "the reference server's lazy rate"
+
+
+def _weights_rates(size_gb: float, weights: float, share: float, cold_prior: float) -> tuple[float, float]:
+    """(page cache GB/s, storage GB/s) of a recorded load of `size_gb` in `weights` seconds with `share` of
+    it resident: the side the record mostly read is measured, the other one is a prior."""
+    warm, cold = downtime.WARM_GB_PER_SECOND, cold_prior
+    if share >= 0.5:
+        left = weights - size_gb * (1 - share) / cold
+        if left > 0:
+            warm = size_gb * share / left
+    else:
+        left = weights - size_gb * share / warm
+        if left > 0:
+            cold = size_gb * (1 - share) / left
+    return warm, cold
+
+
+def from_own_start(target: Target, facts: HostFacts, record: Mapping[str, Any]) -> StartForecast:
+    loaded = record.get("loaded") or {}
+    seconds = float(record["seconds"])
+    weights = _phase(record, "weights")
+    size0 = float(loaded["size_bytes"]) / 1e9 if loaded.get("size_bytes") else None
+    said: list[str] = []
+    parts = (
+        [f"weights {weights:.0f} s" + (f" at {size0 / weights:.2f} GB/s" if size0 and weights else "")]
+        if weights
+        else []
+    )
+    for label, figure in (
+        ("compile", _reported(record, "compileSeconds")),
+        ("graphs", _reported(record, "graphsSeconds")),
+    ):
+        if figure is not None:
+            parts.append(f"{label} {figure:.0f} s")
+    parts.append(f"{seconds:.0f} s in all")
+    who = f"{loaded.get('model') or target.model}" + (
+        f"@{str(loaded['revision'])[:12]}"
+        if loaded.get("revision") and loaded.get("revision") != target.revision
+        else ""
+    )
+    head = f"from the start of {who} on {facts.name} at {_when(float(record['at']))} ({record.get('owner')}): {', '.join(parts)}"
+    forecast = seconds
+    if weights is not None and size0:
+        rest = seconds - weights
+        new_weights = weights
+        if abs(target.size_gb / size0 - 1) > SAME_SIZE:
+            new_weights *= target.size_gb / size0
+            said.append(f"weights scaled to {target.size_gb:g} GB from {size0:g} GB")
+        share0, share1 = loaded.get("resident_share"), expected_share(target, facts)
+        if share1 is None:
+            said.append("the page cache's share at this start is unknown (MemAvailable not reported)")
+        elif share0 is None:
+            said.append("how much of it the page cache held then was not measured")
+        elif abs(share1 - share0) > SAME_SHARE:
+            cold_prior, _ = prior_cold_rate(target)
+            warm, cold = _weights_rates(size0, weights, float(share0), cold_prior)
+            new_weights = target.size_gb * (share1 / warm + (1 - share1) / cold)
+            said.append(f"{share1:.0%} of it in the page cache instead of {share0:.0%}")
+        forecast = rest + new_weights
+    elif weights is None:
+        said.append("its phases are unknown (no vLLM lines in its journal): not scaled")
+    then = (loaded.get("load_format"), loaded.get("load_strategy"))
+    if then != (target.load_format, target.load_strategy):
+        said.append(
+            f"it loaded with {_loader(*then)}, this start with {_loader(target.load_format, target.load_strategy)}: not scaled for it"
+        )
+    return StartForecast(forecast, head + "".join(f"; {s}" for s in said), "own start")
+
+
+def _unknowns(target: Target, facts: HostFacts, model_path: str) -> list[str]:
+    unknown = []
+    if facts.mem_available_gib is None and target.prewarm_margin_gib is not None and not target.staged:
+        unknown.append(f"the RAM of {facts.name} (MemAvailable)")
+    if facts.filesystem is None:
+        unknown.append(f"the filesystem of {model_path}")
+    return unknown
+
+
+def forecast_start(target: Target, facts: HostFacts, model_path: str) -> StartForecast:
+    """The start of `target` on the host of `facts`: seconds and the sentence that says what they rest on."""
+    record = last_start(target, facts.records)
+    if record is not None:
+        return from_own_start(target, facts, record)
+    unknown = _unknowns(target, facts, model_path)
+    tail = f"; unknown: {', '.join(unknown)}" if unknown else ""
+    none_here = f"no start of {target.model} on {facts.name} yet"
+    if target.reference is not None:
+        reference = target.reference
+        figure = downtime.describe(reference.seconds)
+        if reference.up_to_seconds is not None:
+            figure = f"{downtime.describe(reference.seconds)} to {downtime.describe(reference.up_to_seconds)}"
+        return StartForecast(
+            reference.typical_seconds,
+            f"from the catalog's reference load of {target.model}: {figure} on {reference.where} ({none_here}){tail}",
+            "catalog",
+        )
+    share = expected_share(target, facts)
+    estimate = downtime.stop_start_estimate(
+        target.size_gb, target.load_strategy == "prefetch", share is not None and share >= 1.0
+    )
+    return StartForecast(
+        estimate.seconds, f"from the rates of models/downtime.py: {estimate.basis} ({none_here}){tail}", "rates"
+    )
+
+
+def target_of(rd: ResolvedDeployment, load_format: str | None, load_strategy: str | None) -> Target:
+    """The start a deployment's swap makes, loaded with the flags its launch renders (render/launch.py)."""
+    return Target(
+        model=rd.model_name,
+        repo=rd.model.repo,
+        revision=rd.model.revision,
+        size_gb=rd.model.size_gb,
+        load_format=load_format,
+        load_strategy=load_strategy,
+        prewarm_margin_gib=rd.deployment.prewarm_margin_gib,
+        staged=rd.host.staging_path is not None and not rd.multi_node,
+        reference=rd.model.reference_load,
+    )
