@@ -254,6 +254,31 @@ def parse_meminfo(text: str) -> dict[str, int]:
     return {"totalMib": values.get("MemTotal", 0), "availableMib": values.get("MemAvailable", 0)}
 
 
+# Filesystems that hold no model: the kernel's own views, control groups, and the like.
+PSEUDO_FILESYSTEMS = frozenset(
+    {
+        "autofs", "binfmt_misc", "bpf", "cgroup", "cgroup2", "configfs", "debugfs", "devpts", "devtmpfs",
+        "efivarfs", "fusectl", "hugetlbfs", "mqueue", "nsfs", "proc", "pstore", "ramfs", "rpc_pipefs",
+        "securityfs", "selinuxfs", "sysfs", "tracefs",
+    }
+)  # fmt: skip
+
+
+def parse_mounts(text: str) -> list[dict[str, str]]:
+    """The mount table (/proc/self/mounts: source, mount point, type, ...) as {path, type, source}, each
+    mount point once (the last mount over it is what a path reaches), pseudo-filesystems left out. A
+    mount point's spaces and other odd bytes are octal escapes there (\\040)."""
+    found: dict[str, dict[str, str]] = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 3 or fields[2] in PSEUDO_FILESYSTEMS:
+            continue
+        path = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[1])
+        found.pop(path, None)
+        found[path] = {"path": path, "type": fields[2], "source": fields[0]}
+    return list(found.values())
+
+
 def _words(text: str) -> list[str]:
     """`text` split as a shell would; at white space where its quoting is broken."""
     with contextlib.suppress(ValueError):

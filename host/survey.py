@@ -17,7 +17,10 @@ before it stops anything. It reports:
   memory      MemTotal and MemAvailable of /proc/meminfo, in MiB
   starts      each model's last start on this host, whichever deployment started it: what it loaded and
               how, and where the start's time went (host/start_records.py)
-  vllm        with --python: the vLLM version that venv has (what the host runs, pinned or not)
+  vllm        with --python: the vLLM version that venv has (what the host runs, pinned or not) and its
+              loaders' extras (runai_model_streamer, instanttensor: their versions, null when absent)
+  mounts      the mount table without pseudo-filesystems: where each filesystem is and its type (the
+              filesystem of a model's directory decides how vLLM reads it)
 A process's unit is the last *.service of its cgroup path; a login session's scope or no cgroup means
 it belongs to no unit (host/facts.py reads all of these). Standard library only.
 """
@@ -45,6 +48,7 @@ from host.facts import (
     parse_environment,
     parse_gpu_uuids,
     parse_meminfo,
+    parse_mounts,
     parse_ss,
     unit_launch,
     unit_of,
@@ -206,6 +210,14 @@ def memory() -> dict[str, int]:
         return {"totalMib": 0, "availableMib": 0}
 
 
+def mounts() -> list[dict[str, str]]:
+    try:
+        with open("/proc/self/mounts", encoding="utf-8") as handle:
+            return parse_mounts(handle.read())
+    except OSError:
+        return []
+
+
 def _listdir(path: str) -> list[str]:
     try:
         return os.listdir(path)
@@ -241,17 +253,28 @@ def survey() -> dict[str, Any]:
             "claims": claims(),
             "memory": memory(),
             "starts": read_records(),
+            "mounts": mounts(),
         }
 
 
-def vllm_version(python: str) -> str | None:
+# The loaders' extras vLLM reads weights with besides its own (--load-format runai_streamer, instanttensor).
+LOADER_EXTRAS = ("runai_model_streamer", "instanttensor")
+
+
+def vllm_facts(python: str) -> dict[str, Any]:
     """The vLLM release the host's venv has, as its package metadata says (no import of vLLM: fast), e.g.
-    0.32.0+cpu or a source build's 0.11.2.dev618+g..., or None when that python has no vLLM."""
+    0.32.0+cpu or a source build's 0.11.2.dev618+g... (None when that python has no vLLM), and the
+    versions of its loaders' extras (None: not installed)."""
     code = (
-        "import importlib.metadata as m\ntry:\n    print(m.version('vllm'))\nexcept m.PackageNotFoundError:\n    pass\n"
+        "import importlib.metadata as m, json\n"
+        "def v(name):\n    try:\n        return m.version(name)\n    except m.PackageNotFoundError:\n        return None\n"
+        f"print(json.dumps({{name: v(name) for name in ('vllm', *{LOADER_EXTRAS!r})}}))\n"
     )
-    version = run(python, "-c", code).strip()
-    return version or None
+    try:
+        found = json.loads(run(python, "-c", code) or "{}")
+    except ValueError:
+        found = {}
+    return {"version": found.get("vllm"), "extras": {name: found.get(name) for name in LOADER_EXTRAS}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -259,10 +282,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python", help="the vLLM venv's python: report its vLLM version as well")
     args = parser.parse_args(argv)
     with ThreadPoolExecutor(max_workers=1) as pool:
-        version = pool.submit(vllm_version, args.python) if args.python else None
+        vllm = pool.submit(vllm_facts, args.python) if args.python else None
         found = survey()
-        if version is not None:
-            found["vllm"] = {"python": args.python, "version": version.result()}
+        if vllm is not None:
+            found["vllm"] = {"python": args.python, **vllm.result()}
     json.dump(found, sys.stdout, sort_keys=True)
     sys.stdout.write("\n")
     return 0

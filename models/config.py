@@ -54,8 +54,10 @@ class StackTier(StrEnum):
 
 class LoadStrategy(StrEnum):
     """vLLM's --safetensors-load-strategy: lazy mmap (its default), eager whole-file reads, or prefetch
-    into the page cache in a background thread while the workers parse (REFERENCE.md section 3)."""
+    into the page cache in a background thread while the workers parse (REFERENCE.md section 3); `auto`
+    (or unset) picks one from the host's facts (models/load_choice.py)."""
 
+    AUTO = "auto"
     LAZY = "lazy"
     EAGER = "eager"
     PREFETCH = "prefetch"
@@ -99,6 +101,7 @@ class ServingDefaults(ConfigModel):
     enable_auto_tool_choice: bool = False
     trust_remote_code: bool = False
     attention_backend: AttentionBackend | None = None
+    # Unset or `auto`: picked from the host's facts (models/load_choice.py); any other value is passed as it is.
     safetensors_load_strategy: LoadStrategy | None = None
     load_format: LoadFormat | None = None
     model_loader_extra_config: LoaderConfig | None = None

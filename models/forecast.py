@@ -23,6 +23,7 @@ from typing import Any
 
 from models import downtime
 from models.config import GIB_PER_GB, ReferenceLoad, ResolvedDeployment
+from models.load_choice import filesystem_of, mem_available_gib
 
 # Left free by the pre-warm when a deployment does not say (deployments[].prewarmMarginGib's default).
 DEFAULT_MARGIN_GIB = 8.0
@@ -69,25 +70,12 @@ class StartForecast:
 def host_facts(name: str, found: Mapping[str, Any], model_path: str) -> HostFacts:
     """The forecast's facts from a host's survey (host/survey.py): MemAvailable (0 or missing: not
     reported), the filesystem holding `model_path` (from `mounts`), the start records."""
-    available = (found.get("memory") or {}).get("availableMib") or 0
     return HostFacts(
         name=name,
-        mem_available_gib=available / 1024 if available > 0 else None,
+        mem_available_gib=mem_available_gib(found),
         filesystem=filesystem_of(model_path, found.get("mounts")),
         records=tuple(found.get("starts") or ()),
     )
-
-
-def filesystem_of(path: str, mounts: Sequence[Mapping[str, Any]] | None) -> str | None:
-    """The type of the filesystem `path` is on: its longest mount point (None without a mount table)."""
-    best: tuple[int, str] | None = None
-    for mount in mounts or ():
-        point = str(mount.get("path") or "")
-        if not point or not (path == point or path.startswith(point.rstrip("/") + "/")):
-            continue
-        if best is None or len(point) > best[0]:
-            best = (len(point), str(mount.get("type") or ""))
-    return best[1] if best and best[1] else None
 
 
 def expected_share(target: Target, facts: HostFacts) -> float | None:

@@ -335,11 +335,17 @@ def test_model_loader_extra_config_is_a_json_object_of_option_names(
 
 def test_load_fields_render_as_flags_the_hosts_vllm_knows(prod_raw: dict[str, Any], dev_raw: dict[str, Any]) -> None:
 
-    # The preset's prefetch needs vLLM 0.17; a host on 0.11 (pinned here; the reference server's reading
-    # does the same, tests/test_render.py): left out, and the preview says why.
+    # The preset's `auto` picks from the host's facts (tests/test_load_choice.py); unknown here, it passes
+    # no flag and has nothing to say.
     prod_raw["hosts"][0]["runtime"]["vllmVersion"] = "0.11.0"
     (kimi,) = parse_stack_config(prod_raw).resolved_deployments()
-    assert kimi.serving.safetensors_load_strategy == "prefetch"
+    assert kimi.serving.safetensors_load_strategy == "auto"
+    assert "--safetensors-load-strategy" not in vllm_arguments(kimi) and "--load-format" not in vllm_arguments(kimi)
+    assert load_strategy_note(kimi) is None
+    # prefetch needs vLLM 0.17; a host on 0.11 (pinned here; the reference server's reading does the same,
+    # tests/test_render.py): left out, and the preview says why.
+    prod_raw["deployments"][0]["overrides"]["safetensorsLoadStrategy"] = "prefetch"
+    (kimi,) = parse_stack_config(prod_raw).resolved_deployments()
     assert "--safetensors-load-strategy" not in vllm_arguments(kimi)
     note = load_strategy_note(kimi)
     assert note is not None and "needs vLLM 0.17 or later" in note and "runs vLLM 0.11.0" in note

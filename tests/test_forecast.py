@@ -15,7 +15,8 @@ from host.start_phases import parse_journal, phases_of
 from host.start_records import Loaded, StartRecord
 from models import downtime
 from models.config import ResolvedDeployment
-from models.forecast import Target, expected_share, filesystem_of, forecast_start, host_facts, target_of
+from models.forecast import Target, expected_share, forecast_start, host_facts, target_of
+from models.load_choice import filesystem_of
 from models.loader import load_stack_file
 from tests.support.paths import ROOT
 from tests.support.reference import surveys

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -319,3 +321,39 @@ def test_an_answer_without_a_block_per_unit_is_read_again_unit_by_unit(monkeypat
     monkeypatch.setattr(survey, "run", lambda *args: answers[tuple(a for a in args if a.endswith(".service"))])
     shown = survey.unit_properties(["a.service", "b.service"])
     assert shown["a.service"]["ActiveState"] == "active" and shown["b.service"]["ActiveState"] == "inactive"
+
+
+def test_the_mount_table_without_pseudo_filesystems_and_with_its_escapes() -> None:
+    mounts = facts.parse_mounts(
+        "/dev/nvme0n1p2 / ext4 rw,relatime 0 0\n"
+        "proc /proc proc rw 0 0\n"
+        "10.40.0.2:/export /shared nfs4 rw,vers=4.2 0 0\n"
+        "/dev/md0 /mnt/local\\040disk xfs rw 0 0\n"
+        "10.40.0.3:/other /shared nfs4 rw 0 0\n"
+    )
+    assert mounts == [
+        {"path": "/", "type": "ext4", "source": "/dev/nvme0n1p2"},
+        {"path": "/mnt/local disk", "type": "xfs", "source": "/dev/md0"},
+        {"path": "/shared", "type": "nfs4", "source": "10.40.0.3:/other"},  # the last mount over it
+    ]
+
+
+def test_the_vllm_facts_name_the_release_and_the_loaders_extras(tmp_path: Path) -> None:
+    """Read by the host's python from its packages' metadata: a venv with vLLM and instanttensor, without
+    runai_model_streamer."""
+    packages = tmp_path / "site"
+    for name, version in (("vllm", "0.32.0+cpu"), ("instanttensor", "0.1.9")):
+        info = packages / f"{name}-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH={packages} exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    assert survey.vllm_facts(str(python)) == {
+        "version": "0.32.0+cpu",
+        "extras": {"runai_model_streamer": None, "instanttensor": "0.1.9"},
+    }
+    assert survey.vllm_facts(str(tmp_path / "no-python")) == {
+        "version": None,
+        "extras": {"runai_model_streamer": None, "instanttensor": None},
+    }
