@@ -1,5 +1,5 @@
-"""`make bench`: converge overhead, swap overhead, front-door reloads under a client, download throughput
-and fleet-scale preview, measured side by side in one run on this machine, medians of at least 5 runs,
+"""`make bench`: converge overhead, swap overhead, the swap forecast's error, front-door reloads under a
+client, download throughput and fleet-scale preview, measured side by side in one run on this machine, medians of at least 5 runs,
 written to bench/RESULTS.md with PNG plots. Needs `make up` first (the dev stack deployed on the sandbox,
 the mirror running). Never part of `make test`. `make bench ARGS=swap` runs one section and reports only it;
 `make bench ARGS="--keep swap"` runs it and keeps the other sections of the last bench/results.json, each
@@ -28,7 +28,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import engine_trace  # noqa: E402
+from bench import engine_trace, forecast_error  # noqa: E402
 from models.loader import read_stack_file  # noqa: E402
 from scripts.fleet_stack import fleet_stack  # noqa: E402
 from tests.support import engine, sandbox_env  # noqa: E402
@@ -361,6 +361,54 @@ def bench_swap() -> dict[str, Any]:
                 "median_engine": median([r["engine_start_to_ready"] for r in picked]),
             }
     return {"rows": rows, "modes": modes}
+
+
+# ---- 2a. the swap forecast against the start that came ----------------------------------------------
+
+TOOLS_DIR = "/usr/local/lib/vllm-fleet"
+
+
+def bench_forecast() -> dict[str, Any]:
+    """Stop-then-start swaps of the dev stack between the two tiny models (both kept on disk), each
+    forecast beforehand from the host's survey as the preview forecasts it (bench/forecast_error.py)."""
+    from models.forecast import forecast_start, host_facts, target_of
+    from models.loader import load_stack_file
+    from render.launch import load_choice
+
+    stack_file = STACK_FILE
+    original = stack_file.read_text()
+    current = read_stack_file(stack_file)["deployments"][0]["model"]
+    other = "tiny-chat-b" if current == "tiny-chat-a" else "tiny-chat-a"
+
+    def stack_for(model: str) -> None:
+        text = original.replace(f"      model: {current}\n", f"      model: {model}\n")
+        text = text.replace("      keep: false\n", "      keep: true\n")
+        stack_file.write_text(text.replace("      port: 8000\n", "      port: 8000\n      swapMode: stop-start\n"))
+
+    def forecast(model: str) -> tuple[float, str, str]:
+        stack_for(model)
+        (rd,) = load_stack_file(stack_file).resolved_deployments()
+        python = rd.host.runtime.python
+        found = json.loads(on_host(f"{python} {TOOLS_DIR}/survey --python {python}"))
+        choice = load_choice(rd)
+        strategy = choice.load_strategy.value if choice.load_strategy is not None else None
+        said = forecast_start(
+            target_of(rd, choice.load_format, strategy), host_facts(rd.host.name, found, rd.load_path), rd.load_path
+        )
+        return said.seconds, said.source, said.basis
+
+    def swap(model: str) -> float:
+        stack_for(model)
+        out = run_captured(["pulumi", "up", "--stack", STACK, "--yes"], cwd=ROOT, env=ENV, check=True).stdout
+        return timings(out)["start_to_ready"]
+
+    try:
+        swap(current)  # both models on disk, the current one serving
+        # Each model's first swap goes on the rates; from its second on, on its own last start here.
+        return forecast_error.run_series([other, current] * RUNS, forecast, swap)
+    finally:
+        stack_file.write_text(original)
+        run_captured(["pulumi", "up", "--stack", STACK, "--yes"], cwd=ROOT, env=ENV, check=True)
 
 
 # ---- 2b. pre-warm: what reading the model into the page cache before the stop saves the load --------
@@ -983,6 +1031,8 @@ def report(results: dict[str, Any], files: list[str], measured: dict[str, dict[s
                 f"| swap overhead, {mode} (total - engine start-to-ready) | {m['median_overhead']:.2f} s of "
                 f"{m['median_total']:.2f} s total{floor} | {m['swaps']} | < 5 s | {yes(m['median_overhead'] < 5)} |"
             )
+    if "forecast" in results:
+        lines.append(forecast_error.summary_row(results["forecast"]))
     if "reloads" in results:
         rl = results["reloads"]
         lines.append(
@@ -1091,6 +1141,14 @@ def report(results: dict[str, Any], files: list[str], measured: dict[str, dict[s
                 f"{row['median_cpu_s'] / h:.3f} | {row['peak_rss_mib']:.0f} | {row['config_bytes'] / 1024:.0f} | "
                 f"{len(row['runs_s'])} |"
             )
+    if "forecast" in results:
+        lines += [
+            "",
+            "Swap forecasts (`make bench ARGS=forecast`; stop-then-start; forecast before each swap from the host's "
+            "survey, as the preview makes it; measured: the swap's start to ready):",
+            "",
+            *forecast_error.table(results["forecast"]["rows"]),
+        ]
     if "swap" in results:
         lines += [
             "",
@@ -1121,6 +1179,7 @@ def main() -> int:
     steps: dict[str, Callable[[Path], Any]] = {
         "noop": bench_noop,
         "swap": lambda _t: bench_swap(),
+        "forecast": lambda _t: bench_forecast(),
         "reloads": lambda _t: bench_reloads(),
         "prewarm": lambda _t: bench_prewarm(),
         "download": lambda _t: bench_download(),
