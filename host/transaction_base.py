@@ -106,6 +106,9 @@ class TransactionBase:
         self.mode = "stop-start"
         self.prewarmed = "none"
         self.resident: Residency | None = None
+        # The journal cursor from before the new engine's start, once it serves: its record is written
+        # after the front door switched (clients wait for nothing of it).
+        self.started_after: str | None = None
 
     def log(self, message: str) -> None:
         self._log(f"[{self.plan.deployment}] {message}")
@@ -202,6 +205,7 @@ class TransactionBase:
         self.claim(frozenset(placement.gpus))
         self.drop_staged_copy(old)
         self.log(f"serving {plan.served_name} from {plan.unit_name} behind the front door on port {plan.port}")
+        self.record_start()
         self.log("timing: " + " ".join(f"{k}={v:.2f}s" for k, v in self.timings.items() if k != "blue_green"))
         return Result("succeeded", f"serving {plan.served_name} from {plan.unit_name}", plan.digest, self.timings)
 
@@ -260,13 +264,16 @@ class TransactionBase:
         self.timings["start_to_ready" if ready else "start_failed_after"] = now() - start
         if ready:
             write_file(self.state_dir / ENGINE_READY_FILE, f"{plan.unit_name}\n", 0o644)
-            self.record_start(cursor, self.timings["start_to_ready"])
+            self.started_after = cursor
         return ready, cursor
 
-    def record_start(self, cursor: str, seconds: float) -> None:
+    def record_start(self) -> None:
         """Keep what the new engine loaded and where its start went (host/start_records.py), for the
         forecast of the next swap to this model here. A record that cannot be made is said, not fatal."""
         plan = self.plan
+        if self.started_after is None:
+            return
+        cursor, seconds = self.started_after, self.timings["start_to_ready"]
         try:
             journal = self.host.run(*journal_command(plan.unit_name, cursor), check=False)
             phases = phases_of(parse_journal(journal))
