@@ -16,6 +16,7 @@ model's directory) are named as unknown, never assumed. Pure functions over the 
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -92,14 +93,28 @@ def expected_share(target: Target, facts: HostFacts) -> float | None:
     return max(0.0, min(1.0, (facts.mem_available_gib - target.prewarm_margin_gib) / size_gib)) if size_gib else 1.0
 
 
+def pinned(revision: str) -> bool:
+    """Whether a revision names one commit (a branch such as `main` is resolved on the host)."""
+    return re.fullmatch(r"[0-9a-f]{40}", revision) is not None
+
+
+def same_checkpoint(target: Target, record: Mapping[str, Any]) -> bool:
+    """Whether a record loaded the checkpoint the target loads: its repository at its pinned revision (any
+    revision the host resolved, for a target that names a branch)."""
+    loaded = record.get("loaded") or {}
+    return loaded.get("repo") == target.repo and (
+        not pinned(target.revision) or loaded.get("revision") == target.revision
+    )
+
+
 def last_start(target: Target, records: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    """The model's own last start among the host's records: its repository at the same revision first,
-    then the same repository, then (for a record without a manifest) the same name."""
+    """The model's own last start among the host's records: its checkpoint's first (same_checkpoint),
+    then another revision of its repository, then (for a record without a manifest) the same name."""
 
     def matches(record: Mapping[str, Any], exact: bool) -> bool:
         loaded = record.get("loaded") or {}
         if loaded.get("repo"):
-            return loaded["repo"] == target.repo and (not exact or loaded.get("revision") == target.revision)
+            return same_checkpoint(target, record) if exact else loaded["repo"] == target.repo
         return bool(loaded.get("model")) and loaded.get("model") == target.model
 
     for exact in (True, False):
@@ -170,19 +185,18 @@ def from_own_start(target: Target, facts: HostFacts, record: Mapping[str, Any]) 
         if figure is not None:
             parts.append(f"{label} {figure:.0f} s")
     parts.append(f"{seconds:.0f} s in all")
-    who = f"{loaded.get('model') or target.model}" + (
-        f"@{str(loaded['revision'])[:12]}"
-        if loaded.get("revision") and loaded.get("revision") != target.revision
-        else ""
-    )
+    same = same_checkpoint(target, record)
+    who = f"{loaded.get('model') or target.model}" + ("" if same else f"@{str(loaded.get('revision'))[:12]}")
     head = f"from the start of {who} on {facts.name} at {_when(float(record['at']))} ({record.get('owner')}): {', '.join(parts)}"
     forecast = seconds
     if weights is not None and size0:
         rest = seconds - weights
         new_weights = weights
-        if abs(target.size_gb / size0 - 1) > SAME_SIZE:
-            new_weights *= target.size_gb / size0
-            said.append(f"weights scaled to {target.size_gb:g} GB from {size0:g} GB")
+        # The same checkpoint is the size the host measured; another revision, the size the stack says.
+        size1 = size0 if same else target.size_gb
+        if abs(size1 / size0 - 1) > SAME_SIZE:
+            new_weights *= size1 / size0
+            said.append(f"weights scaled to {size1:g} GB from {size0:g} GB")
         share0, share1 = loaded.get("resident_share"), expected_share(target, facts)
         if share1 is None:
             said.append("the page cache's share at this start is unknown (MemAvailable not reported)")
@@ -191,7 +205,7 @@ def from_own_start(target: Target, facts: HostFacts, record: Mapping[str, Any]) 
         elif abs(share1 - share0) > SAME_SHARE:
             cold_prior, _ = prior_cold_rate(target)
             warm, cold = _weights_rates(size0, weights, float(share0), cold_prior)
-            new_weights = target.size_gb * (share1 / warm + (1 - share1) / cold)
+            new_weights = size1 * (share1 / warm + (1 - share1) / cold)
             said.append(f"{share1:.0%} of it in the page cache instead of {share0:.0%}")
         forecast = rest + new_weights
     elif weights is None:

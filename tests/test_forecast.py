@@ -130,8 +130,9 @@ def test_the_own_start_is_scaled_by_what_differs() -> None:
         "not scaled for it"
     )
 
-    # Half the size, the same page cache share (none: no pre-warm): the weights take half as long.
-    smaller = dataclasses.replace(kimi_target(rd), size_gb=273.5, prewarm_margin_gib=None)
+    # Another revision, half the size, the same page cache share (none: no pre-warm): the weights take half
+    # as long. The same revision is the size the host measured, whatever the stack says.
+    smaller = dataclasses.replace(kimi_target(rd), revision="e" * 40, size_gb=273.5, prewarm_margin_gib=None)
     forecast = forecast_start(smaller, facts, rd.load_path)
     assert forecast.seconds == pytest.approx(rest + weights / 2, abs=0.1)
     assert "weights scaled to 273.5 GB from 547 GB" in forecast.basis
@@ -145,6 +146,10 @@ def test_an_earlier_revision_is_used_and_named_when_none_of_this_one_is_there() 
         kimi_target(rd), host_facts("gpu-01", reference_survey(starts=[kimi]), rd.load_path), rd.load_path
     )
     assert forecast.basis.startswith("from the start of kimi-k2.5-int4@ffffffffffff on gpu-01")
+    # A stack that names a branch takes whatever revision the host resolved it to as its own.
+    branch = dataclasses.replace(kimi_target(rd), revision="main", size_gb=600.0)
+    forecast = forecast_start(branch, host_facts("gpu-01", reference_survey(starts=[kimi]), rd.load_path), rd.load_path)
+    assert forecast.basis.startswith("from the start of kimi-k2.5-int4 on gpu-01") and "scaled" not in forecast.basis
 
 
 def test_without_record_or_catalog_figure_the_rates_say_it_with_the_unknowns() -> None:
