@@ -100,20 +100,28 @@ class StartRecord:
     version: int = field(default=1)
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        """The record as the host keeps it and the survey reports it: the survey's camelCase keys."""
+        data = {_camel(key): value for key, value in asdict(self).items()}
+        data["loaded"] = {_camel(key): value for key, value in asdict(self.loaded).items()}
         data["phases"] = self.phases.to_dict() if self.phases is not None else None
         return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> StartRecord:
         """The record as to_dict wrote it (what is not a field of it is left out)."""
-        known = {f.name for f in fields(cls)} - {"loaded", "phases"}
+        known = {_camel(f.name): f.name for f in fields(cls)} | {"loaded": "", "phases": ""}
+        loaded = {_camel(f.name): f.name for f in fields(Loaded)}
         phases = data.get("phases")
         return cls(
-            **{key: value for key, value in data.items() if key in known},
-            loaded=Loaded(**data["loaded"]),
+            **{known[key]: value for key, value in data.items() if known.get(key)},
+            loaded=Loaded(**{loaded[key]: value for key, value in data["loaded"].items() if key in loaded}),
             phases=StartPhases.from_dict(phases) if phases else None,
         )
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
 
 
 def record_file(root: Path, identity: str) -> Path:

@@ -171,7 +171,7 @@ def from_own_start(target: Target, facts: HostFacts, record: Mapping[str, Any]) 
     loaded = record.get("loaded") or {}
     seconds = float(record["seconds"])
     weights = _phase(record, "weights")
-    size0 = float(loaded["size_bytes"]) / 1e9 if loaded.get("size_bytes") else None
+    size0 = float(loaded["sizeBytes"]) / 1e9 if loaded.get("sizeBytes") else None
     said: list[str] = []
     parts = (
         [f"weights {weights:.0f} s" + (f" at {size0 / weights:.2f} GB/s" if size0 and weights else "")]
@@ -197,7 +197,7 @@ def from_own_start(target: Target, facts: HostFacts, record: Mapping[str, Any]) 
         if abs(size1 / size0 - 1) > SAME_SIZE:
             new_weights *= size1 / size0
             said.append(f"weights scaled to {size1:g} GB from {size0:g} GB")
-        share0, share1 = loaded.get("resident_share"), expected_share(target, facts)
+        share0, share1 = loaded.get("residentShare"), expected_share(target, facts)
         if share1 is None:
             said.append("the page cache's share at this start is unknown (MemAvailable not reported)")
         elif share0 is None:
@@ -210,7 +210,7 @@ def from_own_start(target: Target, facts: HostFacts, record: Mapping[str, Any]) 
         forecast = rest + new_weights
     elif weights is None:
         said.append("its phases are unknown (no vLLM lines in its journal): not scaled")
-    then = (loaded.get("load_format"), loaded.get("load_strategy"))
+    then = (loaded.get("loadFormat"), loaded.get("loadStrategy"))
     if then != (target.load_format, target.load_strategy):
         said.append(
             f"it loaded with {_loader(*then)}, this start with {_loader(target.load_format, target.load_strategy)}: not scaled for it"

@@ -76,7 +76,7 @@ def test_a_start_records_phases_that_add_up_to_the_measured_start(starts: Starts
     record = record_of("e2e-tiny-a")
     assert (record["owner"], record["unit"]) == ("starts.chat", "vllm-e2e-tiny-a.service")
     assert record["loaded"]["repo"] == "acme/tiny-chat-a" and len(record["loaded"]["revision"]) == 40
-    assert record["loaded"]["prewarm"] == "page cache" and record["loaded"]["resident_share"] == 1.0
+    assert record["loaded"]["prewarm"] == "page cache" and record["loaded"]["residentShare"] == 1.0
     phases = record["phases"]
     assert phases["ready"] and phases["reported"]["vllmVersion"] == "0.32.0"
     names = [p["name"] for p in phases["phases"]]
@@ -116,7 +116,7 @@ def test_with_the_pre_warm_on_the_swap_reads_it_back_before_the_stop_and_records
     assert any(f"before the start: 100% of {directory} is in the page cache" in line for line in said), said
     assert any("where the start went: checks" in line for line in said), said
     record = record_of("e2e-tiny-b")
-    assert record["mode"] == "stop-start" and record["loaded"]["resident_share"] == 1.0
+    assert record["mode"] == "stop-start" and record["loaded"]["residentShare"] == 1.0
     total = sum(p["seconds"] for p in record["phases"]["phases"])
     assert total == pytest.approx(record["seconds"], rel=0.10), (total, record["seconds"])
     # tiny-a's record stays: the next swap back to it starts from its own last start here.

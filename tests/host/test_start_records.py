@@ -178,7 +178,7 @@ def test_a_model_evicted_since_the_pre_warm_is_read_again_before_the_stop(tmp_pa
     assert "0% is less than vllm-fleet:deployments[chat].prewarmMinResidentShare (90%): reading the files" in lines
     assert f"before the start: 100% of {model} is in the page cache" in lines
     [record] = read_records(world.state_root)
-    assert record["loaded"]["resident_share"] == 1.0
+    assert record["loaded"]["residentShare"] == 1.0
 
 
 def test_a_swap_that_stops_nothing_first_measures_but_never_refuses(tmp_path: Path) -> None:
