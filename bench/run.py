@@ -397,13 +397,15 @@ def bench_forecast() -> dict[str, Any]:
         )
         return said.seconds, said.source, said.basis
 
-    def swap(model: str) -> float:
+    def up(model: str) -> str:
         stack_for(model)
-        out = run_captured(["pulumi", "up", "--stack", STACK, "--yes"], cwd=ROOT, env=ENV, check=True).stdout
-        return timings(out)["start_to_ready"]
+        return run_captured(["pulumi", "up", "--stack", STACK, "--yes"], cwd=ROOT, env=ENV, check=True).stdout
+
+    def swap(model: str) -> float:
+        return timings(up(model))["start_to_ready"]
 
     try:
-        swap(current)  # both models on disk, the current one serving
+        up(current)  # both models on disk, the current one serving (a first deploy, or nothing to do)
         # Each model's first swap goes on the rates; from its second on, on its own last start here.
         return forecast_error.run_series([other, current] * RUNS, forecast, swap)
     finally:
