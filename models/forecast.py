@@ -174,7 +174,7 @@ def from_own_start(target: Target, facts: HostFacts, record: Mapping[str, Any]) 
     size0 = float(loaded["sizeBytes"]) / 1e9 if loaded.get("sizeBytes") else None
     said: list[str] = []
     parts = (
-        [f"weights {weights:.0f} s" + (f" at {size0 / weights:.2f} GB/s" if size0 and weights else "")]
+        [f"weights {weights:.0f} s" + (f" at {size0 / weights:.2f} GB/s" if size0 and weights >= 1 else "")]
         if weights
         else []
     )
