@@ -164,7 +164,7 @@ def copy(
     manifest = read_manifest(source)
     changed = changed_files(source, manifest)
     if changed:
-        raise Failure(changed_since_verified(source, changed, 5) + " first; nothing was copied.")
+        raise Failure(changed_since_verified(source, changed, 5) + " Nothing was copied.")
     st = (source / MANIFEST_REL).stat()
     files = [*model_files(source), ModelFile(MANIFEST_REL, st.st_size, st.st_mtime_ns)]  # the manifest last
     with _locked(target):

@@ -128,9 +128,15 @@ def download_params(
     }
 
 
-def download_script(model_name: str, model: ModelSpec, storage: Storage, host: Host, endpoint: str | None) -> str:
+def download_script(
+    model_name: str, model: ModelSpec, storage: Storage, host: Host, endpoint: str | None, stack: str, repairs: int = 0
+) -> str:
+    """The download step: REPAIRS is its drift-repair count (controller/drift.download_repairs)."""
     params = download_params(model_name, model, storage, host, endpoint)
-    return render_script("download.sh", {k: v for k, v in params.items() if k != "STORAGE_PATH"})
+    return render_script(
+        "download.sh",
+        {**{k: v for k, v in params.items() if k != "STORAGE_PATH"}, "STACK": stack, "REPAIRS": str(repairs)},
+    )
 
 
 def download_delete_script(model_name: str, model: ModelSpec, storage: Storage, host: Host, stack: str) -> str:

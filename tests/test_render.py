@@ -61,7 +61,7 @@ def rendered_scripts(name: str) -> dict[str, str]:
         host = next(h for h in config.hosts if h.name == store.host)
         for model in config.wanted_models_on(store.name):
             spec = config.models[model]
-            scripts[f"download-{model}.sh"] = steps.download_script(model, spec, store, host, config.hf_endpoint)
+            scripts[f"download-{model}.sh"] = steps.download_script(model, spec, store, host, config.hf_endpoint, "dev")
             scripts[f"download-delete-{model}.sh"] = steps.download_delete_script(model, spec, store, host, name)
     for rd in config.resolved_deployments():
         scripts[f"stage-{rd.deployment.name}.sh"] = steps.stage_script(rd, name)
