@@ -11,4 +11,4 @@ readonly TOOLS_DIR=/usr/local/lib/vllm-fleet
 readonly MARGIN_GB=1.0
 readonly STACK=dev
 readonly REPAIRS=0
-# <the body of components/files/download.sh after line 1: 15 lines, 1018 bytes, sha256 82b7a547c2330a3074790a4e4d6dba3a3aeac2b90e5095d178c7d6291bf65061>
+# <the body of host/steps/download.sh after line 1: 15 lines, 1018 bytes, sha256 82b7a547c2330a3074790a4e4d6dba3a3aeac2b90e5095d178c7d6291bf65061>
