@@ -19,7 +19,6 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from controller.transport import SurveyFailed, ssh_survey
 from host.contract import Survey
@@ -165,8 +164,3 @@ def age_line(facts: Facts, window: float) -> str:
             f"{oldest:.0f} s old (kept at most {window:g} s; {REUSE_ENV}=0 reads them again)"
         )
     return "facts about the hosts: " + "; ".join(parts) if parts else "facts about the hosts: none asked"
-
-
-def survey_dump(facts: Facts) -> dict[str, Any]:
-    """The surveys as JSON (what VLLM_FLEET_SURVEY_FILE holds for an offline preview)."""
-    return {name: found.to_dict() for name, found in facts.surveys.items()}
