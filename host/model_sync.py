@@ -165,7 +165,9 @@ def manifest_of(directory: Path, missing: str) -> dict[str, Any]:
 
 def check(args: argparse.Namespace) -> int:
     directory = Path(args.dir)
-    manifest = manifest_of(directory, "verified manifest; run `pulumi up` to download it")
+    manifest = manifest_of(
+        directory, "verified manifest; run `pulumi up` where the stack is deployed from to download it"
+    )
     changed = changed_files(directory, manifest)
     if changed:
         raise Refused(changed_since_verified(directory, changed))

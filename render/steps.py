@@ -30,12 +30,14 @@ from render.units import RenderedUnit, render_node_unit, render_unit
 
 
 @functools.cache
-def tools_script() -> str:
-    """Install the host package: the archive of host/ that the tools-archive step copied to the host (its
-    version is the archive's digest), unpacked with its bytecode, and a launcher per tool
-    (render/host_bundle.py). A changed host tool changes this step and the copy."""
+def tools_script(archive_urn: str) -> str:
+    """Install the host package: the archive of host/ that the tools-archive step (`archive_urn`, which its
+    advice names to copy it again) copied to the host (its version is the archive's digest), unpacked with
+    its bytecode, and a launcher per tool (render/host_bundle.py). A changed host tool changes this step
+    and the copy."""
     version = host_bundle.version()
     params: dict[str, ParamValue] = {
+        "ARCHIVE_URN": archive_urn,
         "TOOLS_DIR": TOOLS_DIR,
         "BUNDLE": BUNDLE_NAME,
         "VERSION": version,

@@ -29,7 +29,7 @@ from render.launch import args_check_spec, engine_environment, vllm_arguments
 from render.paths import FILES, FRONT_DOOR_UNIT, TOOLS_DIR, UNIT_DIR
 from render.scripts import MAX_SCRIPT_BYTES, Script, remote_invocation, step_script
 from render.units import render_node_unit, render_unit, systemd_quote
-from tests.support.host_package import install_host_package
+from tests.support.host_package import ARCHIVE_URN, install_host_package
 from tests.support.paths import ROOT
 from tests.support.processes import run_captured
 from tests.support.reference import as_surveyed
@@ -48,7 +48,7 @@ def rendered_scripts(name: str) -> dict[str, str]:
     """Every script a stack runs on its hosts, by a stable file name."""
     config = stack(name)
     scripts = {
-        "tools.sh": steps.tools_script(),
+        "tools.sh": steps.tools_script(ARCHIVE_URN),
         "tools-delete.sh": steps.tools_delete_script(),
         "frontdoor.sh": steps.front_door_script(),
         "frontdoor-delete.sh": steps.front_door_delete_script(),
@@ -385,9 +385,10 @@ def test_the_tools_step_refuses_a_missing_or_different_archive_and_removes_month
     names the step that copies it again; the archives of other versions go once a month old."""
     tools_dir = tmp_path / "tools"
     tools_dir.mkdir()
-    script = steps.tools_script().replace(TOOLS_DIR, str(tools_dir))
+    script = steps.tools_script(ARCHIVE_URN).replace(TOOLS_DIR, str(tools_dir))
     missing = run_captured(["bash", "-c", script], cwd=tmp_path)
-    assert missing.returncode == 1 and "is missing" in missing.stderr and "tools-archive" in missing.stderr
+    assert missing.returncode == 1 and "is missing" in missing.stderr
+    assert f"run `pulumi up --replace '{ARCHIVE_URN}'` where the stack is deployed from" in missing.stderr
     incoming = tools_dir / ".incoming" / f"{host_bundle.version()}.pyz"
     incoming.parent.mkdir()
     incoming.write_bytes(host_bundle.archive()[:-100])  # a copy that stopped short
