@@ -22,7 +22,7 @@ from controller import assess, client_ids, drift, forecast
 from controller import survey as host_survey
 from controller.probe import EarlyProbes, HostUnreachable, probe_all
 from controller.program import Stack
-from host.contract import Survey
+from host.contract import MODEL_NO_MANIFEST, Survey
 from models.config import StackConfig
 from models.hosts import Host
 from models.rules import stack_errors
@@ -166,7 +166,10 @@ def check_hosts(stack: Stack, early: EarlyProbes | None = None) -> tuple[Stack, 
             count, problem = drift.download_repairs(stack.name, directory, found)
             repairs.downloads[(store.name, name)] = count
             if problem is not None:
-                pulumi.log.warn(drift.download_line(name, store.host, directory, found))
+                # A directory with no verified files is a first download as often as a deleted one: said, not warned.
+                files = found.models.get(directory)
+                fresh = files is not None and files.state == MODEL_NO_MANIFEST
+                (pulumi.log.info if fresh else pulumi.log.warn)(drift.download_line(name, store.host, directory, found))
     for host_config in reachable:
         on_host = [rd for rd in resolved if rd.host.name == host_config.name]
         found = surveys[host_config.name]

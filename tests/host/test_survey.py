@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from controller import assess, client_ids, forecast
-from host import facts, survey
+from host import contract, facts, model_files, survey
 from host.contract import Listener, Memory, Survey
 from models.loader import parse_stack_config
 from tests.support.paths import FIXTURES
@@ -332,3 +336,77 @@ def test_an_answer_without_a_block_per_unit_is_read_again_unit_by_unit(monkeypat
     monkeypatch.setattr(survey, "run", lambda *args: answers[tuple(a for a in args if a.endswith(".service"))])
     shown = survey.unit_properties(["a.service", "b.service"])
     assert shown["a.service"]["ActiveState"] == "active" and shown["b.service"]["ActiveState"] == "inactive"
+
+
+def test_a_survey_crosses_the_wire_as_it_was_read() -> None:
+    """host/survey.py writes Survey.to_dict(); the controller and the swap read it back with from_dict."""
+    launch = facts.vllm_launch(["/opt/v/bin/python3", "-m", "vllm.entrypoints.openai.api_server", "--port", "9"], {})
+    found = Survey.from_dict(
+        {
+            "units": [
+                {"name": "vllm-a.service", "activeState": "active", "subState": "running", "enabled": True,
+                 "managed": True, "owner": "dev.chat", "sha256": "1" * 64, "stagedSha256": "1" * 64,
+                 "envMatchesStaged": True, "launch": launch.to_dict() if launch else None, "mainPid": 5},
+            ],
+            "listeners": [{"address": "0.0.0.0", "port": 9, "pid": 5, "unit": "vllm-a.service", "cmd": "python3"}],
+            "gpuHolders": [
+                {"pid": 5, "gpus": [0], "usedMib": 10, "unit": "vllm-a.service", "cmd": "python3"},
+                {"pid": 6, "gpus": [1], "unit": "jupyter.service", "unitState": "active", "unitManaged": False},
+            ],
+            "gpuCount": 2,
+            "active": {"dev.chat": {"unit": "vllm-a.service", "gpus": [0], "backendPort": 18000, "repairs": 3,
+                                    "adapters": {"wanted": {"x": "r"}, "loaded": ["x"], "repairs": 1, "drift": []}}},
+            "claims": {"dev.chat": {"gpus": [0], "ports": [9], "units": ["vllm-a.service"]}},
+            "memory": {"totalMib": 100, "availableMib": 50},
+            "models": {"/shared/m": {"dir": "/shared/m", "state": "changed", "changed": ["a"], "repairs": {"dev": 2}}},
+            "vllm": {"version": "0.32.0+cpu"},
+            "at": 1.5,
+        }
+    )  # fmt: skip
+    assert Survey.from_dict(json.loads(json.dumps(found.to_dict()))) == found
+    # A holder's unit from the survey's units when the entry does not say; from the entry otherwise.
+    assert found.gpu_holders[0].unit == found.units[0].process_unit
+    assert found.gpu_holders[1].unit is not None and found.gpu_holders[1].unit.running
+    assert found.deployment("dev.chat").record == contract.ActiveRecord("vllm-a.service", gpus=(0,), backend_port=18000)
+    assert found.deployment("dev.other").record is None and found.running("vllm-a.service")
+
+
+def test_a_managed_units_file_and_environment_are_compared_with_what_was_staged(tmp_path: Path) -> None:
+    state, etc = tmp_path / "state", tmp_path / "etc"
+    staged = state / "deployments" / "dev.chat" / "staged"
+    staged.mkdir(parents=True)
+    etc.mkdir()
+    assert survey.staged("dev.chat", "vllm-a.service", str(state), str(etc)) == (None, None)  # nothing staged
+    (staged / "vllm-a.service").write_text("unit\n")
+    (staged / "vllm-a.env").write_text("HF_TOKEN=x\n")
+    (etc / "vllm-a.env").write_text("HF_TOKEN=x\n")
+    digest = hashlib.sha256(b"unit\n").hexdigest()
+    assert survey.staged("dev.chat", "vllm-a.service", str(state), str(etc)) == (digest, True)
+    (etc / "vllm-a.env").write_text("HF_TOKEN=edited\n")
+    assert survey.staged("dev.chat", "vllm-a.service", str(state), str(etc)) == (digest, False)
+    assert survey.staged(None, "vllm-a.service", str(state), str(etc)) == (None, None)
+
+
+def test_a_model_directory_is_judged_by_its_manifest_and_its_repairs_live_in_the_hosts_state(tmp_path: Path) -> None:
+    model, state = tmp_path / "m", tmp_path / "state"
+    assert model_files.model_state(model, state) == contract.ModelFiles(str(model), contract.MODEL_NO_MANIFEST)
+    model.mkdir()
+    for name in ("a.safetensors", "b.safetensors"):
+        (model / name).write_text(name)
+    entries = {name: model_files.stat_entry(model / name) for name in ("a.safetensors", "b.safetensors")}
+    model_files.write_manifest(model, "acme/m", "f" * 40, entries)
+    assert model_files.model_state(model, state).state == contract.MODEL_VERIFIED
+    (model / "b.safetensors").unlink()
+    model_files.record_repairs(state, "dev", model, 2)
+    model_files.record_repairs(state, "e2e", model, 5)
+    model_files.record_repairs(state, "dev", tmp_path / "other", 9)
+    found = model_files.model_state(model, state)
+    assert (found.state, found.changed, found.repairs) == (
+        contract.MODEL_CHANGED,
+        ("b.safetensors",),
+        {"dev": 2, "e2e": 5},
+    )
+    assert found.describe() == "changed: b.safetensors"
+    # Deleted whole: the manifest goes with it, the repairs stay.
+    shutil.rmtree(model)
+    assert model_files.model_state(model, state).repairs == {"dev": 2, "e2e": 5}

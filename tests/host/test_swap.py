@@ -471,6 +471,29 @@ def test_a_unit_that_serves_or_loads_this_configuration_is_left_alone(tmp_path: 
     assert not any("prewarm:" in line for line in world.lines), world.lines
 
 
+def test_drift_that_needs_no_restart_is_repaired_in_place_and_a_looping_engine_restarts(tmp_path: Path) -> None:
+    """What the activation does when the preview counted drift: a unit disabled by hand is enabled again
+    while its engine keeps serving; one waiting to restart after its start failed (its model check refused)
+    is started now, not at systemd's next try; one edited by hand restarts with the staged file."""
+    world = World(tmp_path)
+    plan = world.plan()
+    assert world.run(plan).status == "succeeded"
+    unit = world.systemd.units["vllm-new.service"]
+    unit.enabled = False
+    world.systemd.calls.clear()
+    result = world.run(plan)
+    assert result.status == "unchanged" and unit.enabled and unit.state == "active"
+    assert ("systemctl", "enable", "--quiet", "vllm-new.service") in world.systemd.calls
+    assert "stop" not in world.systemd.verbs("vllm-new.service")
+    assert any("was disabled: enabled again" in line for line in world.lines)
+    unit.state, unit.sub_state = "activating", "auto-restart"
+    assert world.run(plan).status == "succeeded" and unit.state == "active"
+    assert "start" in world.systemd.verbs("vllm-new.service")
+    (world.unit_dir / "vllm-new.service").write_text("# edited by hand\n")
+    assert world.run(plan).status == "succeeded"
+    assert (world.unit_dir / "vllm-new.service").read_text().startswith(contract.MANAGED_MARK)
+
+
 def test_claims_of_another_live_deployment_refuse_before_anything_stops(tmp_path: Path) -> None:
     world = World(tmp_path)
     (world.state_root / "deployments" / "other.serve").mkdir(parents=True)
