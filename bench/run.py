@@ -793,7 +793,7 @@ def bench_survey(tmp: Path) -> dict[str, Any]:
         for _ in range(RUNS):
             started = time.monotonic()
             host_survey.survey_all(
-                STACK, hosts, [], {h.name: dirs for h in hosts}, key, tmp / "survey", preview=True, window=0
+                STACK, hosts, [], {h.name: dirs for h in hosts}, key, tmp / "survey", preview=True, operation=None
             )
             walls.append(time.monotonic() - started)
         results[str(size)] = {"median_s": median(walls), "per_host_s": median(walls) / size, "runs_s": walls}

@@ -116,6 +116,7 @@ def read_facts(stack: Stack, reachable: list[Host], early: EarlyProbes | None) -
             stack.key_text,
             SURVEY_CACHE,
             preview=pulumi.runtime.is_dry_run(),
+            operation=host_survey.pulumi_operation(),
             window=window,
         )
     except (HostUnreachable, host_survey.SurveyFailed) as error:

@@ -2,12 +2,14 @@
 (controller/transport.py runs host/survey.py there) in every `pulumi preview` and `pulumi up`, all hosts at
 once (at most SURVEY_WORKERS sessions). A cordoned host is never asked (controller/checks.py leaves it out).
 
-The two program runs of one `pulumi up` (its preview, then its update) judge one survey: a preview's run
-keeps what it read in .cache/survey/, with the config it was read for, and the update's run that follows
-within the reuse window (REUSE_SECONDS, VLLM_FLEET_SURVEY_REUSE_SECONDS; 0 turns it off) takes it, once,
-instead of asking again; an up right after the same checkout's `pulumi preview` of the same config does the
-same. Any other run reads the hosts afresh, and no survey older than the window decides anything. Each run
-says how old its facts are (`age_line`)."""
+The two program runs of one `pulumi up` (its preview, then its update) judge one survey: the preview's run
+keeps what it read in .cache/survey/, with the config it was read for and the `pulumi` process that runs
+both (`pulumi_operation`), and the update's run of that same process takes it, once, within the reuse window
+(REUSE_SECONDS, VLLM_FLEET_SURVEY_REUSE_SECONDS; 0 turns it off: an up that waits longer at its prompt
+reads again). Every other run reads the hosts afresh: a `pulumi preview` and the `pulumi up` after it are
+two processes, and what an operator did on a host between them (the Automation API's `up` runs no
+preview) is seen. No survey older than the window decides anything; each run says how old its facts are
+(`age_line`)."""
 
 from __future__ import annotations
 
@@ -45,11 +47,33 @@ def reuse_seconds(env: Mapping[str, str] = os.environ) -> float:
         return REUSE_SECONDS
 
 
-def survey_key(stack: str, host: Host, deployments: Sequence[ResolvedDeployment], model_dirs: Sequence[str]) -> str:
-    """What a kept survey was read for: the host's config, its deployments (their adapters too), the model
-    directories asked about and the survey's own code. Another config reads the host afresh."""
+def pulumi_operation(proc: Path = Path("/proc"), pid: int | None = None) -> str | None:
+    """The `pulumi` process that runs this program (the nearest ancestor of that name: the CLI starts the
+    language host, which starts the program), as PID.start-time, which no other process has; None when
+    there is none to be found (the preview's survey then serves no update)."""
+    pid = os.getpid() if pid is None else pid
+    seen: set[int] = set()
+    while pid > 1 and pid not in seen:
+        seen.add(pid)
+        try:
+            stat = (proc / str(pid) / "stat").read_text()
+        except OSError:
+            return None
+        name, fields = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
+        if name == "pulumi":
+            return f"{pid}.{fields[19]}"  # field 22 of stat: the start time, in clock ticks since boot
+        pid = int(fields[1])
+    return None
+
+
+def survey_key(
+    stack: str, host: Host, deployments: Sequence[ResolvedDeployment], model_dirs: Sequence[str], operation: str
+) -> str:
+    """What a kept survey was read for: the `pulumi` process whose update may take it, the host's config,
+    its deployments (their adapters too), the model directories asked about and the survey's own code."""
     material = json.dumps(
         {
+            "operation": operation,
             "stack": stack,
             "host": plain(host),
             "deployments": [plain(rd.deployment) for rd in deployments],
@@ -105,21 +129,24 @@ def survey_all(
     cache_dir: Path,
     *,
     preview: bool,
+    operation: str | None,
     window: float = REUSE_SECONDS,
     clock: Callable[[], float] = time.time,
 ) -> Facts:
     """Every host's survey at once. A preview's run (`preview`) reads each host and keeps what it read for
-    the update that follows; an update's run takes a kept survey of the same config at most `window`
-    seconds old, and reads the host otherwise. One SurveyFailed names each host that failed."""
+    the update of the same `pulumi` process (`operation`; None: nothing is kept); an update's run takes a
+    kept survey of that process and config at most `window` seconds old, and reads the host otherwise. One
+    SurveyFailed names each host that failed."""
     by_host: dict[str, list[ResolvedDeployment]] = {host.name: [] for host in hosts}
     for rd in deployments:
         by_host.setdefault(rd.host.name, []).append(rd)
 
     def one(host: Host) -> tuple[Survey, float, bool] | SurveyFailed:
         dirs = list(model_dirs.get(host.name, ()))
-        key = survey_key(stack, host, by_host[host.name], dirs)
+        key = survey_key(stack, host, by_host[host.name], dirs, operation or "")
         path = cache_dir / f"{stack}.{host.name}.json"
-        if not preview and window > 0:
+        keeps = window > 0 and operation is not None
+        if not preview and keeps:
             kept = _take_kept(path, key, clock(), window)
             if kept is not None:
                 return kept[0], kept[1], True
@@ -128,7 +155,7 @@ def survey_all(
             found = ssh_survey(host, private_key, dirs)
         except SurveyFailed as error:
             return error
-        if preview and window > 0:
+        if preview and keeps:
             _keep(path, key, started, found)
         return found, clock() - started, False
 
@@ -160,7 +187,7 @@ def age_line(facts: Facts, window: float) -> str:
     if facts.reused_age:
         oldest = max(facts.reused_age.values())
         parts.append(
-            f"those of the preview before this update for host {_hosts(list(facts.reused_age))}, "
+            f"those this `pulumi up`'s preview read from host {_hosts(list(facts.reused_age))}, "
             f"{oldest:.0f} s old (kept at most {window:g} s; {REUSE_ENV}=0 reads them again)"
         )
     return "facts about the hosts: " + "; ".join(parts) if parts else "facts about the hosts: none asked"

@@ -12,7 +12,8 @@ from pulumi import automation as auto
 from sandbox import tiny_models
 from scripts import status
 from scripts.downtime_probe import DowntimeProbe
-from tests.support import sandbox_env
+from tests.support import engine, sandbox_env
+from tests.support.processes import run_captured
 from tests.support.sandbox_env import on_host, served_ids
 from tests.support.sandbox_stack import SandboxStack, module_state
 
@@ -92,9 +93,9 @@ def test_a_stopped_engine_is_started_again_by_the_next_plain_up(e2e: E2E) -> Non
     assert "vllm-e2e-tiny-a.service is inactive: it serves nothing" in preview.stdout, preview.stdout[-3000:]
     assert "facts about the hosts: read now over SSH" in preview.stdout
     assert preview.change_summary.get(auto.OpType.UPDATE) == 1, preview.change_summary  # the serving step
-    result = e2e.up()
+    result = e2e.up()  # the Automation API's up runs no preview: it reads the host itself
     assert result.summary.result == "succeeded"
-    assert "those of the preview before this update" in result.stdout
+    assert "facts about the hosts: read now over SSH" in result.stdout
     assert on_host("systemctl is-active vllm-e2e-tiny-a.service").strip() == "active"
     chat("e2e-tiny-a", "acme/tiny-chat-a")
     e2e.stack.preview(expect_no_changes=True)
@@ -198,6 +199,16 @@ def sshd_errors() -> int:
     return int(on_host("journalctl -u ssh -o cat --no-pager | grep -c kex_exchange_identification || true").strip())
 
 
+def ssh_logins() -> int:
+    """The logins the test host's sshd accepted so far, read without logging in (nsenter)."""
+    return int(
+        sandbox_env.exec_on(
+            sandbox_env.TEST_HOST, "journalctl -u ssh --no-pager -o cat | grep -c 'Accepted publickey' || true"
+        ).strip()
+        or 0
+    )
+
+
 def test_up_again_changes_nothing(e2e: E2E) -> None:
     errors = sshd_errors()
     with e2e.phases.measure("noop_preview"):
@@ -208,6 +219,18 @@ def test_up_again_changes_nothing(e2e: E2E) -> None:
     assert set(changes) == {auto.OpType.SAME}, changes
     # Each program run's reachability probe leaves the host's auth log without an error (controller/probe.py).
     assert sshd_errors() == errors
+    # A plain `pulumi up` runs the program twice, its preview and its update: they judge one survey, read
+    # once over SSH (and no step runs), and it says how old the facts are.
+    before = ssh_logins()
+    up = run_captured(
+        [str(engine.TOOLS / "bin" / "pulumi"), "up", "--yes", "--expect-no-changes", "--stack", STACK],
+        cwd=e2e.work,
+        env=engine.engine_env(e2e.backend),
+        check=True,
+    )
+    assert ssh_logins() - before == 1, up.stdout[-2000:]
+    assert "facts about the hosts: read now over SSH" in up.stdout
+    assert "facts about the hosts: those this `pulumi up`'s preview read from host" in up.stdout
 
 
 def test_swap_back_downloads_nothing(e2e: E2E) -> None:

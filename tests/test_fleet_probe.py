@@ -82,14 +82,14 @@ def test_surveys_run_at_once_and_every_failure_is_named(monkeypatch: pytest.Monk
     monkeypatch.setattr(host_survey, "ssh_survey", fake_ssh_survey)
     good = [host("good-a", 22), host("good-b", 22)]
     started = time.monotonic()
-    facts = host_survey.survey_all("fleet", good, [], {}, "", tmp_path, preview=True)
+    facts = host_survey.survey_all("fleet", good, [], {}, "", tmp_path, preview=True, operation=None)
     elapsed = time.monotonic() - started
     assert facts.surveys == {"good-a": Survey(gpu_count=6), "good-b": Survey(gpu_count=6)}
     assert elapsed < 1.6 * DELAY, f"two {DELAY:g} s surveys took {elapsed:.2f} s: serialized"
 
     with pytest.raises(host_survey.SurveyFailed) as raised:
         host_survey.survey_all(
-            "fleet", [host("bad-a", 22), *good, host("bad-b", 22)], [], {}, "", tmp_path, preview=True
+            "fleet", [host("bad-a", 22), *good, host("bad-b", 22)], [], {}, "", tmp_path, preview=True, operation=None
         )
     assert "'bad-a'" in str(raised.value) and "'bad-b'" in str(raised.value)
 
@@ -111,39 +111,69 @@ def test_no_survey_older_than_the_reuse_window_decides_anything(
 
     monkeypatch.setattr(host_survey, "ssh_survey", fake_ssh_survey)
 
-    def run(preview: bool, window: float = host_survey.REUSE_SECONDS) -> host_survey.Facts:
+    def run(preview: bool, operation: str | None = "4242.99", window: float = host_survey.REUSE_SECONDS) -> Any:
         return host_survey.survey_all(
-            "dev", [rd.host], [rd], {}, "", tmp_path, preview=preview, window=window, clock=lambda: clock[0]
-        )
+            "dev", [rd.host], [rd], {}, "", tmp_path, preview=preview, operation=operation, window=window,
+            clock=lambda: clock[0],
+        )  # fmt: skip
 
-    def seen() -> str:
-        return run(preview=True).surveys["sandbox"].units[0].active_state
+    def seen(operation: str | None = "4242.99") -> str:
+        return str(run(preview=True, operation=operation).surveys["sandbox"].units[0].active_state)
 
     # A preview reads the host; the update of the same `pulumi up`, seconds later, takes what it read.
     assert seen() == "active" and len(reads) == 1
     clock[0] += 30
     update = run(preview=False)
     assert len(reads) == 1 and update.reused_age == {"sandbox": 30.0}
-    assert "those of the preview before this update" in host_survey.age_line(update, host_survey.REUSE_SECONDS)
+    assert "those this `pulumi up`'s preview read" in host_survey.age_line(update, host_survey.REUSE_SECONDS)
     # ... once: the next update reads the host again, and so does every preview.
     state[0] = "inactive"  # stopped by hand
     assert run(preview=False).surveys["sandbox"].units[0].active_state == "inactive" and len(reads) == 2
     assert seen() == "inactive" and len(reads) == 3
-    # A preview's survey older than the window decides nothing: the update reads the host.
+    # A `pulumi preview`, then the stop, then a `pulumi up` (another process, or the Automation API's up,
+    # which runs no preview): the up reads the host and sees the stop.
     state[0] = "active"
+    seen("4242.99")
+    state[0] = "inactive"
+    assert run(preview=False, operation="5151.7").surveys["sandbox"].units[0].active_state == "inactive"
+    assert len(reads) == 5
+    # A preview's survey older than the window decides nothing: the update reads the host.
+    seen()
     clock[0] += host_survey.REUSE_SECONDS + 1
-    assert run(preview=False).surveys["sandbox"].units[0].active_state == "active" and len(reads) == 4
+    run(preview=False)
+    assert len(reads) == 7
     # Another config (the deployment's, the model directories asked about) reads the host too.
     seen()
-    host_survey.survey_all("dev", [rd.host], [rd], {"sandbox": ["/shared/x"]}, "", tmp_path, preview=False)
-    assert len(reads) == 6
-    # A window of 0 (VLLM_FLEET_SURVEY_REUSE_SECONDS=0) keeps nothing.
+    host_survey.survey_all(
+        "dev", [rd.host], [rd], {"sandbox": ["/shared/x"]}, "", tmp_path, preview=False, operation="4242.99"
+    )
+    assert len(reads) == 9
+    # No `pulumi` process to tie the two runs together, or a window of 0: nothing is kept.
+    run(preview=True, operation=None)
+    run(preview=False, operation=None)
     run(preview=True, window=0)
     run(preview=False, window=0)
-    assert len(reads) == 8
+    assert len(reads) == 13
     assert host_survey.reuse_seconds({"VLLM_FLEET_SURVEY_REUSE_SECONDS": "0"}) == 0
     assert host_survey.reuse_seconds({"VLLM_FLEET_SURVEY_REUSE_SECONDS": "3600"}) == host_survey.REUSE_SECONDS
     assert host_survey.reuse_seconds({}) == host_survey.REUSE_SECONDS
+
+
+def test_the_two_runs_of_one_up_are_known_by_the_pulumi_process_that_runs_them(tmp_path: Path) -> None:
+    """The program's ancestors as /proc lists them: python (the program) <- pulumi-language-python <-
+    pulumi (the CLI of one `pulumi up`, or preview); the operation is that process and its start time."""
+
+    def process(pid: int, name: str, parent: int, start: int) -> None:
+        (tmp_path / str(pid)).mkdir()
+        fields = ["S", str(parent), *["0"] * 17, str(start), "0"]
+        (tmp_path / str(pid) / "stat").write_text(f"{pid} ({name}) {' '.join(fields)}\n")
+
+    process(300, "python3", 200, 777)
+    process(200, "pulumi-language", 100, 666)
+    process(100, "pulumi", 1, 555)
+    assert host_survey.pulumi_operation(tmp_path, 300) == "100.555"
+    process(400, "python3", 1, 888)  # not run by the engine
+    assert host_survey.pulumi_operation(tmp_path, 400) is None
 
 
 def test_the_probe_says_who_it_is_before_it_leaves() -> None:
