@@ -5,10 +5,10 @@ The controller runs it over SSH in every program run (`pulumi preview` too), bef
 installed, by piping the host package into the host's python (render/host_bundle.py); the swap
 transaction and a node's check run it again right before they stop anything; `make status` reports it.
 Its shape is host/contract.Survey, which both sides parse it into:
-  units       every vllm-*.service: active state, enabled, whether vllm-fleet manages it (its first line),
-              the sha256 of its unit file (a hand edit shows as drift against the rendered unit), its
-              launch as vLLM reads it (port, GPUs, model, served names), its restart count and main PID,
-              and for a managed unit whether its secret environment file is still the staged one
+  units       every vllm-*.service: active and sub state, enabled, whether vllm-fleet manages it (its first
+              line), the sha256 of its unit file and, for a managed unit, of the unit its deployment staged
+              (a hand edit shows as drift) and whether its secret environment file is still the staged
+              one, its launch as vLLM reads it (port, GPUs, model, served names), its restarts and main PID
   listeners   TCP listening ports with the PID and systemd unit that holds them (`ss -ltnpH`)
   gpuCount    how many GPUs nvidia-smi lists
   gpuHolders  processes nvidia-smi lists per GPU (`--query-compute-apps=pid,gpu_uuid,...` mapped to indices
