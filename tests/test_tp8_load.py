@@ -352,3 +352,79 @@ def test_the_8_gpu_call_is_one_command_of_the_device_tool() -> None:
     assert 'timeout -k 10 445 python3 -m tests.device.tp8_load --out "$OUT" --budget-s 410' in command
     limits = [int(kill) + int(seconds) for kill, seconds in re.findall(r"timeout -k (\d+) (\d+)", command)]
     assert len(limits) == 2 and sum(limits) <= 590
+
+
+class StandInGpus:
+    """tp8_load.GpuPool's stand-in: no processes, no CUDA; each step answers what N GPUs would report, from
+    what the step was given (the bytes each rank's slices or shards hold), with invented times."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.steps: list[str] = []
+
+    def start(self) -> None:
+        pass
+
+    def wait_ready(self, timeout: float = 0) -> list[dict[str, Any]]:
+        return [{"rank": rank, "ready": True, "gpu": "stand-in"} for rank in range(self.n)]
+
+    def stop(self) -> None:
+        self.steps.append("stop")
+
+    def run(self, op: str, per_rank: list[dict[str, Any]], timeout: float) -> list[dict[str, Any]]:
+        self.steps.append(op)
+        if op == "links":
+            run = {"start": 1.0, "end": 1.1, "bytes": 5 << 30}
+            together = {"pinned": run, "pageable": run | {"end": 2.0}}
+            return [
+                {"rank": r, "size_gib": 1.0, "alone": {"pinned_gbps": 50.0}, "together": together}
+                for r in range(self.n)
+            ]
+        out = []
+        for rank, kwargs in enumerate(per_rank):
+            paths = [Path(p) for p in kwargs["paths"]]
+            if op == "tp_load":
+                headers = [base.read_header(p)[1] for p in paths]
+                copied = checkpoint.expected_copy_bytes(headers, rank, self.n)
+                out.append({"rank": rank, "start": 5.0, "end": 6.0, "copied_bytes": copied, "read_bytes": 0})
+            else:
+                copied = sum(p.stat().st_size for p in paths)
+                out.append({"rank": rank, "start": 5.0, "end": 5.5, "copied_bytes": copied, "shards": len(paths)})
+        return out
+
+
+def test_the_run_writes_its_record_step_by_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pools: list[StandInGpus] = []
+    uuids = UUIDS[:2]
+    gpus = {"count": 2, "names": ["NVIDIA H100 80GB HBM3"] * 2, "uuids": uuids}
+    monkeypatch.setattr(tp8_load, "gpu_facts", lambda: gpus)
+
+    def stand_in(n: int) -> StandInGpus:
+        pools.append(StandInGpus(n))
+        return pools[-1]
+
+    monkeypatch.setattr(tp8_load, "GpuPool", stand_in)
+    # Never this shared machine's page cache: a drop that says it worked, with nothing resident after it.
+    monkeypatch.setattr(base, "drop_caches", lambda paths: {"ok": True, "resident_after": 0.0})
+    out = tmp_path / "out"
+    out.mkdir()
+    argv = ["--out", str(out), "--gpus", "2", "--size", "0.003", "--dir", str(tmp_path), "--budget-s", "300"]
+    assert tp8_load.main(argv, dims=TINY) == 0
+    (path,) = out.glob("*.json")
+    assert path.name == f"h100x2-tp2-load-{time.strftime('%Y-%m-%d', time.gmtime())}.json"
+    record = json.loads(path.read_text())
+    assert pools[0].steps[:2] == ["links", "tp_load"] and pools[0].steps[-1] == "stop"
+    assert record["kind"] == "tp-load" and record["tp"] == 2 and record["gpus"] == gpus
+    assert record["checkpoint"]["shards"] == 64 and record["checkpoint"]["sizing"]["mode"] == "fixed (--size)"
+    warm = record["warm_tp"]
+    assert warm["slices_as_planned"] is True and warm["resident_before"] >= 0.98
+    assert warm["seconds"] == 1.0 and warm["checkpoint_gb"] == record["checkpoint"]["gb"]
+    assert [g["gpu"] for g in warm["per_gpu"]] == uuids
+    assert record["warm_readers"]["shards"] == 64 and record["warm_readers"]["seconds"] == 0.5
+    direct, cold = record["cold_readers_direct"], record["cold_tp"]
+    assert direct["shard_indices"] == list(range(32)) and direct["source"].startswith("O_DIRECT")
+    assert cold["shard_indices"] == list(range(32, 64)) and cold["slices_as_planned"] is True
+    assert not (tmp_path / "vllm-fleet-tp-load").exists()  # the shards are gone
+    assert "warm, TP2 vLLM-style, checkpoint" in tp8_load.summary(record)
+    with pytest.raises(ValueError, match="TP 2, not 8"):
+        downtime.read_tp8_record(path)

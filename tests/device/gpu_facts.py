@@ -10,7 +10,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from host.facts import parse_csv
+from host.facts import parse_csv, run_nvidia_smi
 from tests.device.load_rate import command as run
 
 GPU_QUERY = [
@@ -121,8 +121,11 @@ def gpu_slug(name: str) -> str:
 
 def gpu_facts() -> dict[str, Any]:
     """The GPUs' table, their links and form factor, with the raw text the judgements came from."""
-    query = run("nvidia-smi", f"--query-gpu={','.join(GPU_QUERY)}", "--format=csv,noheader,nounits")
-    rows = parse_gpus(query)
+    query_error = None
+    try:
+        rows = parse_gpus(run_nvidia_smi([f"--query-gpu={','.join(GPU_QUERY)}", "--format=csv,noheader,nounits"]))
+    except (RuntimeError, ValueError, OSError) as error:  # a field this driver does not know, or no nvidia-smi
+        rows, query_error = [], str(error)
     topo_text = run("nvidia-smi", "topo", "-m")
     try:
         topo: dict[str, Any] = parse_topo(topo_text)
@@ -136,6 +139,7 @@ def gpu_facts() -> dict[str, Any]:
         "names": names,
         "uuids": [r["uuid"] for r in rows],
         "table": rows,
+        "query_error": query_error,
         "query": parse_query(run("nvidia-smi", "-q")),
         "form_factor": form_factor(names, nvlink),
         "nvlink_between_all_pairs": nvlink,

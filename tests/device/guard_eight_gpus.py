@@ -230,8 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     n, timeout = int(args.gpus), float(args.timeout)
     began = time.monotonic()
+    fields = ["index", "uuid", "name"]
     table = facts.parse_csv(
-        run("nvidia-smi", "--query-gpu=index,uuid,name", "--format=csv,noheader,nounits"), ["index", "uuid", "name"]
+        facts.run_nvidia_smi([f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"]), fields
     )
     name = table[0]["name"] if table else "gpu"
     out = Path(args.out) / f"{gpu_slug(name)}x{n}-guard-{time.strftime('%Y-%m-%d', time.gmtime())}.json"

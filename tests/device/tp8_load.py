@@ -552,7 +552,8 @@ def write_checkpoint(
     return Checkpoint(directory, paths, sizes), sizing
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, dims: base.Dims = base.KIMI) -> int:
+    """The run; `dims` smaller than Kimi's only in the CPU test of this flow (tests/test_tp8_load.py)."""
     parser = argparse.ArgumentParser(description="TP-N load rates on N GPUs, as vLLM's default loader moves weights")
     parser.add_argument("--out", required=True, help="a directory: the record is written there under its own name")
     parser.add_argument("--gpus", type=int, default=8, help="GPUs, one process each; the TP size")
@@ -598,6 +599,7 @@ def main(argv: list[str] | None = None) -> int:
             n,
             args.size,
             began + budget_s - float(args.after_write_s),
+            dims=dims,
             max_gb=args.max_gb,
             log=lambda m: print(m, flush=True),
         )
@@ -666,12 +668,12 @@ def main(argv: list[str] | None = None) -> int:
     drop = step("drop_caches", lambda: base.drop_caches(checkpoint.paths), 10)
     disk_rate = (record["checkpoint"].get("sizing", {}).get("write_gbps") or 0.5) * GB
     cold_ok = drop.get("ok") is True
-    # What is left goes to the two cold steps, half each, read at the disk's write rate (reads are rarely slower).
+    # What is left goes to the two cold steps, half each, read at the disk's write rate (reads are rarely
+    # slower): the readers from the checkpoint's first half, the vLLM-style load from its second.
     cold_budget = max(left() - 25, 0) / 2 * disk_rate
-    first_cold = leading_shards(checkpoint.sizes, cold_budget, n)
-    direct_paths = checkpoint.paths[:first_cold]
-    rest = checkpoint.sizes[first_cold:]
-    tp_paths = checkpoint.paths[first_cold : first_cold + leading_shards(rest, cold_budget)]
+    half = len(checkpoint.paths) // 2
+    direct_paths = checkpoint.paths[: leading_shards(checkpoint.sizes[:half], cold_budget, n)]
+    tp_paths = checkpoint.paths[half : half + leading_shards(checkpoint.sizes[half:], cold_budget)]
 
     def cold(chosen: list[Path], run: Callable[[], dict[str, Any]]) -> Callable[[], dict[str, Any]]:
         def go() -> dict[str, Any]:
