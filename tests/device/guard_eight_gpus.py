@@ -211,9 +211,10 @@ def start_holders(n: int, gib: float, deadline_s: float) -> tuple[list[Holder], 
         ready, _, _ = select.select([process.stdout], [], [], max(deadline - time.monotonic(), 0))
         line = process.stdout.readline() if ready else ""
         if not line.strip():
-            process.kill()
+            process.kill()  # stuck or dead before it forked: nothing else holds its pipes
+            process.wait(timeout=10)
             errors.append(
-                f"GPU {gpu}: the holder printed nothing: {process.stderr.read()[-2000:] if not ready else ''}"
+                f"GPU {gpu}: the holder printed nothing within {deadline_s:g} s: {process.stderr.read()[-2000:]}"
             )
             continue
         pid, child = (int(v) for v in line.split())
@@ -285,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         checks.extend(attribution_checks(holders, before))
         forked = next(h for h in holders if h.child)
         os.kill(forked.pid, signal.SIGKILL)
+        processes[forked.gpu].wait(timeout=10)  # reaped: gone from /proc, as a killed engine's parent is
         time.sleep(3)
         record["nvidia_smi_apps_after_kill"] = run(
             "nvidia-smi", "--query-compute-apps=pid,gpu_uuid,used_memory", "--format=csv,noheader,nounits"
