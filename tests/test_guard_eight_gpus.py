@@ -92,3 +92,10 @@ def test_the_childs_gpu_is_stopped_last_and_its_target_is_the_child() -> None:
     assert [h.gpu for h in order] == list(range(8)) and order[-1].child == 2007
     assert g.targets(order[-1], dead=1007) == [2007]
     assert g.targets(order[0], dead=1007) == [1000]
+
+
+def test_the_check_runs_only_on_idle_gpus() -> None:
+    assert g.idle_check([]).passed
+    busy = g.idle_check(facts.parse_compute_apps("29933, GPU-a, 845, python3\n", {"GPU-a": 0}))
+    assert not busy.passed and "PID 29933 (python3) on GPUs [0]" in busy.detail
+    assert "GPUs all" in g.idle_check([facts.ComputeApp(5, "python3", 0, None)]).detail

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
 import struct
 import time
@@ -127,15 +128,21 @@ def test_leading_shards_fit_the_budget_in_whole_rounds() -> None:
     assert checkpoint.leading_shards(sizes, 1000, multiple=3) == 6
 
 
-def test_the_next_shards_grow_with_the_write_rate_within_the_disk_and_never_under_the_minimum() -> None:
+def test_the_next_shards_grow_with_the_write_rate_within_the_disk_and_to_the_minimum_where_time_allows() -> None:
     gb = checkpoint.GB
     # 100 s left at 1 GB/s: 100 GB more, over 50 shards.
     assert checkpoint.next_shard_bytes(20 * gb, 50, 100, 1 * gb, 500 * gb, 120 * gb) == pytest.approx(2 * gb)
     # The disk holds 60 GB more: that, whatever the rate.
     assert checkpoint.next_shard_bytes(20 * gb, 50, 1000, 1 * gb, 60 * gb, 120 * gb) == pytest.approx(1.2 * gb)
-    # A slow disk: still the minimum of 120 GB in all, where the disk holds it.
-    assert checkpoint.next_shard_bytes(20 * gb, 50, 10, 1 * gb, 500 * gb, 120 * gb) == pytest.approx(2 * gb)
-    assert checkpoint.next_shard_bytes(20 * gb, 50, 10, 1 * gb, 50 * gb, 120 * gb) == pytest.approx(1 * gb)
+    # A slow disk: the minimum of 120 GB in all where it is written within the grace past the time left
+    # (50 s left and 60 s of grace hold the 100 GB still missing) and the disk holds it ...
+    assert checkpoint.next_shard_bytes(20 * gb, 50, 50, 1 * gb, 500 * gb, 120 * gb) == pytest.approx(2 * gb)
+    assert checkpoint.next_shard_bytes(20 * gb, 50, 50, 1 * gb, 50 * gb, 120 * gb) == pytest.approx(1 * gb)
+    # ... and what the time left and the grace write, where it is not: the loads keep their time.
+    assert checkpoint.next_shard_bytes(20 * gb, 50, 10, 1 * gb, 500 * gb, 120 * gb) == pytest.approx(70 / 50 * gb)
+    assert checkpoint.next_shard_bytes(20 * gb, 50, 10, 1 * gb, 500 * gb, 120 * gb, grace_s=0) == pytest.approx(
+        0.2 * gb
+    )
     assert checkpoint.next_shard_bytes(20 * gb, 0, 10, 1 * gb, 50 * gb, 120 * gb) == 0
     assert checkpoint.next_shard_bytes(20 * gb, 8, -5, 1 * gb, -1 * gb, 0) == 0
 
@@ -163,6 +170,23 @@ def test_write_checkpoint_grows_to_the_room_it_is_given(tmp_path: Path) -> None:
     assert len(written.paths) == checkpoint.SHARDS
     assert 1_900_000 <= written.bytes <= 2_000_000 + 8 * 40_000
     assert sizing["write_gbps"] > 0 and len(sizing["rounds"]) == 16
+
+
+def test_read_back_reads_what_the_page_cache_dropped(tmp_path: Path) -> None:
+    shards = [tmp_path / f"s{i}" for i in range(3)]
+    for index, shard in enumerate(shards):
+        checkpoint.write_shard_file(str(shard), checkpoint.ShardPlanner(TINY).next_shard(100_000), index)
+    assert tp8_load.read_back(shards) == {"shards_read": 0}
+    fd = os.open(shards[1], os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # clean pages (the writer fsynced) leave the cache
+    finally:
+        os.close(fd)
+    if (base.resident_fraction([shards[1]]) or 0) > 0.5:
+        pytest.skip("this filesystem keeps its pages (tmpfs): nothing to read back")
+    read = tp8_load.read_back(shards)
+    assert read["shards_read"] == 1 and read["gb"] == shards[1].stat().st_size / 1e9
+    assert base.resident_fraction(shards) == 1.0
 
 
 def result(rank: int, start: float, seconds: float, copied: float, read: float | None = None) -> dict[str, Any]:
@@ -418,6 +442,7 @@ def test_the_run_writes_its_record_step_by_step(tmp_path: Path, monkeypatch: pyt
     assert record["checkpoint"]["shards"] == 64 and record["checkpoint"]["sizing"]["mode"] == "fixed (--size)"
     warm = record["warm_tp"]
     assert warm["slices_as_planned"] is True and warm["resident_before"] >= 0.98
+    assert set(warm["prewarm"]) >= {"shards_read"}  # what the page cache had dropped, read back first
     assert warm["seconds"] == 1.0 and warm["checkpoint_gb"] == record["checkpoint"]["gb"]
     assert [g["gpu"] for g in warm["per_gpu"]] == uuids
     assert record["warm_readers"]["shards"] == 64 and record["warm_readers"]["seconds"] == 0.5

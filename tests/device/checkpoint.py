@@ -102,15 +102,22 @@ def leading_shards(sizes: Sequence[int], byte_budget: float, multiple: int = 1) 
 
 
 def next_shard_bytes(
-    written: float, shards_left: int, seconds_left: float, write_rate: float, disk_room: float, minimum: float
+    written: float,
+    shards_left: int,
+    seconds_left: float,
+    write_rate: float,
+    disk_room: float,
+    minimum: float,
+    grace_s: float = 60.0,
 ) -> float:
     """The size of each of the shards still to write: the checkpoint grows by what the write rate measured so
-    far writes in the time left, to no less than `minimum` in all and no more than the disk's room (its free
-    space less a reserve, counted from now)."""
+    far writes in the time left, and no more than the disk's room (its free space less a reserve, counted
+    from now); to `minimum` in all where that is written within `grace_s` past the time left (a disk too
+    slow for it leaves the loads their time: a smaller checkpoint measured beats a large one not loaded)."""
     if shards_left <= 0:
         return 0.0
     affordable = write_rate * max(seconds_left, 0.0)
-    wanted = max(affordable, minimum - written)
+    wanted = max(affordable, min(minimum - written, write_rate * max(seconds_left + grace_s, 0.0)))
     return max(min(wanted, disk_room), 0.0) / shards_left
 
 

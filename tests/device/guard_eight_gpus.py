@@ -15,10 +15,12 @@ From the repository's root. Each check is a line of the record's `checks` (name,
    parent;
 4. `gpu-release-guard --gpus i --foreign stop` for each GPU in turn, the child's GPU last: it exits 0 within
    its timeout, GPU i falls under the threshold, its holder is gone and every other GPU's holder lives on.
-Not checked, and the record says so: the attribution by systemd unit (the holders' cgroups), where PID 1 is
-not systemd (as on these machines): this deployment's unit, another running or stopped unit of vllm-fleet,
-adopted units. The record (`<gpu>x<N>-guard-<date>.json` in DIR) keeps the guard's outputs, each holder's
-open /dev/nvidia* files and the timings.
+It runs only where nothing holds a GPU beforehand (its stops would stop it: never against the sandbox's
+stand-in nvidia-smi on a shared host, which counts every engine of the host). Not checked, and the record
+says so: the attribution by systemd unit (the holders' cgroups), where PID 1 is not systemd (as on these
+machines): this deployment's unit, another running or stopped unit of vllm-fleet, adopted units. The record
+(`<gpu>x<N>-guard-<date>.json` in DIR) keeps the guard's outputs, each holder's open /dev/nvidia* files and
+the timings.
 """
 
 from __future__ import annotations
@@ -80,6 +82,15 @@ def minor_check(query: Sequence[dict[str, str]]) -> Check:
     minors = [q.get("Minor Number") for q in query]
     same = bool(minors) and all(m == str(i) for i, m in enumerate(minors))
     return Check("minor numbers are the GPU indices", same, f"minor numbers by index: {minors}")
+
+
+def idle_check(apps: Iterable[facts.ComputeApp]) -> Check:
+    """Nothing holds a GPU before the holders start: the guard's stops would stop it."""
+    held = [f"PID {a.pid} ({a.name}) on GPUs {sorted(a.gpus) if a.gpus is not None else 'all'}" for a in apps]
+    detail = "; ".join(held) or "no process holds a GPU"
+    if held:
+        detail = "already in use, so the guard's stops would stop them: " + detail
+    return Check("the GPUs are idle before the check", not held, detail)
 
 
 def attribution_checks(holders: Sequence[Holder], apps: Iterable[facts.ComputeApp], dead: int = 0) -> list[Check]:
@@ -270,6 +281,14 @@ def main(argv: list[str] | None = None) -> int:
     query = parse_query(run("nvidia-smi", "-q"))
     record["minor_numbers"] = [q.get("Minor Number") for q in query]
     checks.append(minor_check(query))
+    # The guard's stops act on whatever holds these GPUs: on a machine where anything else does (another
+    # user's engine; a stand-in nvidia-smi that sees the whole host), this check does not run.
+    busy = idle_check(facts.read_apps(facts.run_nvidia_smi, facts.device_holders))
+    checks.append(busy)
+    if not busy.passed:
+        save()
+        print(busy.detail, file=sys.stderr)
+        return 1
     holders, processes, errors = start_holders(n, float(args.hold_gib), 120)
     started = [pid for h in holders for pid in (h.pid, h.child) if pid]
     try:

@@ -25,10 +25,11 @@ one's PCIe link.
 
 Size: `--size GB` writes that much; without it the checkpoint grows as it is written, in rounds of N
 shards written at once: the shards of the next rounds are sized from the disk's free space and the write
-rate measured so far, so that writing ends by the budget's write deadline, and never under 120 GB
-where the disk holds that. After each round the page cache must still hold every shard written (mincore):
-RAM grows as it is used on these machines, so MemTotal at the start says nothing; when it stops holding
-them, writing stops there. GB is 1e9 bytes. The record, `<gpu>x<N>-tp<N>-load-<date>.json` in DIR, is
+rate measured so far, so that writing ends by the budget's write deadline; 120 GB at least where the disk
+holds that and writes it within a minute past the deadline. After each round the page cache should hold
+every shard written (mincore): RAM grows as it is used on these machines, so MemTotal at the start says
+nothing; when it holds less and has stopped growing, writing stops there, and before the warm loads the
+shards it dropped are read back into it (as a pre-warm does). GB is 1e9 bytes. The record, `<gpu>x<N>-tp<N>-load-<date>.json` in DIR, is
 rewritten after each step, so a run cut short still says what it measured.
 """
 
@@ -428,6 +429,14 @@ def host_facts(directory: Path) -> dict[str, Any]:
     }
 
 
+def read_back(paths: Sequence[Path]) -> dict[str, Any]:
+    """The shards the page cache does not hold in full, read into it (as host/prewarm.py does before a swap)."""
+    missing = [p for p in paths if (base.resident_fraction([p]) or 0.0) < 0.999]
+    if not missing:
+        return {"shards_read": 0}
+    return {"shards_read": len(missing), **base.buffered_read_rate(missing)}
+
+
 def memory_now() -> dict[str, float]:
     info = base.meminfo()
     return {
@@ -532,9 +541,14 @@ def write_checkpoint(
                 }
             )
             log(f"    wrote {len(paths)} shards, {sum(sizes) / GB:.1f} GB; round {json.dumps(sizing['rounds'][-1])}")
-            if resident is not None and resident < 0.98:
+            # RAM grows as it is used on these machines: pages dropped while it grew come back before the warm
+            # loads (warm_tp's prewarm); only when it no longer grows is the page cache full.
+            grew = len(sizing["rounds"]) < 2 or (
+                sizing["rounds"][-1]["mem_total_gib"] > sizing["rounds"][-2]["mem_total_gib"] + 1
+            )
+            if resident is not None and resident < 0.98 and not grew:
                 sizing["stopped_by"] = (
-                    f"the page cache: it held {resident:.1%} of the {len(paths)} shards written, so RAM holds no more"
+                    f"the page cache: it held {resident:.1%} of the {len(paths)} shards written and RAM no longer grew"
                 )
                 break
             if size_gb is None and len(paths) < SHARDS:
@@ -641,12 +655,13 @@ def main(argv: list[str] | None = None, dims: base.Dims = base.KIMI) -> int:
         return {**aggregate(results, total, uuids), "shards": len(chosen), "slices_as_planned": copied == expected}
 
     def warm_tp() -> dict[str, Any]:
+        prewarm = read_back(checkpoint.paths)
         resident = base.resident_fraction(checkpoint.paths)
         passes = [tp_load(checkpoint.paths)]
         # A second pass where the time left holds it and the cold steps' share after it.
         if "errors" not in passes[0] and left() > 2 * passes[0]["seconds"] + 120:
             passes.append(tp_load(checkpoint.paths))
-        return warm_tp_section(passes, resident, base.resident_fraction(checkpoint.paths))
+        return warm_tp_section(passes, resident, base.resident_fraction(checkpoint.paths)) | {"prewarm": prewarm}
 
     step("warm_tp", warm_tp, 30)
 
