@@ -2,7 +2,7 @@
 not part of `make test`). It feeds models/downtime.py's pre-warmed rate, which one H200 stood in for
 until now (load_rate.py: 8 workers sharing one GPU).
 
-    python3 -m tests.device.tp8_load --out DIR [--gpus 8] [--size GB] [--budget-s 420] [--dir DIR]
+    python3 -m tests.device.tp8_load --out DIR [--gpus 8] [--size GB | --max-gb GB] [--budget-s 420] [--dir DIR]
 
 From the repository's root. It writes a synthetic safetensors checkpoint shaped like Kimi-K2.5 INT4's (64
 shards; bf16 embedding, attention and shared experts, int32-packed int4 routed experts with bf16 group
