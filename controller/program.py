@@ -12,7 +12,7 @@ import pulumi
 from pulumi.runtime import config as runtime_config
 
 from components.access import AccessInputs
-from controller import known_hosts, probe, validated_config
+from controller import config_limit, known_hosts, probe, validated_config
 from controller.access import read_access
 from controller.key_files import key_file_text
 from controller.profiling import start_if_asked
@@ -136,6 +136,8 @@ def load() -> Stack:
         raise pulumi.RunError(f"invalid stack config (Pulumi.{name}.yaml):\n{error}") from None
     for note in key_notes:
         pulumi.log.warn(note)
+    if (too_large := config_limit.warning(os.environ, len(stack.hosts))) is not None:
+        pulumi.log.warn(too_large)
     offline = probe.offline(os.environ)
     key_text, private_key = ssh_key(config, offline)
     hf_token = config.get_secret("hfToken")
