@@ -163,6 +163,7 @@ def test_real_engine_previews_a_fleet_written_with_defaults(tmp_path: Path) -> N
     for name in ("gpu-01", "gpu-02", "gpu-03", "kimi-03-serving", "gpu-03-kimi-k2.5-int4-files"):
         assert name in shown, name
     assert re.search(r'NCCL_BUFFSIZE\s*: "16777216"', shown)
+    assert "of the engine's limit" not in shown  # a small config: no warning
     # The preview's plan holds each step's inputs whole (its diff shortens scripts).
     steps = {
         urn.rsplit("::", 1)[-1]: p["goal"]["inputDiff"]["adds"]
@@ -191,3 +192,23 @@ def test_real_engine_previews_a_fleet_written_with_defaults(tmp_path: Path) -> N
         "vllm-fleet:defaults.host.gpus.memoryGib: Input should be greater than 0 (got -96) "
         "(inherited by hosts[0] 'gpu-01' and 2 more)" in str(caught.value)
     )
+
+
+def test_real_engine_warns_when_the_config_nears_its_limit(tmp_path: Path) -> None:
+    """The engine hands the program its config in one environment variable, capped at 128 KiB by Linux: a
+    preview past 80% of it warns with the hosts of this shape that fit (past 100%, the engine itself fails
+    before the program runs: 'argument list too long')."""
+    from scripts.fleet_stack import fleet_files
+
+    files = fleet_files(3, "fleet3")
+    # A stack past 80% with three hosts: a long note on a model stands in for a thousand hosts' entries.
+    files["Pulumi.fleet3.yaml"] = files["Pulumi.fleet3.yaml"].replace(
+        "      preset: kimi-k2.5-int4\n", "      preset: kimi-k2.5-int4\n      notes: " + "n" * 106_000 + "\n", 1
+    )
+    work = engine.project_copy(tmp_path / "project", files)
+    keys = '{"preview": "0123456789abcdef0123456789abcdef"}'
+    fleet = engine.stack(work, tmp_path / "state", "fleet3", secrets={"vllm-fleet:apiKeys": keys}, env=PROD_ENV)
+    shown = " ".join(fleet.preview().stdout.split())
+    assert re.search(r"the stack's config is 10\d KiB, 8\d% of the engine's limit of 128 KiB", shown), shown[-2000:]
+    assert re.search(r"one stack holds about \d+ hosts of this shape \(3 now\)", shown)
+    assert "Split the fleet into stacks by site or rack, one PostgreSQL backend for all of them" in shown
