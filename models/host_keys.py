@@ -8,8 +8,7 @@ import base64
 import hashlib
 
 from models.hosts import Host
-
-DEFAULT_SSH_PORT = 22
+from models.ssh_address import DEFAULT_SSH_PORT
 
 
 def lookup_name(address: str, port: int) -> str:
