@@ -19,6 +19,7 @@ from typing import Any
 import pulumi
 
 from controller import survey as host_survey
+from controller.known_hosts import changed_note
 from controller.probe import EarlyProbes, HostUnreachable, probe_all
 from controller.program import Stack
 from models.config import StackConfig
@@ -103,7 +104,9 @@ def check_hosts(stack: Stack, early: EarlyProbes | None = None) -> tuple[Stack, 
         # All hosts at once; an error names every host that failed.
         try:
             probe_all(reachable, early=early)
-            surveys = host_survey.survey_all(stack.name, reachable, stack.deployments, stack.key_text, SURVEY_CACHE)
+            surveys = host_survey.survey_all(
+                stack.name, reachable, stack.deployments, stack.key_text, SURVEY_CACHE, stack.host_keys
+            )
         except (HostUnreachable, host_survey.SurveyFailed) as error:
             raise pulumi.RunError(str(error)) from None
     stack, conflicts = with_host_versions(stack, surveys)
@@ -116,6 +119,8 @@ def check_hosts(stack: Stack, early: EarlyProbes | None = None) -> tuple[Stack, 
     for host_config in reachable:
         on_host = [rd for rd in resolved if rd.host.name == host_config.name]
         found = surveys[host_config.name]
+        if (key_changed := changed_note(stack.name, host_config, stack.host_keys, found)) is not None:
+            pulumi.log.warn(key_changed)
         errors, notes = host_survey.assess(stack.name, host_config, on_host, found)
         for rd in on_host:
             repairs.activations[rd.deployment.name] = host_survey.repairs(stack.name, rd, found)

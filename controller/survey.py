@@ -33,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from controller.known_hosts import HostKeys, key_refusal, known_hosts_options
 from host.contract import RUNNING_STATES, ActiveRecord, Claims, owner_key
 from host.facts import engine_flags, unit_environment, unit_launch
 from host.judgement import Judgement, judge, judge_node, running_in
@@ -73,7 +74,7 @@ def cache_key(host: Host, deployments: Sequence[ResolvedDeployment]) -> str:
     return hashlib.sha256(material.encode()).hexdigest()
 
 
-def ssh_survey(host: Host, private_key: str, timeout: float = 60) -> dict[str, Any]:
+def ssh_survey(host: Host, private_key: str, timeout: float = 60, known_hosts: Path | None = None) -> dict[str, Any]:
     survey: dict[str, Any] = json.loads(
         ssh_python(
             host,
@@ -82,27 +83,33 @@ def ssh_survey(host: Host, private_key: str, timeout: float = 60) -> dict[str, A
             ["--python", host.runtime.python],
             timeout,
             "the survey of what runs there",
+            known_hosts=known_hosts,
         )
     )
     return survey
 
 
 def ssh_python(
-    host: Host, private_key: str, module: str, args: Sequence[str], timeout: float = 60, what: str = "host/status.py"
+    host: Host,
+    private_key: str,
+    module: str,
+    args: Sequence[str],
+    timeout: float = 60,
+    what: str = "host/status.py",
+    known_hosts: Path | None = None,
 ) -> str:
     """Run a module of the host package in the host's python3 over plain OpenSSH, the package sent along
-    on stdin (nothing needs to be installed there); its stdout."""
+    on stdin (nothing needs to be installed there); its stdout. The server's key is checked against
+    `known_hosts` as it is (the stack's file: every key it lists for the host), else against the host's
+    hostKey alone; with neither, any key is accepted (a development host)."""
     with tempfile.TemporaryDirectory(prefix="vllm-fleet-survey-") as private:
         key_file = Path(private) / "key"
         key_file.touch(mode=0o600)
         key_file.write_text(private_key if private_key.endswith("\n") else private_key + "\n")
-        known_hosts = Path(private) / "known_hosts"
-        address = host.address if host.port == 22 else f"[{host.address}]:{host.port}"
-        known_hosts.write_text(f"{address} {host.host_key}\n" if host.host_key else "")
         command = [
             "ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={host.dial_timeout_seconds}",
-            "-o", "IdentitiesOnly=yes", "-o", "LogLevel=ERROR", "-o", f"UserKnownHostsFile={known_hosts}",
-            "-o", "StrictHostKeyChecking=" + ("yes" if host.host_key else "no"),
+            "-o", "IdentitiesOnly=yes", "-o", "LogLevel=ERROR",
+            *known_hosts_options(host, known_hosts, Path(private) / "known_hosts"),
             "-i", str(key_file), "-p", str(host.port), f"{host.user}@{host.address}",
             " ".join(["python3", "-", *(shlex.quote(a) for a in args)]),
         ]  # fmt: skip
@@ -118,6 +125,9 @@ def ssh_python(
         except subprocess.TimeoutExpired:
             raise SurveyFailed(f"host {host.name!r}: {what} took over {timeout:g} s") from None
     if result.returncode != 0:
+        refused = key_refusal(host, result.stderr, known_hosts)
+        if refused is not None:
+            raise SurveyFailed(refused)
         raise SurveyFailed(
             f"host {host.name!r}: {what} failed (exit {result.returncode}): {result.stderr.strip()[-400:]}"
         )
@@ -125,7 +135,12 @@ def ssh_python(
 
 
 def survey(
-    stack: str, host: Host, deployments: Sequence[ResolvedDeployment], private_key: str, cache_dir: Path
+    stack: str,
+    host: Host,
+    deployments: Sequence[ResolvedDeployment],
+    private_key: str,
+    cache_dir: Path,
+    known_hosts: Path | None = None,
 ) -> dict[str, Any]:
     key = cache_key(host, deployments)
     path = cache_dir / f"{stack}.{host.name}.json"
@@ -136,7 +151,7 @@ def survey(
             return dict(cached["survey"])
     except (OSError, ValueError, KeyError):
         pass
-    found = ssh_survey(host, private_key)
+    found = ssh_survey(host, private_key, known_hosts=known_hosts)
     cache_dir.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(f".{os.getpid()}.tmp")
     record = {"key": key, "at": time.time(), "converged": converged(stack, deployments, found), "survey": found}
@@ -151,7 +166,12 @@ def converged(stack: str, deployments: Sequence[ResolvedDeployment], found: Mapp
 
 
 def survey_all(
-    stack: str, hosts: Sequence[Host], deployments: Sequence[ResolvedDeployment], private_key: str, cache_dir: Path
+    stack: str,
+    hosts: Sequence[Host],
+    deployments: Sequence[ResolvedDeployment],
+    private_key: str,
+    cache_dir: Path,
+    host_keys: HostKeys | None = None,
 ) -> dict[str, dict[str, Any]]:
     """`survey` of every host at once, by host name; one SurveyFailed naming each host that failed."""
     by_host: dict[str, list[ResolvedDeployment]] = {host.name: [] for host in hosts}
@@ -160,7 +180,8 @@ def survey_all(
 
     def one(host: Host) -> dict[str, Any] | SurveyFailed:
         try:
-            return survey(stack, host, by_host[host.name], private_key, cache_dir)
+            file = host_keys.survey_file(host) if host_keys is not None else None
+            return survey(stack, host, by_host[host.name], private_key, cache_dir, file)
         except SurveyFailed as error:
             return error
 

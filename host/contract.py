@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
@@ -38,6 +39,29 @@ ADOPTED_DROP_IN = "50-vllm-fleet-adopted.conf"
 
 def adopted_drop_in(unit: str, unit_dir: str | Path = UNIT_DIR) -> Path:
     return Path(unit_dir) / f"{unit}.d" / ADOPTED_DROP_IN
+
+
+# Per stack, the SHA256 fingerprint of the SSH host key its steps pinned at its last preflight ("none": any
+# key): the survey reports them, so a preview says when a stack's steps now pin another key (a rotation).
+HOST_KEYS_DIR = f"{STATE_DIR}/host-keys"
+
+
+def pinned_host_keys(directory: str = HOST_KEYS_DIR) -> dict[str, str]:
+    """What each stack's steps pinned here, by stack ({} when none recorded)."""
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return {}
+    pinned: dict[str, str] = {}
+    for name in names:
+        if name.startswith("."):
+            continue  # a record being written
+        try:
+            with open(os.path.join(directory, name), encoding="utf-8") as handle:
+                pinned[name] = handle.read().strip()
+        except OSError:
+            continue
+    return pinned
 
 
 # The first line of every unit vllm-fleet writes; what follows names its stack and deployment.

@@ -16,6 +16,7 @@ before it stops anything. It reports:
   claims      per live deployment, the GPUs, ports and unit names its last swap claimed
   memory      MemTotal and MemAvailable of /proc/meminfo, in MiB
   vllm        with --python: the vLLM version that venv has (what the host runs, pinned or not)
+  hostKeys    per stack, the fingerprint of the SSH host key its steps pinned at their last preflight
 A process's unit is the last *.service of its cgroup path; a login session's scope or no cgroup means
 it belongs to no unit (host/facts.py reads all of these). Standard library only.
 """
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from host.adapters import survey_entry as adapters_survey
-from host.contract import ADOPTED_DROP_IN, MANAGED_MARK, STATE_DIR, ActiveRecord, read_claims
+from host.contract import ADOPTED_DROP_IN, MANAGED_MARK, STATE_DIR, ActiveRecord, pinned_host_keys, read_claims
 from host.facts import (
     APPS_QUERY,
     GPU_UUID_QUERY,
@@ -237,6 +238,7 @@ def survey() -> dict[str, Any]:
             "active": active_records(),
             "claims": claims(),
             "memory": memory(),
+            "hostKeys": pinned_host_keys(),
         }
 
 

@@ -72,7 +72,9 @@ def test_every_unreachable_host_is_named(slow_sshd: list[int]) -> None:
 
 
 def test_surveys_run_at_once_and_every_failure_is_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    def fake_ssh_survey(h: Host, private_key: str, timeout: float = 60) -> dict[str, Any]:
+    def fake_ssh_survey(
+        h: Host, private_key: str, timeout: float = 60, known_hosts: Path | None = None
+    ) -> dict[str, Any]:
         time.sleep(DELAY)
         if h.name.startswith("bad"):
             raise host_survey.SurveyFailed(f"host {h.name!r}: the survey of what runs there failed (exit 255)")
@@ -99,7 +101,9 @@ def test_a_survey_that_found_work_to_do_is_read_again_once_that_work_is_done(
     active_unit = ["vllm-before.service"]
     surveys: list[float] = []
 
-    def fake_ssh_survey(h: Host, private_key: str, timeout: float = 60) -> dict[str, Any]:
+    def fake_ssh_survey(
+        h: Host, private_key: str, timeout: float = 60, known_hosts: Path | None = None
+    ) -> dict[str, Any]:
         surveys.append(time.time())
         return {"active": {"dev.chat": {"unit": active_unit[0]}}, "units": []}
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -319,3 +320,15 @@ def test_an_answer_without_a_block_per_unit_is_read_again_unit_by_unit(monkeypat
     monkeypatch.setattr(survey, "run", lambda *args: answers[tuple(a for a in args if a.endswith(".service"))])
     shown = survey.unit_properties(["a.service", "b.service"])
     assert shown["a.service"]["ActiveState"] == "active" and shown["b.service"]["ActiveState"] == "inactive"
+
+
+def test_the_survey_reports_the_key_each_stack_pinned(tmp_path: Path) -> None:
+    """What each stack's preflight recorded (host/contract.HOST_KEYS_DIR), by stack; a record being written
+    (its dot-named temporary) is not one, and a host without the directory has none."""
+    from host.contract import pinned_host_keys
+
+    (tmp_path / "prod").write_text("SHA256:abc\n")
+    (tmp_path / "dev").write_text("none\n")
+    (tmp_path / ".prod.tmp").write_text("SHA256:half")
+    assert pinned_host_keys(str(tmp_path)) == {"dev": "none", "prod": "SHA256:abc"}
+    assert pinned_host_keys(str(tmp_path / "absent")) == {}
