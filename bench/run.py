@@ -30,8 +30,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import engine_trace  # noqa: E402
+from controller import config_limit  # noqa: E402
+from controller.config_limit import MAX_ARG_STRLEN  # noqa: E402
 from models.loader import load_stack_file, read_stack_file  # noqa: E402
-from scripts.fleet_stack import fleet_stack  # noqa: E402
+from scripts.fleet_stack import fleet_files, known_hosts_name  # noqa: E402
 from tests.support import engine, sandbox_env  # noqa: E402
 from tests.support.processes import run_captured  # noqa: E402
 from tests.support.sandbox_env import on_host  # noqa: E402
@@ -662,17 +664,35 @@ def tree_rss_kib(root_pid: int) -> int:
     return total
 
 
-def config_bytes(stack_yaml: str) -> int:
-    """Size of the config as the engine hands it to the program: PULUMI_CONFIG, one JSON object of
-    strings (structured values JSON-encoded again), which Linux caps at MAX_ARG_STRLEN."""
-    config = yaml.safe_load(stack_yaml)["config"]
-    compact = (",", ":")
-    encoded = {k: v if isinstance(v, str) else json.dumps(v, separators=compact) for k, v in config.items()}
-    return len(json.dumps(encoded, separators=compact))
+def config_size(stack_yaml: str, hosts: int) -> config_limit.ConfigSize:
+    """The config as the engine hands it to the program (PULUMI_CONFIG, one JSON object of strings, structured
+    values JSON-encoded again), which Linux caps at MAX_ARG_STRLEN: its bytes, the bytes each host adds and
+    the largest fleet of this shape one stack holds (controller/config_limit.py, which the preview's warning
+    uses too)."""
+    value = config_limit.engine_value(yaml.safe_load(stack_yaml)["config"])
+    return config_limit.measure(value, hosts)
 
 
-# Linux's limit on one environment string (32 pages): a larger PULUMI_CONFIG fails the program's exec.
-MAX_ARG_STRLEN = 128 * 1024
+def known_hosts_read_ms(project: Path, stack: str, hosts: int, hashed: bool = False) -> float:
+    """What reading the stack's known_hosts file costs every run (controller/known_hosts.resolve: the file
+    parsed, checked against `ssh-keygen -lf`, each host's key looked up): the median of 3, in ms. `hashed`:
+    the same fleet's file with its names hashed, as `ssh-keygen -H` writes them."""
+    from controller import known_hosts
+    from models.loader import parse_stack_config
+
+    config = parse_stack_config(read_stack_file(project / f"Pulumi.{stack}.yaml"))
+    if hashed:
+        hashed_stack = f"{stack}-hashed"
+        (project / known_hosts_name(hashed_stack)).write_text(
+            fleet_files(hosts, hashed_stack, hashed=True)[known_hosts_name(hashed_stack)]
+        )
+        config = dataclasses.replace(config, known_hosts_file=known_hosts_name(hashed_stack))
+    times = []
+    for _ in range(3):
+        started = time.perf_counter()
+        known_hosts.resolve(config, project)
+        times.append((time.perf_counter() - started) * 1000)
+    return median(times)
 
 
 def measure_preview(project: Path, stack: str, env: dict[str, str]) -> dict[str, float]:
@@ -703,6 +723,8 @@ def measure_preview(project: Path, stack: str, env: dict[str, str]) -> dict[str,
         "peak_kib": peak,
         "cpu_s": usage.ru_utime + usage.ru_stime,
         "resources": float(created.group(1)) if created else 0.0,
+        # Whether the program warned that the config nears the engine's limit (controller/config_limit.py).
+        "warned_config_limit": float("of the engine's limit of" in text),
     }
 
 
@@ -713,7 +735,7 @@ PREVIEW_ENV = {"PULUMI_SKIP_CHECKPOINTS": "true"}
 
 
 # The fleet sizes measured; BENCH_FLEET_SIZES=32,128 measures fewer.
-FLEET_SIZES = tuple(int(n) for n in os.environ.get("BENCH_FLEET_SIZES", "32,128,512,1024").split(","))
+FLEET_SIZES = tuple(int(n) for n in os.environ.get("BENCH_FLEET_SIZES", "32,128,256,1024").split(","))
 # Above this many hosts each preview runs once (the machine is shared) and the checkpointed comparison,
 # quadratic in the resources (128 hosts: minutes, gigabytes), is left out.
 FLEET_LARGE = 128
@@ -721,7 +743,8 @@ FLEET_LARGE = 128
 
 def bench_fleet(tmp: Path, sizes: tuple[int, ...] = FLEET_SIZES) -> dict[str, Any]:
     """Each size: previews of scripts/fleet_stack.py's reference fleet as fleet operators run them (RUNS up
-    to 32 hosts, 2 at 128, one above), then, up to 128 hosts, one with the engine's default checkpoints."""
+    to 32 hosts, 2 at 128, one above), then, up to 128 hosts, one with the engine's default checkpoints.
+    Each host has its own ed25519 key in the known_hosts file beside the stack file (vllm-fleet:knownHostsFile)."""
     project = engine.project_copy(tmp / "fleet")
     # A backend of its own: the fleet stacks never touch the sandbox nor the repository's state.
     (tmp / "fleet-state").mkdir()
@@ -733,8 +756,8 @@ def bench_fleet(tmp: Path, sizes: tuple[int, ...] = FLEET_SIZES) -> dict[str, An
     results: dict[str, Any] = {}
     for hosts in sizes:
         stack = f"fleet{hosts}"
-        text = fleet_stack(hosts)
-        (project / f"Pulumi.{stack}.yaml").write_text(text)
+        for name, text in fleet_files(hosts, stack).items():
+            (project / name).write_text(text)
         run_captured(["pulumi", "stack", "select", "--create", stack], cwd=project, env=env, check=True)
         # A production stack's front doors need API keys (or access.open): one client's, as a user sets it.
         run_captured(
@@ -744,6 +767,13 @@ def bench_fleet(tmp: Path, sizes: tuple[int, ...] = FLEET_SIZES) -> dict[str, An
             check=True,
         )
         text = (project / f"Pulumi.{stack}.yaml").read_text()
+        size = config_size(text, hosts)
+        print(
+            f"bench: fleet {hosts}: config {size.total} bytes ({size.share:.0%} of the engine's "
+            f"{MAX_ARG_STRLEN // 1024} KiB), {size.per_host:.0f} bytes a host: one stack holds about "
+            f"{size.largest_fleet} hosts of this shape",
+            flush=True,
+        )
         count = RUNS if hosts <= 32 else 2 if hosts <= FLEET_LARGE else 1
         runs = [measure_preview(project, stack, {**env, **PREVIEW_ENV}) for _ in range(count)]
         results[str(hosts)] = {
@@ -753,8 +783,14 @@ def bench_fleet(tmp: Path, sizes: tuple[int, ...] = FLEET_SIZES) -> dict[str, An
             "resources": int(runs[0]["resources"]),
             "runs_s": [r["s"] for r in runs],
             "cpu_s": [r["cpu_s"] for r in runs],
-            "config_bytes": config_bytes(text),
+            "config_bytes": size.total,
+            "config_bytes_per_host": size.per_host,
+            "largest_fleet": size.largest_fleet,
+            "known_hosts_ms": known_hosts_read_ms(project, stack, hosts),
+            "warned_config_limit": bool(runs[0]["warned_config_limit"]),
         }
+        if hosts == max(sizes):
+            results[str(hosts)]["known_hosts_hashed_ms"] = known_hosts_read_ms(project, stack, hosts, hashed=True)
         if hosts <= FLEET_LARGE and not os.environ.get("BENCH_FLEET_NO_CHECKPOINTED"):
             checkpointed = measure_preview(project, stack, env)
             results[str(hosts)]["checkpointed"] = {
@@ -1146,9 +1182,22 @@ def report(results: dict[str, Any], files: list[str], measured: dict[str, dict[s
         size = fleet[str(largest)]["config_bytes"]
         lines.append(
             f"| config the engine hands the program at {largest} hosts (PULUMI_CONFIG; what hosts share in "
-            f"vllm-fleet:defaults, see scripts/fleet_stack.py) | {size / 1024:.0f} KiB | - | < {MAX_ARG_STRLEN // 1024} KiB "
+            f"vllm-fleet:defaults, their keys in vllm-fleet:knownHostsFile, see scripts/fleet_stack.py) | "
+            f"{size / 1024:.0f} KiB | - | < {MAX_ARG_STRLEN // 1024} KiB "
             f"(Linux's limit on one environment string) | {yes(size < MAX_ARG_STRLEN)} |"
         )
+        if "largest_fleet" in fleet[str(largest)]:
+            row = fleet[str(largest)]
+            lines.append(
+                f"| config bytes a host adds, and the largest fleet of this shape one stack holds (the preview warns "
+                f"past {config_limit.WARN_SHARE:.0%} of the limit) | {row['config_bytes_per_host']:.0f} bytes a host: "
+                f"about {row['largest_fleet']} hosts | - | - (reported) | - |"
+            )
+            hashed = f", hashed names {row['known_hosts_hashed_ms']:.0f} ms" if "known_hosts_hashed_ms" in row else ""
+            lines.append(
+                f"| reading the known_hosts file in every run at {largest} hosts (parse, `ssh-keygen -lf`, each "
+                f"host's key) | {row['known_hosts_ms']:.0f} ms{hashed} | 3 | - (reported) | - |"
+            )
     if files:
         lines += ["", " ".join(f"![{name.removesuffix('.png')}]({name})" for name in files)]
     if "noop" in results and results["noop"].get("trace"):
@@ -1161,15 +1210,15 @@ def report(results: dict[str, Any], files: list[str], measured: dict[str, dict[s
             "Fleet previews (`make bench ARGS=fleet`; medians; PULUMI_SKIP_CHECKPOINTS=true; two models per host, one "
             "serving; no host contacted):",
             "",
-            "| hosts | resources | median s | s/host | CPU s/host | peak RSS MiB | config KiB | runs |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+            "| hosts | resources | median s | s/host | CPU s/host | peak RSS MiB | config KiB | config B/host | runs |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         for h in sorted(int(h) for h in results["fleet"]):
             row = results["fleet"][str(h)]
             lines.append(
                 f"| {h} | {row['resources']} | {row['median_s']:.1f} | {row['median_s'] / h:.3f} | "
                 f"{row['median_cpu_s'] / h:.3f} | {row['peak_rss_mib']:.0f} | {row['config_bytes'] / 1024:.0f} | "
-                f"{len(row['runs_s'])} |"
+                f"{row.get('config_bytes_per_host', row['config_bytes'] / h):.0f} | {len(row['runs_s'])} |"
             )
     if "swap" in results:
         lines += [

@@ -76,7 +76,9 @@ class Fleet:
 def build_fleet(args: FleetArgs) -> Fleet:
     stack, resolved = args.config, args.deployments
     hosts = {
-        h.name: GpuHost(h.name, GpuHostArgs(host=h, private_key=args.private_key, cordoned=args.cordoned))
+        h.name: GpuHost(
+            h.name, GpuHostArgs(host=h, stack=args.stack, private_key=args.private_key, cordoned=args.cordoned)
+        )
         for h in stack.hosts
     }
     front_doors = {name: FrontDoor(f"{name}-front-door", FrontDoorArgs(host=host)) for name, host in hosts.items()}

@@ -9,8 +9,13 @@ hints again, in every program run, and a no-op `pulumi up` runs the program twic
 tests/test_remote_parity.py holds them to what the generated classes send. A Command's rules, each
 through a feature of the provider or of the host (shared/REFERENCE.md section 2 lists where remote
 commands go wrong):
-- the host key is pinned when the host config has one (`connection.hostKey`): a host that shows another
-  key is refused before any command runs;
+- the host key is pinned when the host has one (`connection.hostKey`: its own hostKey, else its key of
+  vllm-fleet:knownHostsFile, controller/known_hosts.py): a host that shows another key is refused before
+  any command runs. pulumi-command pins it with `ssh.FixedHostKey` and offers the server that key's type
+  alone (an RSA key as `ssh-rsa`, SHA-1 signatures, which OpenSSH 8.8 and later refuse by default);
+- the connection is not among the triggers: a new pinned key (a rotation) or a new private key updates
+  each step (pulumi-command replaces on `triggers` alone), which runs its idempotent script once more over
+  the new connection and finds nothing to do; it never replaces a step, whose delete would run;
 - bounded connection: `dialErrorLimit` attempts of `perDialTimeout` seconds, from the host config;
 - nothing passed through the remote environment (it needs the server's AcceptEnv), and no previous
   output either (`addPreviousOutputInEnv: false`);
@@ -26,7 +31,7 @@ commands go wrong):
   and the step's own output, whose last lines say why;
 - `delete_before_replace` where the step owns a singleton on the host (a unit name, a port, GPUs);
 - the host's identity (address, port, user) in `triggers`: a step moved to another host is replaced
-  (delete on the old host, create on the new), while a new private key only re-runs the idempotent script.
+  (delete on the old host, create on the new).
 - the output of long steps is streamed by the provider as status lines while they run (download %,
   load wait), so `pulumi up` shows progress.
 """

@@ -20,6 +20,7 @@ import pulumi
 
 from controller import assess, client_ids, drift, forecast
 from controller import survey as host_survey
+from controller.known_hosts import changed_note
 from controller.probe import EarlyProbes, HostUnreachable, probe_all
 from controller.program import Stack
 from host.contract import MODEL_NO_MANIFEST, Survey
@@ -118,6 +119,7 @@ def read_facts(stack: Stack, reachable: list[Host], early: EarlyProbes | None) -
             preview=pulumi.runtime.is_dry_run(),
             operation=host_survey.pulumi_operation(),
             window=window,
+            host_keys=stack.host_keys,
         )
     except (HostUnreachable, host_survey.SurveyFailed) as error:
         raise pulumi.RunError(f"{error}\n{cordon_advice(stack, str(error))}") from None
@@ -174,6 +176,8 @@ def check_hosts(stack: Stack, early: EarlyProbes | None = None) -> tuple[Stack, 
     for host_config in reachable:
         on_host = [rd for rd in resolved if rd.host.name == host_config.name]
         found = surveys[host_config.name]
+        if (key_changed := changed_note(stack.name, host_config, stack.host_keys, found)) is not None:
+            pulumi.log.warn(key_changed)
         errors, notes = assess.assess(stack.name, host_config, on_host, found)
         for rd in on_host:
             count, problems = drift.activation_repairs(stack.name, rd, found)

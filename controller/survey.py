@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from controller.known_hosts import HostKeys
 from controller.transport import SurveyFailed, ssh_survey
 from host.contract import Survey
 from models.base import plain
@@ -132,11 +133,13 @@ def survey_all(
     operation: str | None,
     window: float = REUSE_SECONDS,
     clock: Callable[[], float] = time.time,
+    host_keys: HostKeys | None = None,
 ) -> Facts:
     """Every host's survey at once. A preview's run (`preview`) reads each host and keeps what it read for
     the update of the same `pulumi` process (`operation`; None: nothing is kept); an update's run takes a
-    kept survey of that process and config at most `window` seconds old, and reads the host otherwise. One
-    SurveyFailed names each host that failed."""
+    kept survey of that process and config at most `window` seconds old, and reads the host otherwise. A
+    host whose key came from the stack's known_hosts file (`host_keys`) is checked against that file as it
+    is. One SurveyFailed names each host that failed."""
     by_host: dict[str, list[ResolvedDeployment]] = {host.name: [] for host in hosts}
     for rd in deployments:
         by_host.setdefault(rd.host.name, []).append(rd)
@@ -152,7 +155,8 @@ def survey_all(
                 return kept[0], kept[1], True
         started = clock()
         try:
-            found = ssh_survey(host, private_key, dirs)
+            file = host_keys.survey_file(host) if host_keys is not None else None
+            found = ssh_survey(host, private_key, dirs, known_hosts=file)
         except SurveyFailed as error:
             return error
         if preview and keeps:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
@@ -40,6 +41,29 @@ ADOPTED_DROP_IN = "50-vllm-fleet-adopted.conf"
 
 def adopted_drop_in(unit: str, unit_dir: str | Path = UNIT_DIR) -> Path:
     return Path(unit_dir) / f"{unit}.d" / ADOPTED_DROP_IN
+
+
+# Per stack, the SHA256 fingerprint of the SSH host key its steps pinned at its last preflight ("none": any
+# key): the survey reports them, so a preview says when a stack's steps now pin another key (a rotation).
+HOST_KEYS_DIR = f"{STATE_DIR}/host-keys"
+
+
+def pinned_host_keys(directory: str = HOST_KEYS_DIR) -> dict[str, str]:
+    """What each stack's steps pinned here, by stack ({} when none recorded)."""
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return {}
+    pinned: dict[str, str] = {}
+    for name in names:
+        if name.startswith("."):
+            continue  # a record being written
+        try:
+            with open(os.path.join(directory, name), encoding="utf-8") as handle:
+                pinned[name] = handle.read().strip()
+        except OSError:
+            continue
+    return pinned
 
 
 # The first line of every unit vllm-fleet writes; what follows names its stack and deployment.
@@ -724,8 +748,9 @@ class Memory:
 @dataclass(frozen=True)
 class Survey:
     """What runs on a host (host/survey.py): the vllm-* units, the listening sockets, the GPUs' holders,
-    each deployment's state and claims, the memory, the model directories asked about, and the vLLM
-    release of the host's runtime (None when not asked). `at` is when the host read it (Unix seconds)."""
+    each deployment's state and claims, the memory, the model directories asked about, the vLLM release of
+    the host's runtime (None when not asked), and per stack the fingerprint of the host key its steps pinned
+    at their last preflight (HOST_KEYS_DIR; "none": any key). `at` is when the host read it (Unix seconds)."""
 
     units: tuple[Unit, ...] = ()
     listeners: tuple[Listener, ...] = ()
@@ -736,6 +761,7 @@ class Survey:
     memory: Memory = Memory()
     models: dict[str, ModelFiles] = field(default_factory=dict)
     vllm_version: str | None = None
+    host_keys: dict[str, str] = field(default_factory=dict)
     at: float = 0.0
 
     def unit(self, name: str | None) -> Unit | None:
@@ -761,6 +787,7 @@ class Survey:
             "memory": {"totalMib": self.memory.total_mib, "availableMib": self.memory.available_mib},
             "models": {path: files.to_dict() for path, files in sorted(self.models.items())},
             "vllm": {"version": self.vllm_version},
+            "hostKeys": dict(sorted(self.host_keys.items())),
             "at": self.at,
         }
 
@@ -781,6 +808,7 @@ class Survey:
             memory=Memory(int(memory.get("totalMib") or 0), int(memory.get("availableMib") or 0)),
             models={str(path): ModelFiles.from_dict(files) for path, files in (data.get("models") or {}).items()},
             vllm_version=(data.get("vllm") or {}).get("version"),
+            host_keys={str(stack): str(pinned) for stack, pinned in (data.get("hostKeys") or {}).items()},
             at=float(data.get("at") or 0.0),
         )
 

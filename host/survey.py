@@ -20,6 +20,7 @@ Its shape is host/contract.Survey, which both sides parse it into:
   models      with --model-dir: each directory against its verified manifest (sizes and mtimes, no byte
               read) and the drift repairs each stack's download step made there
   vllm        with --python: the vLLM version that venv has (what the host runs, pinned or not)
+  hostKeys    per stack, the fingerprint of the SSH host key its steps pinned at their last preflight
   at          when the host read all this (Unix seconds)
 A process's unit is the last *.service of its cgroup path; a login session's scope or no cgroup means
 it belongs to no unit (host/facts.py reads all of these). Standard library only.
@@ -51,6 +52,7 @@ from host.contract import (
     Unit,
     is_managed,
     managed_owner,
+    pinned_host_keys,
     read_claims,
 )
 from host.facts import (
@@ -270,6 +272,7 @@ def survey(model_dirs: list[str] | tuple[str, ...] = ()) -> Survey:
             claims=dict(sorted(read_claims(Path(STATE_DIR)).items())),
             memory=memory(),
             models={directory: model_state(Path(directory), Path(STATE_DIR)) for directory in model_dirs},
+            host_keys=pinned_host_keys(),
             at=time.time(),
         )
 

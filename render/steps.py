@@ -11,8 +11,9 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from string import Template
 
-from host.contract import BUNDLE_NAME, Adapter, adapters_json
+from host.contract import BUNDLE_NAME, HOST_KEYS_DIR, Adapter, adapters_json
 from models.config import ModelSpec, ResolvedDeployment
+from models.host_keys import fingerprint
 from models.hosts import Host, Storage
 from render import host_bundle, report
 from render.launch import args_check_spec, node_args_check_spec, node_launch
@@ -79,7 +80,7 @@ def tools_delete_script() -> str:
     return render_script("tools-delete.sh", {"TOOLS_DIR": TOOLS_DIR})
 
 
-def preflight_script(host: Host) -> str:
+def preflight_script(host: Host, stack: str) -> str:
     return render_script(
         "preflight.sh",
         {
@@ -87,6 +88,9 @@ def preflight_script(host: Host) -> str:
             "PYTHON": host.runtime.python,
             "EXPECTED_GPUS": host.gpus.count,
             "EXPECTED_VLLM_VERSION": host.runtime.vllm_version or "",
+            "STACK": stack,
+            "HOST_KEYS_DIR": HOST_KEYS_DIR,
+            "PINNED_HOST_KEY": fingerprint(host.host_key) if host.host_key is not None else "none",
         },
     )
 

@@ -14,6 +14,7 @@ import pytest
 
 from controller import probe
 from controller import survey as host_survey
+from controller.known_hosts import HostKeys, KeyLine, Pin
 from controller.probe import HostUnreachable, probe_all, probe_ssh
 from host.contract import Survey
 from models.base import validate
@@ -73,7 +74,12 @@ def test_every_unreachable_host_is_named(slow_sshd: list[int]) -> None:
 
 
 def test_surveys_run_at_once_and_every_failure_is_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    def fake_ssh_survey(h: Host, private_key: str, model_dirs: Any = (), timeout: float = 60) -> Survey:
+    checked_against: dict[str, Path | None] = {}
+
+    def fake_ssh_survey(
+        h: Host, private_key: str, model_dirs: Any = (), timeout: float = 60, known_hosts: Path | None = None
+    ) -> Survey:
+        checked_against[h.name] = known_hosts
         time.sleep(DELAY)
         if h.name.startswith("bad"):
             raise host_survey.SurveyFailed(f"host {h.name!r}: the survey of what runs there failed (exit 255)")
@@ -81,10 +87,14 @@ def test_surveys_run_at_once_and_every_failure_is_named(monkeypatch: pytest.Monk
 
     monkeypatch.setattr(host_survey, "ssh_survey", fake_ssh_survey)
     good = [host("good-a", 22), host("good-b", 22)]
+    # good-a's key came from the stack's known_hosts file, good-b's from its own hostKey.
+    line = KeyLine(3, "good-a", "ssh-ed25519", "AAAA")
+    keys = HostKeys(tmp_path / "known_hosts", {"good-a": Pin(line.key, line), "good-b": Pin(line.key)})
     started = time.monotonic()
-    facts = host_survey.survey_all("fleet", good, [], {}, "", tmp_path, preview=True, operation=None)
+    facts = host_survey.survey_all("fleet", good, [], {}, "", tmp_path, preview=True, operation=None, host_keys=keys)
     elapsed = time.monotonic() - started
     assert facts.surveys == {"good-a": Survey(gpu_count=6), "good-b": Survey(gpu_count=6)}
+    assert checked_against == {"good-a": tmp_path / "known_hosts", "good-b": None}
     assert elapsed < 1.6 * DELAY, f"two {DELAY:g} s surveys took {elapsed:.2f} s: serialized"
 
     with pytest.raises(host_survey.SurveyFailed) as raised:
@@ -105,7 +115,9 @@ def test_no_survey_older_than_the_reuse_window_decides_anything(
     reads: list[float] = []
     clock = [1_000_000.0]
 
-    def fake_ssh_survey(h: Host, private_key: str, model_dirs: Any = (), timeout: float = 60) -> Survey:
+    def fake_ssh_survey(
+        h: Host, private_key: str, model_dirs: Any = (), timeout: float = 60, known_hosts: Path | None = None
+    ) -> Survey:
         reads.append(clock[0])
         return Survey.from_dict({"units": [{"name": rd.unit_name, "activeState": state[0]}]})
 

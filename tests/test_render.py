@@ -54,7 +54,7 @@ def rendered_scripts(name: str) -> dict[str, str]:
         "frontdoor-delete.sh": steps.front_door_delete_script(),
     }
     for host in config.hosts:
-        scripts[f"preflight-{host.name}.sh"] = steps.preflight_script(host)
+        scripts[f"preflight-{host.name}.sh"] = steps.preflight_script(host, name)
     for store in config.storage:
         scripts[f"storage-{store.name}.sh"] = steps.storage_script(store, config.kept_dirs_on(store.name), name)
         scripts[f"storage-delete-{store.name}.sh"] = steps.storage_delete_script(store, name)
@@ -510,7 +510,7 @@ def test_preflight_refuses_a_host_whose_sshd_offers_no_sftp(tmp_path: Path) -> N
     python = tmp_path / "python"  # the vLLM runtime: no vllm package, the next check's refusal
     python.write_text("#!/bin/sh\necho\n")
     python.chmod(0o755)
-    script = steps.preflight_script(host).replace(host.runtime.python, str(python))
+    script = steps.preflight_script(host, "dev").replace(host.runtime.python, str(python))
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     fake_sshd.write_text("#!/bin/sh\nprintf 'port 22\\npermitrootlogin without-password\\n'\n")
     fake_sshd.chmod(0o755)

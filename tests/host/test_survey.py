@@ -360,6 +360,7 @@ def test_a_survey_crosses_the_wire_as_it_was_read() -> None:
             "memory": {"totalMib": 100, "availableMib": 50},
             "models": {"/shared/m": {"dir": "/shared/m", "state": "changed", "changed": ["a"], "repairs": {"dev": 2}}},
             "vllm": {"version": "0.32.0+cpu"},
+            "hostKeys": {"dev": "none", "prod": "SHA256:abc"},
             "at": 1.5,
         }
     )  # fmt: skip
@@ -369,6 +370,7 @@ def test_a_survey_crosses_the_wire_as_it_was_read() -> None:
     assert found.gpu_holders[1].unit is not None and found.gpu_holders[1].unit.running
     assert found.deployment("dev.chat").record == contract.ActiveRecord("vllm-a.service", gpus=(0,), backend_port=18000)
     assert found.deployment("dev.other").record is None and found.running("vllm-a.service")
+    assert found.host_keys == {"dev": "none", "prod": "SHA256:abc"}
 
 
 def test_a_managed_units_file_and_environment_are_compared_with_what_was_staged(tmp_path: Path) -> None:
@@ -410,3 +412,13 @@ def test_a_model_directory_is_judged_by_its_manifest_and_its_repairs_live_in_the
     # Deleted whole: the manifest goes with it, the repairs stay.
     shutil.rmtree(model)
     assert model_files.model_state(model, state).repairs == {"dev": 2, "e2e": 5}
+
+
+def test_the_survey_reports_the_key_each_stack_pinned(tmp_path: Path) -> None:
+    """What each stack's preflight recorded (host/contract.HOST_KEYS_DIR), by stack; a record being written
+    (its dot-named temporary) is not one, and a host without the directory has none."""
+    (tmp_path / "prod").write_text("SHA256:abc\n")
+    (tmp_path / "dev").write_text("none\n")
+    (tmp_path / ".prod.tmp").write_text("SHA256:half")
+    assert contract.pinned_host_keys(str(tmp_path)) == {"dev": "none", "prod": "SHA256:abc"}
+    assert contract.pinned_host_keys(str(tmp_path / "absent")) == {}
