@@ -35,6 +35,8 @@ class FleetArgs:
     cordoned: StepLedger
     # Per deployment, the drift-repair count of its adapters step (the survey saw other adapters loaded).
     adapter_repairs: Mapping[str, int] = field(default_factory=dict)
+    # Per (storage, download name), the drift-repair count of its download step (files missing or changed).
+    download_repairs: Mapping[tuple[str, str], int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,7 @@ def build_fleet(args: FleetArgs) -> Fleet:
                     storage=storages[store.name],
                     hf_endpoint=stack.hf_endpoint,
                     hf_token=args.hf_token,
+                    repairs=args.download_repairs.get((store.name, model_name), 0),
                 ),
             )
     services: dict[str, VllmService] = {}

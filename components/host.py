@@ -63,7 +63,10 @@ class GpuHost(FleetComponent):
         self.tools = self.add_step(
             "tools",
             self.target,
-            create=tools_script(),
+            create=tools_script(
+                f"urn:pulumi:{pulumi.get_stack()}::{pulumi.get_project()}::{self.TYPE}$command:remote:CopyToRemote"
+                f"::{name}-tools-archive"
+            ),
             delete=tools_delete_script(),
             depends_on=[self.archive],
             timeout_seconds=300,

@@ -22,9 +22,13 @@ commands go wrong):
 - secrets only on stdin; the connection (it holds the key) is secret in the provider's schema, the stdin
   is a secret input, and the stdout/stderr of a step that receives secrets are secret outputs;
 - a time limit on every step. pulumi-command 1.2.1 ignores the engine's `customTimeouts` (its Create,
-  Update and Delete never read the request's timeout), so the limit is enforced on the host by
-  coreutils `timeout` around the step's script (render.remote_invocation); `customTimeouts` carries the
-  same value, so the engine and `pulumi stack export` state it too;
+  Update and Delete never read the request's timeout), so the limit is enforced on the host by the
+  host's `step` tool that runs the step (coreutils `timeout` for the scripts sent whole before the tools
+  exist; render.remote_invocation); `customTimeouts` carries the same value, so the engine and
+  `pulumi stack export` state it too;
+- a short command: a step is one call of the host's `step` tool with its parameters (its script is the
+  host package's, host/steps/), so what the provider echoes back when a step fails is those few lines
+  and the step's own output, whose last lines say why;
 - `delete_before_replace` where the step owns a singleton on the host (a unit name, a port, GPUs);
 - the host's identity (address, port, user) in `triggers`: a step moved to another host is replaced
   (delete on the old host, create on the new).

@@ -35,6 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from host.contract import Survey
 from models.config import StackConfig, StackTier
 from models.host_keys import fingerprint, host_lookup_name, key_fix, missing_host_key
 from models.hosts import Host
@@ -411,14 +412,13 @@ def key_refusal(host: Host, stderr: str, known_hosts: Path | None) -> str | None
     )
 
 
-def changed_note(stack: str, host: Host, host_keys: HostKeys, found: Mapping[str, object]) -> str | None:
+def changed_note(stack: str, host: Host, host_keys: HostKeys, found: Survey) -> str | None:
     """When the host's steps pinned another key at the stack's last preflight there (the survey reads the
     record): the preview says so, since each of the host's steps runs once more with the new key."""
-    recorded = found.get("hostKeys")
-    before = recorded.get(stack) if isinstance(recorded, Mapping) else None
+    before = found.host_keys.get(stack)
     pinned = host_keys.pins.get(host.name)
     now = pinned.fingerprint if pinned is not None else "none"
-    if not isinstance(before, str) or before == now:
+    if before is None or before == now:
         return None
     source = (
         "no key: any is accepted"

@@ -113,10 +113,7 @@ def test_deploys_with_the_key_from_the_file(rotation: Rotation) -> None:
 def test_a_changed_key_is_refused_naming_the_host_and_the_fix(rotation: Rotation) -> None:
     pid = main_pid()
     replace_host_key()
-    # A converged host's survey is kept for an hour (a no-op reads no host); the next run that reads the
-    # host (a change, or after that hour) is this one.
-    for cached in (rotation.work / ".cache" / "survey").glob(f"{STACK}.*"):
-        cached.unlink()
+    # Every preview reads the host (controller/survey.py): the first run after the rotation refuses it.
     with pytest.raises(auto.CommandError) as refused:
         rotation.stack.preview()
     message = " ".join(str(refused.value).split())

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from controller import known_hosts as kh
+from host.contract import Survey
 from models.config import StackTier
 from models.host_keys import fingerprint, lookup_name
 from models.loader import parse_stack_config
@@ -255,9 +256,12 @@ def test_the_preview_says_host_key_changed_when_the_pin_differs_from_the_hosts_r
     first = resolved.hosts[0]
     now = host_keys.pins[first.name].fingerprint
     assert now == fingerprint(openssh_public_key(host_seed("gpu-01")))
-    assert kh.changed_note("fleet", first, host_keys, {"hostKeys": {"fleet": now, "other": "none"}}) is None
-    assert kh.changed_note("fleet", first, host_keys, {"hostKeys": {}}) is None  # never pinned here: no record
-    note = kh.changed_note("fleet", first, host_keys, {"hostKeys": {"fleet": "SHA256:old"}})
+    # The record as the survey reports it (host/survey.py's hostKeys), parsed once into the Survey.
+    recorded = Survey.from_dict({"hostKeys": {"fleet": now, "other": "none"}})
+    assert recorded.host_keys == {"fleet": now, "other": "none"}
+    assert kh.changed_note("fleet", first, host_keys, recorded) is None
+    assert kh.changed_note("fleet", first, host_keys, Survey()) is None  # never pinned here: no record
+    note = kh.changed_note("fleet", first, host_keys, Survey(host_keys={"fleet": "SHA256:old"}))
     assert note is not None and note.startswith("host 'gpu-01': host key changed: its steps pinned SHA256:old")
     assert f"now pin {now} (ssh-ed25519, from line 2 of {tmp_path / 'known_hosts.fleet'})" in note
 
