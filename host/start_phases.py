@@ -33,9 +33,11 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+from host.contract import Phase, StartPhases
 
 # `journalctl -o short-iso-precise`: time, host, identifier[pid]: message.
 _LINE = re.compile(
@@ -101,12 +103,6 @@ def last_start(lines: Sequence[JournalLine]) -> list[JournalLine]:
     return out
 
 
-@dataclass(frozen=True)
-class Phase:
-    name: str
-    seconds: float
-
-
 # The marks that end each phase after the engine's first line: (phase, vLLM's message, which of several
 # occurrences marks it). A tensor-parallel engine logs the weights once per worker: the last one ends them.
 _MARKS: tuple[tuple[str, re.Pattern[str], str], ...] = (
@@ -150,50 +146,6 @@ _TEXT_FACTS = frozenset({"filesystem"})
 # version 0.11.0"; 0.32's banner: "... version 0.32.0").
 _VERSION = re.compile(r"(?:Initializing a V1 LLM engine \(v|vLLM API server version |\bversion )(\d+\.\d+[\w.+-]*)")
 _SHARDS = re.compile(r"Loading safetensors checkpoint shards:\s+(\d+)% Completed \| (\d+)/(\d+)")
-
-
-@dataclass(frozen=True)
-class StartPhases:
-    """One start of an engine: where its time went, what vLLM reported of it, and whether it served."""
-
-    started_at: float  # seconds since the epoch (the unit's start)
-    seconds: float  # from the unit's start to its last line read (to "Started" once it serves)
-    ready: bool
-    phases: tuple[Phase, ...]
-    reported: dict[str, Any] = field(default_factory=dict)
-    # The shard loader's last progress: (shards done, shards in all), while the weights load.
-    shards: tuple[int, int] | None = None
-
-    def phase(self, name: str) -> float | None:
-        return next((p.seconds for p in self.phases if p.name == name), None)
-
-    def describe(self) -> str:
-        """The phases in the order they ran: "weights 12.3 s, compile 4.0 s, ..."."""
-        return ", ".join(f"{p.name} {p.seconds:.1f} s" for p in self.phases)
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "startedAt": round(self.started_at, 6),
-            "seconds": round(self.seconds, 3),
-            "ready": self.ready,
-            "phases": [{"name": p.name, "seconds": round(p.seconds, 3)} for p in self.phases],
-            "reported": dict(self.reported),
-        }
-        if self.shards is not None:
-            out["shards"] = list(self.shards)
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> StartPhases:
-        shards = data.get("shards")
-        return cls(
-            started_at=float(data["startedAt"]),
-            seconds=float(data["seconds"]),
-            ready=bool(data.get("ready")),
-            phases=tuple(Phase(str(p["name"]), float(p["seconds"])) for p in data.get("phases") or ()),
-            reported=dict(data.get("reported") or {}),
-            shards=(int(shards[0]), int(shards[1])) if shards else None,
-        )
 
 
 def _reported(messages: Iterable[str]) -> dict[str, Any]:
@@ -265,7 +217,7 @@ def phases_of(lines: Sequence[JournalLine]) -> StartPhases | None:
     for name, at in sorted(marks.items(), key=lambda item: item[1]):
         if at < previous:
             continue  # logged out of order (a worker's late line): its time went to the phase before
-        phases.append(Phase(name, at - previous))
+        phases.append(Phase(name, round(at - previous, 3)))
         previous = at
     shards = None
     for line in start:
@@ -273,8 +225,8 @@ def phases_of(lines: Sequence[JournalLine]) -> StartPhases | None:
         if match is not None:
             shards = (int(match.group(2)), int(match.group(3)))
     return StartPhases(
-        started_at=began,
-        seconds=end.at - began,
+        started_at=round(began, 6),
+        seconds=round(end.at - began, 3),
         ready=ready,
         phases=tuple(phases),
         reported=_reported(match.group("text") for _, match in vllm_lines),

@@ -24,6 +24,7 @@ from host.contract import (
     Placement,
     Plan,
     Result,
+    StartRecord,
     adopted_drop_in,
     read_claims,
 )
@@ -31,7 +32,7 @@ from host.facts import unit_environment, unit_launch
 from host.judgement import claim_conflicts
 from host.page_cache import Residency
 from host.start_phases import journal_command, parse_journal, phases_of
-from host.start_records import StartRecord, loaded_from, started_at, write_record
+from host.start_records import forecast_of_this_start, loaded_from, read_records, started_at, write_record
 from host.swap_files import install_file, remove_drop_in, write_file
 from host.systemd import SystemdHost, now
 
@@ -278,16 +279,25 @@ class TransactionBase:
             journal = self.host.run(*journal_command(plan.unit_name, cursor), check=False)
             phases = phases_of(parse_journal(journal))
             unit_text = (self.unit_dir / plan.unit_name).read_text(encoding="utf-8")
-            launch = unit_launch(unit_text, unit_environment(unit_text)) or {}
+            launch = unit_launch(unit_text, unit_environment(unit_text))
             loaded = loaded_from(
                 plan.model,
                 Path(plan.load_dir or plan.model_dir),
-                list(launch.get("argv") or []),
+                list(launch.argv) if launch is not None else [],
                 self.prewarmed,
                 self.resident.share if self.resident is not None else None,
             )
             record = StartRecord(
-                started_at(phases, seconds), plan.owner, plan.unit_name, self.mode, seconds, loaded, phases
+                started_at(phases, seconds),
+                plan.owner,
+                plan.unit_name,
+                self.mode,
+                seconds,
+                loaded,
+                phases,
+                forecast=forecast_of_this_start(plan, read_records(self.state_root)),
+                # Stop-then-start: clients wait from the old engine's stop to the new one's answer.
+                downtime_seconds=self.timings.get("stop", 0.0) + seconds if self.mode != "blue-green" else None,
             )
             write_record(self.state_root, record)
         except (OSError, ValueError) as error:

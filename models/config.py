@@ -29,6 +29,7 @@ from models.types import (
     EnvName,
     EnvValue,
     HfRepo,
+    KnownHostsPath,
     Label,
     Name,
     ParserName,
@@ -342,10 +343,15 @@ class ResolvedDeployment(ConfigModel):
     def master_port(self) -> int:
         """The head's rendezvous port for this launch (model, flags, environment, nodes): nodes run the launch
         whose port the head listens on (node-watch), and one that runs another cannot join it."""
+        serving = plain(self.serving)
+        # `auto` is what unset was before it existed: the same launch, so the same port.
+        for key in ("load_format", "safetensors_load_strategy"):
+            if serving.get(key) == "auto":
+                serving[key] = None
         launch = {
             "model": f"{self.model.repo}@{self.model.revision}",
             "path": self.load_path,
-            "serving": plain(self.serving),
+            "serving": serving,
             "environment": dict(self.deployment.environment),
             "nodes": [h.name for h in self.node_hosts],
         }
@@ -427,6 +433,9 @@ class StackConfig(ConfigModel):
     tier: StackTier = StackTier.DEVELOPMENT
     hf_endpoint: Annotated[str, Limits(pattern=r"^https?://[A-Za-z0-9.:\[\]-]+(/[A-Za-z0-9._/-]*)?$")] | None = None
     hosts: tuple[Host, ...]
+    # The hosts' SSH host keys, in OpenSSH's known_hosts format (controller/known_hosts.py reads it); a
+    # host's own hostKey wins. A path beside the stack file (relative to the project) or absolute.
+    known_hosts_file: KnownHostsPath | None = None
     storage: tuple[Storage, ...]
     models: dict[Name, ModelSpec]
     deployments: tuple[Deployment, ...] = ()

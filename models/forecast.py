@@ -2,29 +2,32 @@
 
 A swap to model M on host H is forecast from the best that is known, in this order:
 
-  1. M's own last start on H, whichever deployment started it (host/start_records.py keeps one per model,
-     the survey reports them as `starts`): its seconds, with the weights' part scaled by what differs
-     now: the checkpoint's size, and the share of it the page cache will hold (pre-warmed or not). A
-     different loader is said, not scaled: nothing measured says by how much.
+  1. M's own starts on H, whichever deployment made them (host/start_records.py keeps the last few of each
+     model, the survey reports them as `starts`): each start's seconds, with the weights' part scaled by
+     what differs now (the checkpoint's size, and the share of it the page cache will hold, pre-warmed or
+     not), and the median of those: one start slowed by something else that ran on the host (a busy CPU, a
+     cold disk) does not become the forecast. The basis names the last start. A different loader is said,
+     not scaled: nothing measured says by how much.
   2. What the catalog knows of M (`referenceLoad`: the reference server's own starts of it), measured
      elsewhere: said as such.
   3. The rates of models/downtime.py, one per way of reading (lazy, prefetch, the page cache).
 
 Facts the host does not report (its RAM in the reference server's recorded survey, the filesystem of the
-model's directory) are named as unknown, never assumed. Pure functions over the survey's plain JSON.
+model's directory) are named as unknown, never assumed. Pure functions over the survey's start records
+(host/contract.StartRecord); controller/forecast.py reads the rest of the facts from the survey.
 """
 
 from __future__ import annotations
 
 import re
+import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from host.contract import StartRecord
 from models import downtime
 from models.config import GIB_PER_GB, ReferenceLoad, ResolvedDeployment
-from models.load_choice import filesystem_of, mem_available_gib
 
 # Left free by the pre-warm when a deployment does not say (deployments[].prewarmMarginGib's default).
 DEFAULT_MARGIN_GIB = 8.0
@@ -32,6 +35,8 @@ DEFAULT_MARGIN_GIB = 8.0
 SAME_SHARE = 0.1
 # A size within this ratio of the recorded one is the same checkpoint.
 SAME_SIZE = 0.02
+# How many of a model's last starts on a host the forecast takes the median of (the host keeps as many).
+RECENT_STARTS = 5
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,7 @@ class HostFacts:
     name: str
     mem_available_gib: float | None = None  # None: the survey did not report it
     filesystem: str | None = None  # of the model's directory; None: not reported
-    records: tuple[Mapping[str, Any], ...] = ()  # the survey's `starts`
+    records: tuple[StartRecord, ...] = ()  # the survey's `starts`
 
 
 @dataclass(frozen=True)
@@ -66,17 +71,6 @@ class StartForecast:
     seconds: float
     basis: str  # the sentence the preview prints after the figure
     source: str  # "own start" | "catalog" | "rates"
-
-
-def host_facts(name: str, found: Mapping[str, Any], model_path: str) -> HostFacts:
-    """The forecast's facts from a host's survey (host/survey.py): MemAvailable (0 or missing: not
-    reported), the filesystem holding `model_path` (from `mounts`), the start records."""
-    return HostFacts(
-        name=name,
-        mem_available_gib=mem_available_gib(found),
-        filesystem=filesystem_of(model_path, found.get("mounts")),
-        records=tuple(found.get("starts") or ()),
-    )
 
 
 def expected_share(target: Target, facts: HostFacts) -> float | None:
@@ -98,43 +92,47 @@ def pinned(revision: str) -> bool:
     return re.fullmatch(r"[0-9a-f]{40}", revision) is not None
 
 
-def same_checkpoint(target: Target, record: Mapping[str, Any]) -> bool:
+def same_checkpoint(target: Target, record: StartRecord) -> bool:
     """Whether a record loaded the checkpoint the target loads: its repository at its pinned revision (any
     revision the host resolved, for a target that names a branch)."""
-    loaded = record.get("loaded") or {}
-    return loaded.get("repo") == target.repo and (
-        not pinned(target.revision) or loaded.get("revision") == target.revision
-    )
+    loaded = record.loaded
+    return loaded.repo == target.repo and (not pinned(target.revision) or loaded.revision == target.revision)
 
 
-def last_start(target: Target, records: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    """The model's own last start among the host's records: its checkpoint's first (same_checkpoint),
-    then another revision of its repository, then (for a record without a manifest) the same name."""
+def own_starts(target: Target, records: Sequence[StartRecord]) -> list[StartRecord]:
+    """The model's own starts among the host's records, oldest first: its checkpoint's (same_checkpoint)
+    where there are any, else another revision of its repository's, else (records without a manifest)
+    those of the same name."""
 
-    def matches(record: Mapping[str, Any], exact: bool) -> bool:
-        loaded = record.get("loaded") or {}
-        if loaded.get("repo"):
-            return same_checkpoint(target, record) if exact else loaded["repo"] == target.repo
-        return bool(loaded.get("model")) and loaded.get("model") == target.model
+    def matches(record: StartRecord, exact: bool) -> bool:
+        loaded = record.loaded
+        if loaded.repo:
+            return same_checkpoint(target, record) if exact else loaded.repo == target.repo
+        return bool(loaded.model) and loaded.model == target.model
 
     for exact in (True, False):
         own = [r for r in records if matches(r, exact)]
         if own:
-            return max(own, key=lambda r: float(r.get("at") or 0))
-    return None
+            return sorted(own, key=lambda r: r.at)
+    return []
+
+
+def last_start(target: Target, records: Sequence[StartRecord]) -> StartRecord | None:
+    """The model's own last start among the host's records (own_starts)."""
+    own = own_starts(target, records)
+    return own[-1] if own else None
 
 
 def _when(at: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.gmtime(at))
 
 
-def _phase(record: Mapping[str, Any], name: str) -> float | None:
-    phases = record.get("phases") or {}
-    return next((float(p["seconds"]) for p in phases.get("phases") or () if p.get("name") == name), None)
+def _phase(record: StartRecord, name: str) -> float | None:
+    return record.phases.phase(name) if record.phases is not None else None
 
 
-def _reported(record: Mapping[str, Any], name: str) -> float | None:
-    value = ((record.get("phases") or {}).get("reported") or {}).get(name)
+def _reported(record: StartRecord, name: str) -> float | None:
+    value = record.phases.reported.get(name) if record.phases is not None else None
     return float(value) if isinstance(value, int | float) else None
 
 
@@ -167,11 +165,12 @@ def _weights_rates(size_gb: float, weights: float, share: float, cold_prior: flo
     return warm, cold
 
 
-def from_own_start(target: Target, facts: HostFacts, record: Mapping[str, Any]) -> StartForecast:
-    loaded = record.get("loaded") or {}
-    seconds = float(record["seconds"])
+def from_own_start(target: Target, facts: HostFacts, record: StartRecord) -> StartForecast:
+    """The start of `target` from one of its own starts on the host, scaled by what differs now."""
+    loaded = record.loaded
+    seconds = record.seconds
     weights = _phase(record, "weights")
-    size0 = float(loaded["sizeBytes"]) / 1e9 if loaded.get("sizeBytes") else None
+    size0 = loaded.size_bytes / 1e9 if loaded.size_bytes else None
     said: list[str] = []
     parts = (
         [f"weights {weights:.0f} s" + (f" at {size0 / weights:.2f} GB/s" if size0 and weights >= 1 else "")]
@@ -186,8 +185,8 @@ def from_own_start(target: Target, facts: HostFacts, record: Mapping[str, Any]) 
             parts.append(f"{label} {figure:.0f} s")
     parts.append(f"{seconds:.0f} s in all")
     same = same_checkpoint(target, record)
-    who = f"{loaded.get('model') or target.model}" + ("" if same else f"@{str(loaded.get('revision'))[:12]}")
-    head = f"from the start of {who} on {facts.name} at {_when(float(record['at']))} ({record.get('owner')}): {', '.join(parts)}"
+    who = f"{loaded.model or target.model}" + ("" if same else f"@{str(loaded.revision)[:12]}")
+    head = f"from the start of {who} on {facts.name} at {_when(record.at)} ({record.owner}): {', '.join(parts)}"
     forecast = seconds
     if weights is not None and size0:
         rest = seconds - weights
@@ -197,25 +196,40 @@ def from_own_start(target: Target, facts: HostFacts, record: Mapping[str, Any]) 
         if abs(size1 / size0 - 1) > SAME_SIZE:
             new_weights *= size1 / size0
             said.append(f"weights scaled to {size1:g} GB from {size0:g} GB")
-        share0, share1 = loaded.get("residentShare"), expected_share(target, facts)
+        share0, share1 = loaded.resident_share, expected_share(target, facts)
         if share1 is None:
             said.append("the page cache's share at this start is unknown (MemAvailable not reported)")
         elif share0 is None:
             said.append("how much of it the page cache held then was not measured")
         elif abs(share1 - share0) > SAME_SHARE:
             cold_prior, _ = prior_cold_rate(target)
-            warm, cold = _weights_rates(size0, weights, float(share0), cold_prior)
+            warm, cold = _weights_rates(size0, weights, share0, cold_prior)
             new_weights = size1 * (share1 / warm + (1 - share1) / cold)
             said.append(f"{share1:.0%} of it in the page cache instead of {share0:.0%}")
         forecast = rest + new_weights
     elif weights is None:
         said.append("its phases are unknown (no vLLM lines in its journal): not scaled")
-    then = (loaded.get("loadFormat"), loaded.get("loadStrategy"))
+    then = (loaded.load_format, loaded.load_strategy)
     if then != (target.load_format, target.load_strategy):
         said.append(
             f"it loaded with {_loader(*then)}, this start with {_loader(target.load_format, target.load_strategy)}: not scaled for it"
         )
     return StartForecast(forecast, head + "".join(f"; {s}" for s in said), "own start")
+
+
+def from_own_starts(target: Target, facts: HostFacts, own: Sequence[StartRecord]) -> StartForecast:
+    """The median of the forecasts from each of the model's recent starts here, said from the last one."""
+    last = from_own_start(target, facts, own[-1])
+    if len(own) == 1:
+        return last
+    each = sorted(from_own_start(target, facts, record).seconds for record in own)
+    median = statistics.median(each)
+    return StartForecast(
+        median,
+        f"{last.basis}; the median of its last {len(own)} starts here, each scaled the same way: {median:.0f} s "
+        f"({each[0]:.0f}-{each[-1]:.0f} s)",
+        "own start",
+    )
 
 
 def _unknowns(target: Target, facts: HostFacts, model_path: str) -> list[str]:
@@ -229,9 +243,9 @@ def _unknowns(target: Target, facts: HostFacts, model_path: str) -> list[str]:
 
 def forecast_start(target: Target, facts: HostFacts, model_path: str) -> StartForecast:
     """The start of `target` on the host of `facts`: seconds and the sentence that says what they rest on."""
-    record = last_start(target, facts.records)
-    if record is not None:
-        return from_own_start(target, facts, record)
+    own = own_starts(target, facts.records)[-RECENT_STARTS:]
+    if own:
+        return from_own_starts(target, facts, own)
     unknown = _unknowns(target, facts, model_path)
     tail = f"; unknown: {', '.join(unknown)}" if unknown else ""
     none_here = f"no start of {target.model} on {facts.name} yet"

@@ -3,31 +3,31 @@
 sets is used as it is.
 
 The facts, and what they decide (REFERENCE.md sections 3 and 6):
-  - whether the page cache can hold the checkpoint: its size against 90% of MemAvailable (vLLM's own
-    threshold for its automatic prefetch). One it cannot hold is read from storage on every load, and
-    reading it into the page cache first (prefetch) evicts itself;
+  - whether the page cache can hold the checkpoint: its size against 90% of the host's RAM (vLLM's own
+    threshold for its automatic prefetch, which it takes of the RAM available when it loads). One it
+    cannot hold is read from storage on every load, and reading it into the page cache first (prefetch)
+    evicts itself. The pick reads MemTotal, not MemAvailable: it is rendered into the engine's launch, and
+    MemAvailable moves with the page cache and with whatever runs beside the engine, so a checkpoint near
+    the line would flip the pick from one preview to the next and restart the engine for nothing. The
+    pre-warm and the forecast (models/forecast.py) read MemAvailable: they change nothing that runs;
   - the filesystem of the model's directory: vLLM prefetches by itself only on NFS and Lustre; on another
     network filesystem (VirtioFS, CIFS, CephFS, a FUSE mount) it must be asked to, and on a local disk
     the pre-warm already reads it;
   - the loaders' extras installed beside vLLM: `instanttensor` and `runai_model_streamer` read with their
     own concurrency and without the page cache, the way to read a checkpoint the page cache cannot hold;
   - the vLLM release: `prefetch` came with 0.17, InstantTensor's loader after it.
-A fact the host does not report leaves vLLM's own default and is named in the reason. Pure functions.
+A fact the host does not report leaves vLLM's own default and is named in the reason. The facts are
+the survey's (controller/forecast.load_facts); all of them stay put while the host does (its RAM, its
+mounts, its packages), so an unchanged stack renders an unchanged launch. Pure functions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from models.config import GIB_PER_GB, LoadStrategy, ResolvedDeployment
-from models.vllm_flags import (
-    INSTANTTENSOR_FORMAT_SINCE,
-    LOAD_STRATEGY_FLAG_SINCE,
-    PREFETCH_STRATEGY_SINCE,
-    vllm_release,
-)
+from models.config import GIB_PER_GB, LoadStrategy
+from models.vllm_flags import INSTANTTENSOR_FORMAT_SINCE, LOAD_STRATEGY_FLAG_SINCE, PREFETCH_STRATEGY_SINCE
 
 AUTO = "auto"
 # vLLM prefetches by itself (the strategy left at its default) on these (weight_utils.py: is_net_fs).
@@ -36,7 +36,7 @@ VLLM_PREFETCHES_ON = frozenset({"nfs", "nfs4", "lustre"})
 NETWORK_FILESYSTEMS = VLLM_PREFETCHES_ON | frozenset(
     {"virtiofs", "cifs", "smb3", "ceph", "glusterfs", "9p", "beegfs", "gpfs", "wekafs", "afs"}
 )
-# The share of MemAvailable a checkpoint may take for the page cache to hold it (vLLM's own 90%).
+# The share of the host's RAM a checkpoint may take for the page cache to hold it (vLLM's own 90%).
 PAGE_CACHE_SHARE = 0.9
 # The loaders that read without the page cache, best first: (--load-format, its extra's distribution).
 DIRECT_LOADERS = (("instanttensor", "instanttensor"), ("runai_streamer", "runai_model_streamer"))
@@ -47,7 +47,7 @@ class LoadFacts:
     """What the pick reads; None where the host did not report it."""
 
     checkpoint_gb: float
-    mem_available_gib: float | None = None
+    mem_total_gib: float | None = None  # MemTotal (see above: never MemAvailable)
     filesystem: str | None = None
     extras: Mapping[str, str | None] | None = None  # distribution -> version (None: not installed)
     vllm_release: tuple[int, ...] | None = None
@@ -67,44 +67,10 @@ class LoadChoice:
         return f"{shown}: {'; '.join(self.why)}"
 
 
-def filesystem_of(path: str, mounts: Sequence[Mapping[str, Any]] | None) -> str | None:
-    """The type of the filesystem `path` is on: its longest mount point (None without a mount table)."""
-    best: tuple[int, str] | None = None
-    for mount in mounts or ():
-        point = str(mount.get("path") or "")
-        if not point or not (path == point or path.startswith(point.rstrip("/") + "/")):
-            continue
-        if best is None or len(point) > best[0]:
-            best = (len(point), str(mount.get("type") or ""))
-    return best[1] if best and best[1] else None
-
-
-def mem_available_gib(found: Mapping[str, Any]) -> float | None:
-    """MemAvailable from a host's survey; None when it did not report it (0: its reading failed)."""
-    available = (found.get("memory") or {}).get("availableMib") or 0
-    return available / 1024 if available > 0 else None
-
-
-def load_facts(rd: ResolvedDeployment, found: Mapping[str, Any]) -> LoadFacts:
-    """The pick's facts for a deployment from its host's survey (host/survey.py): MemAvailable, the
-    filesystem of the directory the engine loads from, the loaders' extras beside vLLM, and the release
-    the launch is rendered for (the host's own when the stack pins none: controller/checks.host_versions)."""
-    vllm = found.get("vllm") or {}
-    release = vllm_release(rd.host.runtime.vllm_version or vllm.get("version"))
-    return LoadFacts(
-        checkpoint_gb=rd.model.size_gb,
-        mem_available_gib=mem_available_gib(found),
-        filesystem=filesystem_of(rd.load_path, found.get("mounts")),
-        extras=vllm.get("extras"),
-        vllm_release=release,
-        model_path=rd.load_path,
-    )
-
-
 def fits_page_cache(facts: LoadFacts) -> bool | None:
-    if facts.mem_available_gib is None:
+    if facts.mem_total_gib is None:
         return None
-    return facts.checkpoint_gb * GIB_PER_GB <= PAGE_CACHE_SHARE * facts.mem_available_gib
+    return facts.checkpoint_gb * GIB_PER_GB <= PAGE_CACHE_SHARE * facts.mem_total_gib
 
 
 def _size(facts: LoadFacts) -> str:
@@ -116,8 +82,8 @@ def pick_format(facts: LoadFacts) -> tuple[str | None, str]:
     hold the checkpoint and its extra is installed; vLLM's default otherwise."""
     fits = fits_page_cache(facts)
     if fits is None:
-        return None, "vLLM's default loader: MemAvailable is unknown, so whether the page cache holds it is too"
-    ram = f"{_size(facts)} {'within' if fits else 'over'} {PAGE_CACHE_SHARE:.0%} of MemAvailable {facts.mem_available_gib:.0f} GiB"
+        return None, "vLLM's default loader: the host's RAM is unknown, so whether the page cache holds it is too"
+    ram = f"{_size(facts)} {'within' if fits else 'over'} {PAGE_CACHE_SHARE:.0%} of the host's {facts.mem_total_gib:.0f} GiB RAM"
     if fits:
         return None, f"vLLM's default loader: {ram}, so the page cache holds it (the pre-warm fills it)"
     if facts.extras is None:
@@ -148,7 +114,7 @@ def pick_strategy(facts: LoadFacts, load_format: str | None) -> tuple[LoadStrate
     if fs not in NETWORK_FILESYSTEMS:
         return None, f"vLLM's default strategy: {facts.model_path} is on {fs}, a local filesystem"
     if fits is None:
-        return None, f"vLLM's default strategy: {fs} is a network filesystem, but MemAvailable is unknown"
+        return None, f"vLLM's default strategy: {fs} is a network filesystem, but the host's RAM is unknown"
     if not fits:
         return None, f"lazy: {fs}, but the page cache cannot hold it, and a prefetch would evict itself"
     if fs in VLLM_PREFETCHES_ON:

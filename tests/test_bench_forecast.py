@@ -8,24 +8,25 @@ from typing import Any
 import pytest
 
 from bench import forecast_error
+from host.contract import Loaded, StartForecastRecord, StartRecord
 
 
 def series() -> dict[str, Any]:
-    """Two models swapped three times each: the first swap to each on the rates (60 s for a 20 s start),
-    then on its own last start (the start before it)."""
+    """Two models swapped three times each, as the host's start records keep them: the first swap to each
+    forecast on the rates (60 s for a 20 s start), then on its own last start (the start before it)."""
     measured = iter([20.0, 18.0, 22.0, 19.0, 21.0, 24.0])
     last: dict[str, float] = {}
+    loads = iter([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
 
-    def forecast(model: str) -> tuple[float, str, str]:
+    def swap(model: str) -> StartRecord:
         if model in last:
-            return last[model], "own start", f"from the start of {model}"
-        return 60.0, "rates", "from the rates"
-
-    def swap(model: str) -> float:
+            forecast = StartForecastRecord(last[model], f"from the start of {model}", "own start")
+        else:
+            forecast = StartForecastRecord(60.0, "from the rates", "rates")
         last[model] = next(measured)
-        return last[model]
+        return StartRecord(0.0, "dev.chat", "u", "stop-start", last[model], Loaded(model, "/d"), forecast=forecast)
 
-    return forecast_error.run_series(["b", "a"] * 3, forecast, swap, log=lambda _m: None)
+    return forecast_error.run_series(["b", "a"] * 3, swap, load=lambda: next(loads), log=lambda _m: None)
 
 
 def test_each_swap_is_a_row_with_its_error_and_basis() -> None:
@@ -40,8 +41,11 @@ def test_each_swap_is_a_row_with_its_error_and_basis() -> None:
         ("a", "own start", 19.0, 24.0),
     ]
     lines = forecast_error.table(rows)
-    assert lines[2] == "| 1 | b | rates | 60.0 s | 20.0 s | +200% | from the rates |"
-    assert lines[7] == "| 6 | a | own start | 19.0 s | 24.0 s | -21% | from the start of a |"
+    assert lines[2] == "| 1 | b | rates | 60.0 s | 20.0 s | +200% | 1.0 | from the rates |"
+    assert lines[7] == "| 6 | a | own start | 19.0 s | 24.0 s | -21% | 6.0 | from the start of a |"
+    # A swap the host kept no forecast of is its own row, judged with neither basis.
+    bare = StartRecord(0.0, "dev.chat", "u", "stop-start", 20.0, Loaded("a", "/d"))
+    assert forecast_error.row_of("a", bare, None)["source"] == "none"
 
 
 def test_the_summary_judges_only_the_forecasts_from_a_start_of_the_model_itself() -> None:

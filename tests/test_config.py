@@ -258,9 +258,14 @@ def test_production_pins_each_hosts_ssh_key(prod_raw: dict[str, Any], dev_raw: d
     assert prod_raw["hosts"][0]["hostKey"].endswith(" placeholder-not-the-servers-key")  # a comment is accepted
     del prod_raw["hosts"][0]["hostKey"]
     message = error_of(prod_raw)
-    assert "vllm-fleet:hosts[0].hostKey: a production stack pins each host's SSH host key" in message
+    # The host, and both places its key may come from.
+    assert "vllm-fleet:hosts[gpu-01].hostKey: host 'gpu-01' has no SSH host key" in message
+    assert "no vllm-fleet:knownHostsFile is set" in message
     assert "ssh-keyscan -t ed25519 -p 22 10.40.0.11" in message
     parse_stack_config(dev_raw)  # the sandbox is development: trusted on first sight
+    # With a known_hosts file, the hosts without a key of their own are checked once it is read
+    # (controller/known_hosts.py; tests/test_known_hosts.py).
+    parse_stack_config({**prod_raw, "knownHostsFile": "known_hosts.prod"})
 
 
 @pytest.mark.parametrize("path", ["/", "/etc", "/etc/models", "/usr/local/models", "/proc/x", "/home", "/var"])
@@ -335,17 +340,19 @@ def test_model_loader_extra_config_is_a_json_object_of_option_names(
 
 def test_load_fields_render_as_flags_the_hosts_vllm_knows(prod_raw: dict[str, Any], dev_raw: dict[str, Any]) -> None:
 
-    # The preset's `auto` picks from the host's facts (tests/test_load_choice.py); unknown here, it passes
-    # no flag and has nothing to say.
+    # `auto` picks from the host's facts (tests/test_load_choice.py); unknown here, it passes no flag and has
+    # nothing to say.
     prod_raw["hosts"][0]["runtime"]["vllmVersion"] = "0.11.0"
+    prod_raw["deployments"][0]["overrides"]["safetensorsLoadStrategy"] = "auto"
     (kimi,) = parse_stack_config(prod_raw).resolved_deployments()
     assert kimi.serving.safetensors_load_strategy == "auto"
     assert "--safetensors-load-strategy" not in vllm_arguments(kimi) and "--load-format" not in vllm_arguments(kimi)
     assert load_strategy_note(kimi) is None
-    # prefetch needs vLLM 0.17; a host on 0.11 (pinned here; the reference server's reading does the same,
-    # tests/test_render.py): left out, and the preview says why.
-    prod_raw["deployments"][0]["overrides"]["safetensorsLoadStrategy"] = "prefetch"
+    # The preset's prefetch needs vLLM 0.17; a host on 0.11 (pinned here; the reference server's reading does
+    # the same, tests/test_render.py): left out, and the preview says why.
+    del prod_raw["deployments"][0]["overrides"]["safetensorsLoadStrategy"]
     (kimi,) = parse_stack_config(prod_raw).resolved_deployments()
+    assert kimi.serving.safetensors_load_strategy == "prefetch"
     assert "--safetensors-load-strategy" not in vllm_arguments(kimi)
     note = load_strategy_note(kimi)
     assert note is not None and "needs vLLM 0.17 or later" in note and "runs vLLM 0.11.0" in note

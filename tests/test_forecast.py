@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
+from controller.forecast import host_facts
+from host.contract import Loaded, Mount, StartRecord, Survey, filesystem_of
 from host.start_phases import parse_journal, phases_of
-from host.start_records import Loaded, StartRecord
 from models import downtime
 from models.config import ResolvedDeployment
-from models.forecast import Target, expected_share, forecast_start, host_facts, target_of
-from models.load_choice import filesystem_of
+from models.forecast import Target, expected_share, forecast_start, target_of
 from models.loader import load_stack_file
 from tests.support.paths import ROOT
-from tests.support.reference import surveys
+from tests.support.reference import SURVEY_FILE
 
 JOURNALS = ROOT / "tests" / "fixtures" / "journals"
 GB = 10**9
@@ -33,9 +33,9 @@ def prod_deployment(model: str) -> ResolvedDeployment:
     return rd
 
 
-def reference_survey(**extra: Any) -> dict[str, Any]:
+def reference_survey(**extra: Any) -> Survey:
     """The reference server's survey as the preview reads it (while Kimi serves), with `extra` besides."""
-    return {**surveys()["gpu-01"], **extra}
+    return Survey.from_dict({**json.loads(SURVEY_FILE.read_text())["gpu-01"], **extra})
 
 
 def record_of(
@@ -73,8 +73,9 @@ def test_minimax_to_kimi_on_the_reference_server_is_kimis_own_figure_not_minimax
     swaps back to Kimi: the forecast is Kimi's, from the catalog, with the unknown facts named."""
     minimax = record_of("sandbox-cpu-0.32-two-starts.txt", "minimax-m2.5", "MiniMaxAI/MiniMax-M2.5", 215, None)
     minimax["seconds"] = 75.0
-    found = reference_survey(starts=[minimax])
-    found["active"] = {"prod.primary": {"unit": "vllm-minimax-m25.service", "lastStartSeconds": 75.0}}
+    found = reference_survey(
+        starts=[minimax], active={"prod.primary": {"unit": "vllm-minimax-m25.service", "lastStartSeconds": 75.0}}
+    )
     rd = prod_deployment("kimi-k2.5-int4")
     forecast = forecast_start(kimi_target(rd), host_facts("gpu-01", found, rd.load_path), rd.load_path)
     assert forecast.source == "catalog"
@@ -167,8 +168,8 @@ def test_without_record_or_catalog_figure_the_rates_say_it_with_the_unknowns() -
 
 
 def test_the_filesystem_is_the_longest_mount_point_that_holds_the_path() -> None:
-    mounts = [{"path": "/", "type": "ext4"}, {"path": "/shared", "type": "nfs4"}, {"path": "/sha", "type": "xfs"}]
+    mounts = (Mount("/", "ext4"), Mount("/shared", "nfs4"), Mount("/sha", "xfs"))
     assert filesystem_of("/shared/kimi", mounts) == "nfs4"
     assert filesystem_of("/shared", mounts) == "nfs4"
     assert filesystem_of("/sharedx/m", mounts) == "ext4"
-    assert filesystem_of("/shared/kimi", None) is None
+    assert filesystem_of("/shared/kimi", ()) is None

@@ -39,7 +39,7 @@ def test_a_deployed_launchs_rendezvous_port_is_unchanged() -> None:
     }
     assert ports == {
         "Pulumi.dev.yaml": [29542],
-        "Pulumi.prod.yaml": [29599],  # the Kimi preset's strategy became auto; single-node: no unit renders it
+        "Pulumi.prod.yaml": [29543],
         "Pulumi.fleet.yaml": [29574, 29501, 29506],
     }
 

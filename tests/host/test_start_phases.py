@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from host.start_phases import JournalLine, StartPhases, journal_command, last_start, parse_journal, phases_of
+from host.contract import StartPhases
+from host.start_phases import JournalLine, journal_command, last_start, parse_journal, phases_of
 from tests.support.paths import ROOT
 
 JOURNALS = ROOT / "tests" / "fixtures" / "journals"

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from host import contract, page_cache, start_records, survey
-from host.start_records import Loaded, StartRecord, loaded_from, read_records, record_file, write_record
+from host.contract import Loaded, StartForecastRecord, StartRecord
+from host.start_records import forecast_of_this_start, loaded_from, read_records, record_file, write_record
 from tests.host.test_prewarm import evict, make_model
 from tests.host.test_swap import RecordingSystemd, World
 from tests.support.paths import ROOT
@@ -89,8 +90,7 @@ def test_a_swap_records_what_its_engine_loaded_and_where_its_start_went(tmp_path
         "--after-cursor",
         "c0",
     ) in world.systemd.calls
-    [found] = read_records(world.state_root)
-    record = StartRecord.from_dict(found)
+    [record] = read_records(world.state_root)
     assert (record.owner, record.unit, record.mode) == ("dev.chat", "vllm-new.service", "stop-start")
     assert record.seconds == result.timings["start_to_ready"]
     assert record.loaded == Loaded(
@@ -113,7 +113,7 @@ def test_a_swap_records_what_its_engine_loaded_and_where_its_start_went(tmp_path
     assert "weights 0.1 s" in said and "ready-check 0.5 s" in said
 
 
-def test_one_record_per_model_whichever_deployment_started_it(tmp_path: Path) -> None:
+def test_the_last_starts_of_each_model_whichever_deployment_started_it(tmp_path: Path) -> None:
     def start(owner: str, directory: str, repo: str | None, at: float) -> StartRecord:
         loaded = Loaded(model="m", directory=directory, repo=repo, revision="r1" if repo else None)
         return StartRecord(at, owner, "vllm-m.service", "stop-start", 10.0 + at, loaded)
@@ -122,13 +122,40 @@ def test_one_record_per_model_whichever_deployment_started_it(tmp_path: Path) ->
     write_record(tmp_path, start("prod.other", "/staging/m", "org/m", 2.0))  # the same model, another deployment
     write_record(tmp_path, start("dev.chat", "/shared/x", None, 3.0))  # no manifest: known by its directory
     records = read_records(tmp_path)
-    assert [(r["owner"], r["loaded"]["directory"]) for r in records] == [
+    assert [(r.owner, r.loaded.directory) for r in records] == [
+        ("dev.chat", "/shared/m"),
         ("prod.other", "/staging/m"),
         ("dev.chat", "/shared/x"),
     ]
+    assert len(list((tmp_path / start_records.STARTS).glob("*.json"))) == 2  # one file per model
     assert record_file(tmp_path, "org/m@r1").name.startswith("org_m_r1-")
     (tmp_path / start_records.STARTS / "broken.json").write_text("{")
-    assert len(read_records(tmp_path)) == 2
+    assert len(read_records(tmp_path)) == 3
+    # A model's file keeps its last few starts, oldest out first.
+    for at in range(10, 20):
+        write_record(tmp_path, start("dev.chat", "/shared/m", "org/m", float(at)))
+    kept = [r.at for r in read_records(tmp_path) if r.loaded.repo == "org/m"]
+    assert kept == [float(at) for at in range(20 - contract.STARTS_KEPT, 20)]
+
+
+def test_a_start_keeps_the_forecast_made_for_it_and_no_older_one(tmp_path: Path) -> None:
+    """The controller renders the forecast of a deployment's last swap again while no start comes: a start
+    the plan did not foresee (a unit stopped by hand, started again) gets none."""
+    world, plan, _ = swap_world(tmp_path)
+    forecast = StartForecastRecord(12.0, "from the rates", "rates", made_at=1.0)
+    planned = contract.Plan.from_dict({**json.loads(plan.to_json()), **forecast.plan_fields()})
+    assert forecast_of_this_start(planned, []) == forecast
+    earlier = StartRecord(5.0, plan.owner, plan.unit_name, "stop-start", 3.0, Loaded(model="m", directory="/d"))
+    assert forecast_of_this_start(planned, [earlier]) is None  # made before this deployment's last start
+    other = StartRecord(5.0, "prod.x", plan.unit_name, "stop-start", 3.0, Loaded(model="m", directory="/d"))
+    assert forecast_of_this_start(planned, [other]) == forecast  # another deployment's start says nothing
+    assert forecast_of_this_start(plan, []) is None  # no forecast came with the plan
+    # Through a swap: the record has it beside the start that came and the downtime it made.
+    result = world.run(planned)
+    assert result.status == "succeeded", result.message
+    [record] = read_records(world.state_root)
+    assert record.forecast == forecast
+    assert record.downtime_seconds == pytest.approx(result.timings["stop"] + result.timings["start_to_ready"])
 
 
 def test_the_survey_reports_the_hosts_start_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -138,7 +165,8 @@ def test_the_survey_reports_the_hosts_start_records(tmp_path: Path, monkeypatch:
     monkeypatch.setattr(survey, "read_records", lambda: read_records(tmp_path))
     monkeypatch.setattr(survey, "run", lambda *args: "")
     found = survey.survey()
-    assert [r["seconds"] for r in found["starts"]] == [7.5]
+    assert [r.seconds for r in found.starts] == [7.5]
+    assert contract.Survey.from_dict(json.loads(json.dumps(found.to_dict()))).starts == found.starts
 
 
 def test_a_model_evicted_since_the_pre_warm_is_read_again_before_the_stop(tmp_path: Path) -> None:
@@ -178,7 +206,7 @@ def test_a_model_evicted_since_the_pre_warm_is_read_again_before_the_stop(tmp_pa
     assert "0% is less than vllm-fleet:deployments[chat].prewarmMinResidentShare (90%): reading the files" in lines
     assert f"before the start: 100% of {model} is in the page cache" in lines
     [record] = read_records(world.state_root)
-    assert record["loaded"]["residentShare"] == 1.0
+    assert record.loaded.resident_share == 1.0
 
 
 def test_a_swap_that_stops_nothing_first_measures_but_never_refuses(tmp_path: Path) -> None:
