@@ -847,6 +847,12 @@ class StartForecastRecord(Wire):
     source: str = ""  # "own start" | "catalog" | "rates"
     made_at: float = 0.0
 
+    @property
+    def source_words(self) -> str:
+        return {"own start": "its own starts here", "catalog": "the catalog", "rates": "the rates"}.get(
+            self.source, self.source or "?"
+        )
+
     @classmethod
     def of_plan(cls, plan: Plan) -> StartForecastRecord | None:
         if plan.forecast_seconds <= 0:
@@ -880,6 +886,16 @@ class StartRecord(Wire):
     forecast: StartForecastRecord | None = None
     downtime_seconds: float | None = None
     version: int = 1
+
+    def describe(self) -> str:
+        """ "18.8 s (forecast 19 s, from its own start): imports 9.4 s, weights 0.1 s, ..." """
+        forecast = self.forecast
+        said = f"{self.seconds:.1f} s"
+        if forecast is not None:
+            said += f" (forecast {forecast.seconds:.0f} s, from {forecast.source_words})"
+        if self.phases is None:
+            return f"{said}; no vLLM line of it in its journal"
+        return f"{said}: {self.phases.describe()}"
 
 
 @dataclass(frozen=True)
@@ -992,8 +1008,8 @@ class StatusRequest(Wire):
 class DeploymentStatus(Wire):
     """What host/status.py reports of one deployment: its unit's state and since when, its model files
     against their manifest, its engine's load (/metrics: running and waiting requests; None when it does not
-    answer), the vLLM release of its python, its adapters, its last load's seconds (from the journal) and
-    the smoke benchmark's numbers when one ran."""
+    answer), the vLLM release of its python, its adapters, its last load's seconds (from the journal), the
+    smoke benchmark's numbers when one ran, and its last start as the swap recorded it."""
 
     unit: str
     active_state: str = "unknown"
@@ -1006,6 +1022,9 @@ class DeploymentStatus(Wire):
     adapters: AdapterState | None = None
     last_load_seconds: float | None = None
     bench: dict[str, Any] | None = None
+    # Its unit's last start as the swap recorded it (host/start_records.py): its phases, its forecast and
+    # the downtime it made (None: no record of it).
+    last_start: StartRecord | None = None
 
 
 @dataclass(frozen=True)

@@ -238,3 +238,53 @@ def journal_command(unit: str, cursor: str = "") -> list[str]:
     """journalctl reading `unit`'s lines (after `cursor`) as phases_of reads them."""
     command = ["journalctl", "-u", unit, "-o", "short-iso-precise", "-a", "--no-pager"]
     return [*command, "--after-cursor", cursor] if cursor else command
+
+
+# The phases in the order a start runs them (each one's time ends at its mark, _MARKS).
+ORDER: tuple[str, ...] = (
+    "checks", "imports", "configuration", "setup", "weights", "compile", "kv-cache", "graphs", "warmup",
+    "api-server", "ready-check",
+)  # fmt: skip
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+
+
+def progress_line(
+    model: str, phases: StartPhases | None, elapsed: float, size_bytes: int | None, forecast_seconds: float | None
+) -> str:
+    """One line of a start while it runs, from its journal so far (`phases`: phases_of of the lines since
+    the start) and the controller's forecast: "kimi-k2.5-int4: weights 212 of 547 GB, 9 min; about 7 min
+    left". The phase it is in is the one after the last mark reached; while the weights load, how many of
+    the checkpoint's shards vLLM's loader has done (its progress bar) and what share of the size that is.
+    Time left: the forecast less the time gone, or, once past the forecast, the weights' rate so far."""
+    reached = {p.name for p in phases.phases} if phases is not None else set()
+    current = next((name for name in reversed(ORDER) if name in reached), None)
+    if current is None:
+        now = "checks and imports"  # vLLM has logged nothing yet
+    elif current == ORDER[-1]:
+        now = "ready"
+    else:
+        now = ORDER[ORDER.index(current) + 1]
+    what = now
+    rate_left: float | None = None
+    if now == "weights" and phases is not None and phases.shards is not None:
+        done, total = phases.shards[0], phases.shards[-1]
+        if size_bytes and total:
+            unit, scale = ("GB", 1e9) if size_bytes >= 1e9 else ("MB", 1e6)
+            places = 0 if size_bytes >= 10 * scale else 1
+            what = f"weights {size_bytes * done / total / scale:.{places}f} of {size_bytes / scale:.{places}f} {unit}"
+        else:
+            what = f"weights {done} of {total} shards"
+        in_weights = elapsed - sum(p.seconds for p in phases.phases)
+        if done and total and in_weights > 0:
+            rate_left = in_weights * (total - done) / done
+    line = f"{model}: {what}, {_duration(elapsed)}"
+    if forecast_seconds and forecast_seconds > elapsed:
+        return f"{line}; about {_duration(forecast_seconds - elapsed)} left (forecast {_duration(forecast_seconds)})"
+    if forecast_seconds:
+        line += f"; past its forecast of {_duration(forecast_seconds)}"
+    if rate_left is not None:
+        line += f"; the weights about {_duration(rate_left)} more at their rate so far"
+    return line

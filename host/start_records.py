@@ -30,6 +30,13 @@ from host.model_files import read_manifest
 STARTS = "starts"  # beside deployments/ and claims/ in the host's state directory
 
 
+def checkpoint_bytes(directory: Path, manifest: Mapping[str, Any] | None = None) -> int | None:
+    """The size of the model in `directory` as model-sync's manifest lists it (None without one)."""
+    found = read_manifest(directory) if manifest is None else manifest
+    listed: Mapping[str, Any] = (found or {}).get("files") or {}
+    return sum(int(entry.get("size") or 0) for entry in listed.values()) if listed else None
+
+
 def loaded_from(
     model: str,
     directory: Path,
@@ -40,7 +47,7 @@ def loaded_from(
     """What the launch `argv` loads from `directory` (its manifest read there)."""
     manifest = read_manifest(directory) or {}
     listed: Mapping[str, Any] = manifest.get("files") or {}
-    size = sum(int(entry.get("size") or 0) for entry in listed.values()) if listed else None
+    size = checkpoint_bytes(directory, manifest)
     flags = engine_flags(argv)
     extra = flags.get("--model-loader-extra-config")
     try:

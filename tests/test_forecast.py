@@ -173,3 +173,49 @@ def test_the_filesystem_is_the_longest_mount_point_that_holds_the_path() -> None
     assert filesystem_of("/shared", mounts) == "nfs4"
     assert filesystem_of("/sharedx/m", mounts) == "ext4"
     assert filesystem_of("/shared/kimi", ()) is None
+
+
+def test_the_activation_carries_a_forecast_made_only_when_a_start_comes(dev_raw: dict[str, Any]) -> None:
+    """Made afresh when the update starts the engine; else the one the host reports its last activation
+    carried, so that an unchanged stack renders an unchanged step (every survey has another `at`)."""
+    from controller.drift import applied
+    from controller.forecast import plan_forecast
+    from host.contract import StartForecastRecord
+    from models.loader import parse_stack_config
+
+    (rd,) = parse_stack_config(dev_raw).resolved_deployments()
+    carried = {"seconds": 19.0, "basis": "from the start of tiny-chat-a", "source": "own start", "madeAt": 5.0}
+
+    def survey(unit_sha: str) -> Survey:
+        return Survey.from_dict(
+            {
+                "units": [{"name": rd.unit_name, "activeState": "active", "managed": True, "sha256": unit_sha}],
+                "active": {"dev.chat": {"unit": rd.unit_name, "gpus": [0], "backendPort": 18000, "forecast": carried}},
+                "at": 100.0,
+            }
+        )
+
+    same = survey(applied(rd, "dev").unit_sha256)
+    assert plan_forecast("dev", rd, same) == StartForecastRecord(
+        19.0, "from the start of tiny-chat-a", "own start", 5.0
+    )
+    changed = plan_forecast("dev", rd, survey("0" * 64))  # the unit changes: the swap restarts the engine
+    assert changed is not None and changed.made_at == 100.0 and changed.source == "rates"
+    assert changed.basis.startswith("from the rates of models/downtime.py")
+
+
+def test_the_median_of_the_models_recent_starts_keeps_one_slow_start_from_being_the_forecast() -> None:
+    """Three starts of MiniMax on the host, one of them slowed by something else on the machine: the
+    forecast is the median, said from the last start, with the range."""
+    rd = prod_deployment("minimax-m2.5")
+    starts = []
+    for at, seconds in ((1000.0, 80.0), (2000.0, 240.0), (3000.0, 76.0)):
+        record = record_of("sandbox-cpu-0.32-two-starts.txt", "minimax-m2.5", "MiniMaxAI/MiniMax-M2.5", 215, None)
+        record.update(at=at, seconds=seconds)
+        record["loaded"]["revision"] = rd.model.revision
+        starts.append(record)
+    facts = host_facts("gpu-01", reference_survey(starts=starts), rd.load_path)
+    forecast = forecast_start(target_of(rd, None, None), facts, rd.load_path)
+    assert forecast.source == "own start" and forecast.seconds == pytest.approx(80.0)
+    assert forecast.basis.startswith("from the start of minimax-m2.5 on gpu-01 at 1970-01-01 00:50 (prod.primary)")
+    assert forecast.basis.endswith("the median of its last 3 starts here, each scaled the same way: 80 s (76-240 s)")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from host.contract import StartPhases
-from host.start_phases import JournalLine, journal_command, last_start, parse_journal, phases_of
+from host.start_phases import JournalLine, journal_command, last_start, parse_journal, phases_of, progress_line
 from tests.support.paths import ROOT
 
 JOURNALS = ROOT / "tests" / "fixtures" / "journals"
@@ -135,3 +135,26 @@ def test_the_journal_is_read_with_precise_times_and_whole_lines() -> None:
     assert journal_command("vllm-x.service", "s=1") == [
         "journalctl", "-u", "vllm-x.service", "-o", "short-iso-precise", "-a", "--no-pager", "--after-cursor", "s=1",
     ]  # fmt: skip
+
+
+def test_a_long_start_says_where_it_is_and_how_long_is_left() -> None:
+    """Kimi's load on the reference server (vLLM 0.11), read halfway through its shards: the weights' share
+    of the 547 GB, the time gone, and the forecast's time left; once past the forecast, the weights' own
+    rate so far."""
+    text = journal("reference-kimi-0.11-cuda-tp8.txt")
+    halfway = text[: text.index("\n", text.index(" 32/64 ")) + 1]
+    now = phases_of(parse_journal(halfway))
+    assert now is not None and now.shards == (32, 64) and not now.ready
+    gone = now.seconds  # 09:12:00 to 09:29:21.77
+    assert progress_line("kimi-k2.5-int4", now, gone, 547 * 10**9, 1980.0) == (
+        "kimi-k2.5-int4: weights 274 of 547 GB, 17 min; about 16 min left (forecast 33 min)"
+    )
+    # Past a forecast of 10 min: the 32 shards took 16.5 min of weights, so 32 more take as long.
+    assert progress_line("kimi-k2.5-int4", now, gone, 547 * 10**9, 600.0) == (
+        "kimi-k2.5-int4: weights 274 of 547 GB, 17 min; past its forecast of 10 min; the weights about 16 min "
+        "more at their rate so far"
+    )
+    # Before vLLM's first line, and without size or forecast: the phase alone.
+    assert progress_line("m", None, 3.0, None, None) == "m: checks and imports, 3 s"
+    done = phases("reference-kimi-0.11-cuda-tp8.txt")
+    assert progress_line("m", done, done.seconds, None, None) == "m: ready, 36 min"

@@ -14,7 +14,7 @@ from host import contract, page_cache, start_records, survey
 from host.contract import Loaded, StartForecastRecord, StartRecord
 from host.start_records import forecast_of_this_start, loaded_from, read_records, record_file, write_record
 from tests.host.test_prewarm import evict, make_model
-from tests.host.test_swap import RecordingSystemd, World
+from tests.host.test_swap import RecordingSystemd, SlowStartSystemd, World
 from tests.support.paths import ROOT
 
 JOURNAL = ROOT / "tests" / "fixtures" / "journals" / "sandbox-cpu-0.32-two-starts.txt"
@@ -248,3 +248,62 @@ def test_loaded_from_a_directory_without_manifest_knows_it_by_its_directory(tmp_
     )
     assert loaded.identity == str(tmp_path)
     assert os.path.basename(record_file(tmp_path, loaded.identity)).endswith(".json")
+
+
+def test_a_long_start_reports_its_progress_from_the_journal_and_the_forecast(tmp_path: Path) -> None:
+    """While the unit starts, each report says the phase vLLM is in, the weights' share (its shard loader's
+    progress bar, of the manifest's size) and the time the plan's forecast leaves."""
+    text = (ROOT / "tests" / "fixtures" / "journals" / "reference-kimi-0.11-cuda-tp8.txt").read_text()
+    halfway = text[: text.index("\n", text.index(" 32/64 ")) + 1]
+
+    class LoadingSystemd(SlowStartSystemd):
+        def run(self, *args: str, check: bool = True) -> str:
+            if args[0] == "journalctl" and "short-iso-precise" in args:
+                return halfway
+            return super().run(*args, check=check)
+
+    world = World(tmp_path)
+    model = make_model(tmp_path / "shared" / "m", {"a.safetensors": 64 * PAGE, "config.json": 50})
+    forecast = StartForecastRecord(1980.0, "from the catalog", "catalog", 1.0).plan_fields()
+    plan = contract.Plan.from_dict(
+        {
+            **json.loads(world.plan().to_json()),
+            "model_dir": str(model),
+            "model": "kimi-k2.5-int4",
+            "report_every": 0,
+            **forecast,
+        }
+    )
+    slow = LoadingSystemd(world.unit_dir, world.env_dir, world.front_door_dir)
+    ready, _ = world.transaction(plan, slow).start_new("test")
+    assert ready
+    said = [line for line in world.lines if "starting vllm-new.service: kimi-k2.5-int4: weights" in line]
+    assert said and " left (forecast 33 min) (up to " in said[0], world.lines
+    assert "weights 0.1 of 0.3 MB, " in said[0]  # half the shards of the manifest's 0.26 MB
+
+
+def test_the_report_and_make_status_say_the_last_start_its_phases_and_its_forecast() -> None:
+    from host.start_phases import parse_journal, phases_of
+    from render import report
+    from scripts import status
+
+    phases = phases_of(parse_journal(JOURNAL.read_text()))
+    assert phases is not None
+    record = StartRecord(
+        phases.started_at,
+        "dev.chat",
+        "vllm-tiny-chat-a.service",
+        "stop-start",
+        13.9,
+        Loaded("tiny-chat-a", "/shared/tiny-chat-a"),
+        phases,
+        forecast=StartForecastRecord(15.2, "from the start of tiny-chat-a on sandbox", "own start", 1.0),
+        downtime_seconds=14.5,
+    )
+    facts = contract.DeploymentStatus(unit="vllm-tiny-chat-a.service", last_start=record).to_dict()
+    numbers = report.numbers("http://127.0.0.1:8000/v1", facts)["lastStart"]
+    assert numbers["seconds"] == 13.9 and numbers["forecastSeconds"] == 15.2 and numbers["downtimeSeconds"] == 14.5
+    assert sum(numbers["phases"].values()) == pytest.approx(phases.seconds, abs=0.01)
+    shown = status.show("chat", {"host": "sandbox", "unit": record.unit, "facts": facts, "gpus": [], "drift": []})
+    assert "\n  start     13.9 s (forecast 15 s, from its own starts here): checks " in shown, shown
+    assert ", weights 0.1 s, " in shown
