@@ -344,10 +344,13 @@ class ResolvedDeployment(ConfigModel):
         """The head's rendezvous port for this launch (model, flags, environment, nodes): nodes run the launch
         whose port the head listens on (node-watch), and one that runs another cannot join it."""
         serving = plain(self.serving)
-        # `auto` is what unset was before it existed: the same launch, so the same port.
+        # The loader as the stack states it, not as picked from the host's facts (controller/forecast.py's
+        # with_load_choice puts the pick in `serving`): a pick follows the host's RAM, mounts and extras, which
+        # change with no edit to the stack (and with an upgrade of this program), and a node's loader does not
+        # change what it rendezvouses on. `auto` is what unset was before it existed: the same port.
+        stated = plain(self.deployment.overrides.apply(self.model.serving))
         for key in ("load_format", "safetensors_load_strategy"):
-            if serving.get(key) == "auto":
-                serving[key] = None
+            serving[key] = None if stated[key] == "auto" else stated[key]
         launch = {
             "model": f"{self.model.repo}@{self.model.revision}",
             "path": self.load_path,

@@ -158,16 +158,30 @@ def test_the_pick_rests_on_facts_that_stay_put_so_an_unchanged_stack_renders_the
     assert "--safetensors-load-strategy" not in vllm_arguments(with_load_choice(auto, small)[0])
 
 
-def test_auto_keeps_the_rendezvous_port_of_the_launch_it_renders(dev_raw: dict[str, Any]) -> None:
-    """`auto` that picks vLLM's defaults renders the launch an unset value does, and so the same port; a
-    pick that changes the launch changes the port with it (a node must not join another launch)."""
+def test_the_rendezvous_port_follows_the_loader_the_stack_states_not_the_pick(dev_raw: dict[str, Any]) -> None:
+    """`auto` hashes as unset did before it existed, and the pick from the host's facts does not move the port:
+    a host whose RAM, mounts or extras change, or this program's upgrade that picks for a deployment that
+    left the loader unset, would otherwise move every multi-node unit's port (a restart of all its nodes) for
+    a setting that does not change what its nodes rendezvous on. A value the stack sets is part of it."""
     (unset,) = parse_stack_config(dev_raw).resolved_deployments()
     dev_raw["deployments"][0]["overrides"] = {"loadFormat": "auto", "safetensorsLoadStrategy": "auto"}
     (auto,) = parse_stack_config(dev_raw).resolved_deployments()
     assert auto.master_port == unset.master_port
     picked, _ = with_load_choice(auto, SANDBOX)
     assert picked.master_port == unset.master_port and vllm_arguments(picked) == vllm_arguments(unset)
-    prefetch = dataclasses.replace(
-        unset, serving=dataclasses.replace(unset.serving, safetensors_load_strategy=LoadStrategy.PREFETCH)
+    # A host whose facts pick other loaders: another launch, the same port.
+    roomy = Survey.from_dict(
+        {
+            "memory": {"totalMib": 1024 * 1024, "availableMib": 900 * 1024},
+            "mounts": [{"path": "/", "type": "virtiofs"}],
+            "vllm": {"version": "0.32.0", "extras": {}},
+        }
     )
+    prefetching, choice = with_load_choice(auto, roomy)
+    assert choice.load_strategy is LoadStrategy.PREFETCH, choice
+    assert "--safetensors-load-strategy" in vllm_arguments(prefetching)
+    assert prefetching.master_port == unset.master_port
+    dev_raw["deployments"][0]["overrides"] = {"safetensorsLoadStrategy": "prefetch"}
+    (prefetch,) = parse_stack_config(dev_raw).resolved_deployments()
     assert prefetch.master_port != unset.master_port
+    assert with_load_choice(prefetch, SANDBOX)[0].master_port == prefetch.master_port
