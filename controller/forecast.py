@@ -51,7 +51,8 @@ def load_facts(rd: ResolvedDeployment, found: Survey) -> LoadFacts:
 def with_load_choice(rd: ResolvedDeployment, found: Survey) -> tuple[ResolvedDeployment, LoadChoice]:
     """The deployment with its loader picked from its host's facts where the stack leaves it to `auto` (a
     value the stack sets wins), and the pick with its reasons. The pick becomes the deployment's serving
-    settings, so the launch renders it and a multi-node deployment's rendezvous port follows it."""
+    settings, so the launch renders it; a multi-node deployment's rendezvous port does not follow it (it is
+    hashed from the loader the stack states: ResolvedDeployment.master_port)."""
     choice = pick_loader(load_facts(rd, found), rd.serving.load_format, rd.serving.safetensors_load_strategy)
     serving = dataclasses.replace(
         rd.serving, load_format=choice.load_format, safetensors_load_strategy=choice.load_strategy
