@@ -42,13 +42,14 @@ starts = module_state(lambda tmp: Starts(tmp, STACK))
 
 
 def records() -> list[dict[str, Any]]:
-    """The host's start records as its survey reports them."""
+    """The host's start records as its survey reports them (a model's last few, oldest first)."""
     found: list[dict[str, Any]] = json.loads(on_host(f"{PYTHON} {TOOLS}/survey"))["starts"]
     return found
 
 
 def record_of(model: str) -> dict[str, Any]:
-    return next(r for r in records() if r["loaded"]["model"] == model)
+    """The model's last start on the host."""
+    return max((r for r in records() if r["loaded"]["model"] == model), key=lambda r: r["at"])
 
 
 def resident_share(directory: str) -> float:
@@ -114,7 +115,8 @@ def test_with_the_pre_warm_on_the_swap_reads_it_back_before_the_stop_and_records
     assert served_ids(ENDPOINT) == ["e2e-tiny-b"]
     said = swap_lines(starts.log())
     assert any(f"before the start: 100% of {directory} is in the page cache" in line for line in said), said
-    assert any("where the start went: checks" in line for line in said), said
+    # "where the start went: 14.9 s (forecast 15 s, from the catalog): checks 0.1 s, imports 4.2 s, ..."
+    assert any("where the start went: " in line and ": checks " in line for line in said), said
     record = record_of("e2e-tiny-b")
     assert record["mode"] == "stop-start" and record["loaded"]["residentShare"] == 1.0
     total = sum(p["seconds"] for p in record["phases"]["phases"])
@@ -123,3 +125,36 @@ def test_with_the_pre_warm_on_the_swap_reads_it_back_before_the_stop_and_records
     assert {r["loaded"]["model"] for r in records()} == {"e2e-tiny-a", "e2e-tiny-b"}
     assert len(on_host("ls /var/lib/vllm-fleet/starts").split()) == 2  # one file per model
     print(f"start of e2e-tiny-b: {record['seconds']:.2f} s measured, phases {total:.2f} s")
+
+
+def test_back_to_a_the_swap_keeps_its_forecast_and_the_preview_of_b_names_bs_own_start(starts: Starts) -> None:
+    """a -> b -> a: the swap back to a is forecast from a's own start here (not b's, the start of the model
+    that goes), says its progress while it starts, and keeps the forecast beside the start that came. The
+    preview of a -> b then names b's own last start, not a's."""
+    starts.configure("e2e-tiny-a")
+    starts.up_succeeds()
+    assert served_ids(ENDPOINT) == ["e2e-tiny-a"]
+    log = starts.log()
+    record = record_of("e2e-tiny-a")
+    forecast = record["forecast"]
+    assert forecast is not None and forecast["source"] == "own start", record
+    assert forecast["basis"].startswith("from the start of e2e-tiny-a on "), forecast
+    assert record["downtimeSeconds"] >= record["seconds"]
+    said = swap_lines(log)
+    assert any("where the start went: " in line and "(forecast " in line for line in said), said
+    if record["seconds"] > 16:  # a report every 15 s: at least one came while it started
+        assert any("starting vllm-e2e-tiny-a.service: e2e-tiny-a: " in line for line in said), said
+    error = (forecast["seconds"] - record["seconds"]) / record["seconds"]
+    print(
+        f"swap back to e2e-tiny-a: forecast {forecast['seconds']:.1f} s, measured {record['seconds']:.1f} s ({error:+.0%})"
+    )
+    starts.configure("e2e-tiny-b")
+    preview = starts.stack.preview()
+    line = next(
+        (line for line in preview.stdout.splitlines() if "will run stop-then-start" in line),
+        preview.stdout[-3000:],
+    )
+    assert "expected downtime: the start of e2e-tiny-b, about " in line, line
+    basis = line.split("expected downtime: the start of e2e-tiny-b, about ", 1)[1]
+    assert "(from the start of e2e-tiny-b on " in basis and "(starts.chat)" in basis, basis
+    assert "e2e-tiny-a" not in basis.split("; loader:")[0], basis
