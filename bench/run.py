@@ -151,20 +151,6 @@ def pair_ratios(results: dict[str, list[float]], verb: str) -> list[float]:
     return [ours / floor for ours, floor in zip(results[verb], results[f"floor_{verb}"], strict=True)]
 
 
-# Fresh interpreters for the config's cost (bench/config_import.py): each sample is one run's.
-CONFIG_IMPORT_RUNS = 9
-
-
-def config_models_cost() -> dict[str, float]:
-    """The median ms of the config models' import, of reading the kept validated config and of a validation,
-    each in a fresh interpreter set up as the program sets itself up (bench/config_import.py)."""
-    samples = [
-        json.loads(run_captured([sys.executable, str(ROOT / "bench" / "config_import.py")], check=True).stdout)
-        for _ in range(CONFIG_IMPORT_RUNS)
-    ]
-    return {part: median([sample[part] for sample in samples]) for part in ("models", "kept", "validation")}
-
-
 def bench_noop(tmp: Path) -> dict[str, Any]:
     env = {**fresh_pulumi_home(tmp), "VLLM_FLEET_BENCH_ROOT": str(ROOT)}
     floor = empty_project(tmp, env)
@@ -194,7 +180,6 @@ def bench_noop(tmp: Path) -> dict[str, Any]:
         )
     sessions = ssh_sessions() - sessions_before
     traces = traced_noop_ups({"ours": ROOT, "graph": replay, "floor": floor}, tmp, env)
-    config_models = config_models_cost()
     run_captured(["pulumi", "stack", "rm", FLOOR_STACK, "--yes", "--force"], cwd=floor, env=env)
     med = {k: median(v) for k, v in results.items()}
     pairs = {verb: pair_ratios(results, verb) for verb in ("preview", "up")}
@@ -218,7 +203,6 @@ def bench_noop(tmp: Path) -> dict[str, Any]:
         "ratio_graph_up": med["graph_up"] / med["floor_up"],
         "ssh_sessions_during_noop": sessions,
         "trace": traces,
-        "config_models_ms": config_models,
     }
 
 
@@ -906,25 +890,6 @@ def trace_table(trace: dict[str, dict[str, float]]) -> list[str]:
     return lines
 
 
-def config_models_lines(noop: dict[str, Any]) -> list[str]:
-    """The config's share of the no-op: what the models' import and the kept validated config cost a run,
-    the part of the `up`'s ratio that is (an `up` runs the program twice), and what a run whose config
-    changed pays besides (the validation)."""
-    cost = noop["config_models_ms"]
-    if "kept" not in cost:
-        return []  # kept from a run before the models were data classes: its figures measured other code
-    per_up = 2 * (cost["models"] + cost["kept"]) / 1000
-    return [
-        "",
-        f"The config's share (bench/config_import.py, a fresh interpreter set up as the program sets itself up, "
-        f"median of {CONFIG_IMPORT_RUNS}): the config models' import {cost['models']:.0f} ms and the kept validated "
-        f"config {cost['kept']:.1f} ms per run of the program, {1000 * per_up:.0f} ms per no-op `up` (two runs), "
-        f"{per_up / noop['median']['floor_up']:.3f}x of the empty program's `up`. A run whose config or models "
-        f"changed validates it besides: {cost['validation']:.0f} ms (pydantic's import, the validator's build, the "
-        "validation).",
-    ]
-
-
 def provenance(results: dict[str, Any], measured: dict[str, dict[str, str]], fresh: list[str]) -> str:
     """Which figures this run measured, and when and at which commit the kept ones were."""
     if set(fresh) == set(results):
@@ -1073,8 +1038,6 @@ def report(results: dict[str, Any], files: list[str], measured: dict[str, dict[s
         lines += ["", " ".join(f"![{name.removesuffix('.png')}]({name})" for name in files)]
     if "noop" in results and results["noop"].get("trace"):
         lines += trace_table(results["noop"]["trace"])
-    if "noop" in results and "config_models_ms" in results["noop"]:
-        lines += config_models_lines(results["noop"])
     if "fleet" in results:
         lines += [
             "",

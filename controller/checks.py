@@ -54,11 +54,13 @@ def host_versions(
                 )
             hosts.append(host)
             continue
-        hosts.append(dataclasses.replace(host, runtime=dataclasses.replace(host.runtime, vllm_version=release)))
+        # Not validated again (model_copy): the rules across keys run on the new config below, and the release,
+        # read from the host's own vLLM, reaches a script only shell-quoted (render/scripts.py).
+        hosts.append(host.model_copy(update={"runtime": host.runtime.model_copy(update={"vllm_version": release})}))
         notes.append(f"host {host.name!r} runs vLLM {reading}: the launch is rendered for that release")
     if hosts == list(config.hosts):
         return config, errors, notes
-    config = dataclasses.replace(config, hosts=tuple(hosts))
+    config = config.model_copy(update={"hosts": tuple(hosts)})
     return config, errors + stack_errors(config), notes
 
 

@@ -12,7 +12,7 @@ import pulumi
 from pulumi.runtime import config as runtime_config
 
 from components.access import AccessInputs
-from controller import probe, validated_config
+from controller import probe
 from controller.access import read_access
 from controller.key_files import key_file_text
 from controller.profiling import start_if_asked
@@ -31,6 +31,7 @@ from models.loader import (
     SECRET_KEYS,
     STRUCTURED_KEYS,
     ConfigError,
+    parse_stack_config,
 )
 
 # A production stack's secrets must not be encrypted with the dev sandbox's passphrase, which
@@ -116,8 +117,7 @@ def load() -> Stack:
     name = pulumi.get_stack()
     config = pulumi.Config("vllm-fleet")
     try:
-        # Validated only when the config or the models changed since the last run (controller/validated_config.py).
-        stack = validated_config.load(name, read_raw(config))
+        stack = parse_stack_config(read_raw(config))
     except ConfigError as error:
         # Nothing has been registered yet: the preview stops here with the key, the value and the fix.
         raise pulumi.RunError(f"invalid stack config (Pulumi.{name}.yaml):\n{error}") from None

@@ -20,7 +20,6 @@ again instead of forecasting, from what ran before it, a swap that has already h
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -37,7 +36,6 @@ from host.contract import RUNNING_STATES, ActiveRecord, Claims, owner_key
 from host.facts import engine_flags, unit_environment, unit_launch
 from host.judgement import Judgement, judge, judge_node, running_in
 from models import downtime
-from models.base import plain
 from models.config import GIB_PER_GB, LoadStrategy, ResolvedDeployment
 from models.hosts import Host
 from render import host_bundle
@@ -62,10 +60,10 @@ class SurveyFailed(Exception):
 def cache_key(host: Host, deployments: Sequence[ResolvedDeployment]) -> str:
     material = json.dumps(
         {
-            "host": plain(host),
-            "deployments": [plain(rd.deployment) for rd in deployments],
+            "host": host.model_dump(mode="json"),
+            "deployments": [rd.deployment.model_dump(mode="json") for rd in deployments],
             # An adapter's new revision changes no deployment entry; what the host has recorded differs.
-            "adapters": [[plain(a) for a in rd.adapters] for rd in deployments],
+            "adapters": [[a.model_dump(mode="json") for a in rd.adapters] for rd in deployments],
             "survey": host_bundle.version(),
         },
         sort_keys=True,
@@ -422,7 +420,10 @@ def with_client_ids(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -
     extra = [i for i in client_ids(stack, rd, found)[1] if i != rd.served_model_name]
     if not extra:
         return rd
-    return dataclasses.replace(rd, deployment=dataclasses.replace(rd.deployment, also_served_as=extra))
+    # Not validated again (model_copy): the ids are what the host's engines answer to today, which the unit
+    # passes to vLLM systemd-quoted (render/units.py); no rule of Deployment reads them.
+    deployment = rd.deployment.model_copy(update={"also_served_as": extra})
+    return rd.model_copy(update={"deployment": deployment})
 
 
 def client_id_lines(

@@ -23,7 +23,6 @@ sys.path.insert(0, str(ROOT))
 
 from controller import status as host_status  # noqa: E402
 from controller.survey import SurveyFailed, ssh_python  # noqa: E402
-from models.base import validate  # noqa: E402
 from models.hosts import Host  # noqa: E402
 from scripts.pulumi_cli import pulumi  # noqa: E402
 
@@ -47,7 +46,9 @@ def collect(
     result: dict[str, Any] = {}
     for host_json, entries in by_host.items():
         h = json.loads(host_json)
-        host = validate(Host, {**h, "gpus": {"count": 1, "model": "-", "memoryGib": 1}})
+        host = Host.model_validate(
+            {**h, "gpus": {"count": 1, "model": "-", "memoryGib": 1}}, by_alias=True, by_name=False
+        )
         try:
             facts = json.loads(ssh_python(host, key, host_status.STATUS_MODULE, [json.dumps({"deployments": entries})]))
         except (SurveyFailed, ValueError) as error:

@@ -40,7 +40,6 @@ def noop_result(pairs: float, interval: tuple[float, float]) -> dict[str, object
         "ratio_up": 1.9 / 1.6,
         "pair_ratio_up": pairs,
         "pair_ratio_up_interval": list(interval),
-        "config_models_ms": {"models": 7.0, "kept": 1.0, "validation": 52.0},
     }
 
 
@@ -57,19 +56,3 @@ def test_a_median_under_the_target_whose_interval_reaches_past_it_is_said_to_be_
     pairs: float, interval: tuple[float, float], verdict: str
 ) -> None:
     assert run.noop_row(noop_result(pairs, interval), "up", 21).endswith(verdict)
-
-
-def test_the_config_share_is_given_per_run_and_per_up() -> None:
-    (text,) = [line for line in run.config_models_lines(noop_result(1.19, (1.14, 1.23))) if line]
-    # Two runs of 8 ms per up, against the empty program's 1.6 s; the validation is no part of a no-op.
-    assert "the config models' import 7 ms and the kept validated config 1.0 ms per run" in text
-    assert "16 ms per no-op `up`" in text
-    assert "0.010x of the empty program's `up`" in text
-    assert "validates it besides: 52 ms" in text
-
-
-def test_a_kept_run_of_the_pydantic_models_gives_no_config_line() -> None:
-    """`--keep noop` of a results file from before the models were data classes: its figures were of other code."""
-    noop = noop_result(1.19, (1.14, 1.23))
-    noop["config_models_ms"] = {"pydantic": 30.0, "models": 34.0}
-    assert run.config_models_lines(noop) == []

@@ -15,7 +15,6 @@ import pytest
 from controller import probe
 from controller import survey as host_survey
 from controller.probe import HostUnreachable, probe_all, probe_ssh
-from models.base import validate
 from models.hosts import Host
 from models.loader import parse_stack_config
 from models.ssh_address import DEFAULT_SSH_PORT
@@ -25,7 +24,7 @@ DELAY = 1.0
 
 
 def host(name: str, port: int) -> Host:
-    return validate(Host, {"name": name, "address": "127.0.0.1", "port": port, "gpus": {"count": 0}})
+    return Host.model_validate({"name": name, "address": "127.0.0.1", "port": port, "gpus": {"count": 0}})
 
 
 @pytest.fixture
@@ -240,8 +239,10 @@ def test_an_offline_run_or_an_unreadable_config_probes_nothing_early(counting_ss
 def test_the_early_probe_and_the_model_share_their_rules() -> None:
     """models/ssh_address.py is what Host validates with: the same address is refused by both."""
     with pytest.raises(ValueError, match="neither an IP address nor a DNS host name"):
-        validate(Host, {"name": "x", "address": "bad address", "gpus": {"count": 0}})
-    assert validate(Host, {"name": "x", "address": "gpu-01.example", "gpus": {"count": 0}}).port == DEFAULT_SSH_PORT
+        Host.model_validate({"name": "x", "address": "bad address", "gpus": {"count": 0}})
+    assert (
+        Host.model_validate({"name": "x", "address": "gpu-01.example", "gpus": {"count": 0}}).port == DEFAULT_SSH_PORT
+    )
 
 
 def test_early_probes_run_at_most_probe_workers_at_once(slow_sshd: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
