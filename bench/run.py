@@ -13,7 +13,9 @@ import json
 import math
 import os
 import re
+import resource
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
@@ -645,34 +647,66 @@ def config_bytes(stack_yaml: str) -> int:
 MAX_ARG_STRLEN = 128 * 1024
 
 
-def measure_preview(project: Path, stack: str, env: dict[str, str]) -> dict[str, float]:
+def busy_cpu_seconds() -> float:
+    """CPU seconds every process of this machine has spent so far (/proc/stat: all but idle and iowait)."""
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (
+        int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]
+    )
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def measure_preview(project: Path, stack: str, env: dict[str, str], cap_s: float | None = None) -> dict[str, Any]:
     """Wall seconds, peak resident KiB of the whole process tree, CPU seconds of the tree (the engine with
     the language host, the program and the provider it reaped; other load on the machine inflates the wall
-    time, not this) and the resources the preview would create."""
+    time, not this), the resources the preview would create, and how many cores others' processes kept busy
+    meanwhile (the machine's busy CPU less the tree's, over the wall time). A preview still running after
+    `cap_s` is stopped (its process group killed) and said to be (`stopped`): its figures are lower bounds."""
     with tempfile.TemporaryFile("w+") as out:
+        busy_before, own_before = busy_cpu_seconds(), own_cpu_seconds()
         process = subprocess.Popen(
-            ["pulumi", "preview", "--stack", stack], cwd=project, env=env, stdout=out, stderr=subprocess.STDOUT
+            ["pulumi", "preview", "--stack", stack],
+            cwd=project,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         peak = 0
+        stopped = False
         started = time.monotonic()
         while True:
             pid, status, usage = os.wait4(process.pid, os.WNOHANG)
             if pid:
                 break
             peak = max(peak, tree_rss_kib(process.pid))
+            if cap_s is not None and not stopped and time.monotonic() - started > cap_s:
+                os.killpg(process.pid, signal.SIGKILL)
+                stopped = True
             time.sleep(0.2)
         elapsed = time.monotonic() - started
+        # The machine's busy CPU meanwhile, less this bench's own (its walks of /proc for the peak).
+        busy = busy_cpu_seconds() - busy_before - (own_cpu_seconds() - own_before)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # what the engine left behind (a provider), if anything
         process.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         text = out.read()
-    if process.returncode != 0:
+    if process.returncode != 0 and not stopped:
         raise RuntimeError(f"preview of {stack} failed:\n{text[-3000:]}")
     created = re.search(r"\+ (\d+) to create", text)
+    cpu = usage.ru_utime + usage.ru_stime
     return {
         "s": elapsed,
         "peak_kib": peak,
-        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "cpu_s": cpu,
         "resources": float(created.group(1)) if created else 0.0,
+        "others_cores": max(0.0, (busy - cpu) / elapsed),
+        "stopped": stopped,
     }
 
 
@@ -689,31 +723,42 @@ FLEET_SIZES = tuple(int(n) for n in os.environ.get("BENCH_FLEET_SIZES", "32,128,
 FLEET_LARGE = 128
 
 
+def fleet_project(tmp: Path, name: str) -> tuple[Path, dict[str, str]]:
+    """A copy of the project for fleet stacks and the engine's environment for it: a backend of its own (the
+    fleet stacks never touch the sandbox nor the repository's state), offline, and, for these production-tier
+    fleets on a throwaway local backend, the single-operator opt-out of the shared-backend rule."""
+    project = engine.project_copy(tmp / name)
+    (tmp / f"{name}-state").mkdir()
+    env = engine.engine_env(
+        tmp / f"{name}-state",
+        {"PULUMI_CONFIG_PASSPHRASE": "bench", "VLLM_FLEET_OFFLINE": "1", "VLLM_FLEET_SINGLE_OPERATOR": "1"},
+    )
+    return project, env
+
+
+def fleet_stack_in(project: Path, env: dict[str, str], hosts: int) -> str:
+    """Stack `fleet<hosts>` of scripts/fleet_stack.py's reference fleet in the project; its stack file's text."""
+    stack = f"fleet{hosts}"
+    (project / f"Pulumi.{stack}.yaml").write_text(fleet_stack(hosts))
+    run_captured(["pulumi", "stack", "select", "--create", stack], cwd=project, env=env, check=True)
+    # A production stack's front doors need API keys (or access.open): one client's, as a user sets it.
+    run_captured(
+        ["pulumi", "config", "set", "--secret", "--path", "vllm-fleet:apiKeys.bench", "bench-api-key-0123456789"],
+        cwd=project,
+        env=env,
+        check=True,
+    )
+    return (project / f"Pulumi.{stack}.yaml").read_text()
+
+
 def bench_fleet(tmp: Path, sizes: tuple[int, ...] = FLEET_SIZES) -> dict[str, Any]:
     """Each size: previews of scripts/fleet_stack.py's reference fleet as fleet operators run them (RUNS up
     to 32 hosts, 2 at 128, one above), then, up to 128 hosts, one with the engine's default checkpoints."""
-    project = engine.project_copy(tmp / "fleet")
-    # A backend of its own: the fleet stacks never touch the sandbox nor the repository's state.
-    (tmp / "fleet-state").mkdir()
-    # A throwaway local backend for production-tier fleets: the single-operator opt-out of the shared-backend rule.
-    env = engine.engine_env(
-        tmp / "fleet-state",
-        {"PULUMI_CONFIG_PASSPHRASE": "bench", "VLLM_FLEET_OFFLINE": "1", "VLLM_FLEET_SINGLE_OPERATOR": "1"},
-    )
+    project, env = fleet_project(tmp, "fleet")
     results: dict[str, Any] = {}
     for hosts in sizes:
         stack = f"fleet{hosts}"
-        text = fleet_stack(hosts)
-        (project / f"Pulumi.{stack}.yaml").write_text(text)
-        run_captured(["pulumi", "stack", "select", "--create", stack], cwd=project, env=env, check=True)
-        # A production stack's front doors need API keys (or access.open): one client's, as a user sets it.
-        run_captured(
-            ["pulumi", "config", "set", "--secret", "--path", "vllm-fleet:apiKeys.bench", "bench-api-key-0123456789"],
-            cwd=project,
-            env=env,
-            check=True,
-        )
-        text = (project / f"Pulumi.{stack}.yaml").read_text()
+        text = fleet_stack_in(project, env, hosts)
         count = RUNS if hosts <= 32 else 2 if hosts <= FLEET_LARGE else 1
         runs = [measure_preview(project, stack, {**env, **PREVIEW_ENV}) for _ in range(count)]
         results[str(hosts)] = {
@@ -723,6 +768,7 @@ def bench_fleet(tmp: Path, sizes: tuple[int, ...] = FLEET_SIZES) -> dict[str, An
             "resources": int(runs[0]["resources"]),
             "runs_s": [r["s"] for r in runs],
             "cpu_s": [r["cpu_s"] for r in runs],
+            "others_cores": [r["others_cores"] for r in runs],
             "config_bytes": config_bytes(text),
         }
         if hosts <= FLEET_LARGE and not os.environ.get("BENCH_FLEET_NO_CHECKPOINTED"):
@@ -734,6 +780,116 @@ def bench_fleet(tmp: Path, sizes: tuple[int, ...] = FLEET_SIZES) -> dict[str, An
             }
         print(f"bench: fleet {hosts} {results[str(hosts)]}", flush=True)
     return results
+
+
+# ---- 5. what each SDK change of controller/sdk.py is worth at fleet scale ------------------------------
+
+# The sizes, and the rounds: in each round every variant of each size runs once, in an order rotated from
+# the round before, so that each variant's runs share the machine's moments with the others'; medians.
+SDK_SIZES = tuple(int(n) for n in os.environ.get("BENCH_SDK_SIZES", "256,1024").split(","))
+SDK_ROUNDS = int(os.environ.get("BENCH_SDK_ROUNDS", "3"))
+# A preview with a change off still running after this is stopped, and not run again: that change is
+# plainly needed (the 1,024-host preview's bound is 120 s).
+SDK_CAP_S = float(os.environ.get("BENCH_SDK_CAP_S", "300"))
+# What a change must save of a preview's wall time or CPU, at one of the sizes at least, to be kept.
+SDK_KEEP_SHARE = 0.05
+EVERY_CHANGE = "every change made"
+
+
+def bench_sdk(tmp: Path) -> dict[str, Any]:
+    """The fleet previews of SDK_SIZES hosts with every change of controller/sdk.py made, and with each one
+    switched off in turn (VLLM_FLEET_SDK_OFF), SDK_ROUNDS times interleaved: each change's worth in time,
+    CPU and peak memory."""
+    from controller import sdk
+
+    project, env = fleet_project(tmp, "sdk")
+    for hosts in SDK_SIZES:
+        fleet_stack_in(project, env, hosts)
+    variants = [EVERY_CHANGE, *(c.name for c in sdk.CHANGES)]
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {str(h): {v: [] for v in variants} for h in SDK_SIZES}
+    for round_ in range(SDK_ROUNDS):
+        for hosts in SDK_SIZES:
+            for variant in variants[round_ % len(variants) :] + variants[: round_ % len(variants)]:
+                done = runs[str(hosts)][variant]
+                if any(run["stopped"] for run in done):
+                    continue
+                off = "" if variant == EVERY_CHANGE else variant
+                run = measure_preview(project, f"fleet{hosts}", {**env, **PREVIEW_ENV, sdk.OFF_ENV: off}, SDK_CAP_S)
+                done.append(run)
+                print(
+                    f"bench: sdk {hosts} hosts, {variant} off: {run}" if off else f"bench: sdk {hosts} hosts: {run}",
+                    flush=True,
+                )
+    for size, by_variant in runs.items():
+        counts = {int(run["resources"]) for v in by_variant.values() for run in v if not run["stopped"]}
+        if len(counts) != 1:
+            raise RuntimeError(f"the {size}-host previews differ with a change off: {sorted(counts)} resources")
+    return {"rounds": SDK_ROUNDS, "cap_s": SDK_CAP_S, "variants": variants, "runs": runs}
+
+
+def sdk_figures(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """A variant's medians (wall s, CPU s, peak MiB over its runs) and whether a run was stopped at the cap."""
+    return {
+        "s": median([r["s"] for r in runs]),
+        "cpu_s": median([r["cpu_s"] for r in runs]),
+        "peak_mib": max(r["peak_kib"] for r in runs) / 1024,
+        "stopped": any(r["stopped"] for r in runs),
+        "runs": len(runs),
+        "others_cores": median([r["others_cores"] for r in runs]),
+    }
+
+
+def sdk_table(sdk: dict[str, Any]) -> list[str]:
+    """Each change's worth: what switching it off costs each size's preview, against every change made."""
+    sizes = sorted(sdk["runs"], key=int)
+    figures = {h: {v: sdk_figures(runs) for v, runs in sdk["runs"][h].items() if runs} for h in sizes}
+    header = " | ".join(f"{int(h):,} hosts: wall, CPU, peak" for h in sizes)
+    lines = [
+        "",
+        f"What each SDK change of `controller/sdk.py` is worth (`make bench ARGS=fleet`: the offline previews, "
+        f"each change switched off in turn with VLLM_FLEET_SDK_OFF, {sdk['rounds']} interleaved rounds, medians; "
+        f"a preview past {sdk['cap_s']:.0f} s is stopped there and not run again, its figures then lower bounds). "
+        f"A change is kept when switching it off costs at least {SDK_KEEP_SHARE:.0%} of the wall time or the CPU "
+        "at one size. Others' load: the cores the machine's other processes kept busy during the runs (median).",
+        "",
+        f"| switched off | {header} | others' load | verdict |",
+        "| --- |" + " --- |" * (len(sizes) + 2),
+    ]
+    for variant in sdk["variants"]:
+        cells = []
+        worth = 0.0
+        loads = []
+        for h in sizes:
+            row = figures[h].get(variant)
+            if row is None:
+                cells.append("-")
+                continue
+            loads.append(row["others_cores"])
+            base = figures[h][EVERY_CHANGE]
+            more = "> " if row["stopped"] else ""
+            if variant == EVERY_CHANGE:
+                cells.append(f"{row['s']:.1f} s, {row['cpu_s']:.1f} s, {row['peak_mib']:.0f} MiB")
+                continue
+            shares = [
+                row["s"] / base["s"] - 1,
+                row["cpu_s"] / base["cpu_s"] - 1,
+                row["peak_mib"] / base["peak_mib"] - 1,
+            ]
+            worth = max(worth, shares[0], shares[1])
+            cells.append(
+                f"{more}{row['s']:.1f} s ({more}{shares[0]:+.0%}), {more}{row['cpu_s']:.1f} s ({more}{shares[1]:+.0%}), "
+                f"{row['peak_mib']:.0f} MiB ({shares[2]:+.0%})"
+            )
+        verdict = (
+            "-"
+            if variant == EVERY_CHANGE
+            else "kept"
+            if worth >= SDK_KEEP_SHARE
+            else f"saves < {SDK_KEEP_SHARE:.0%}: not kept"
+        )
+        load = f"{median(loads):.2f} cores" if loads else "-"
+        lines.append(f"| {variant} | {' | '.join(cells)} | {load} | {verdict} |")
+    return lines
 
 
 # ---- report -------------------------------------------------------------------------------------------
@@ -1054,6 +1210,8 @@ def report(results: dict[str, Any], files: list[str], measured: dict[str, dict[s
                 f"{row['median_cpu_s'] / h:.3f} | {row['peak_rss_mib']:.0f} | {row['config_bytes'] / 1024:.0f} | "
                 f"{len(row['runs_s'])} |"
             )
+    if "sdk" in results:
+        lines += sdk_table(results["sdk"])
     if "swap" in results:
         lines += [
             "",
@@ -1077,7 +1235,10 @@ def main() -> int:
     keep = "--keep" in args
     only = {a for a in args if a != "--keep"}
     # The fleet previews are offline, with a backend of their own: only the other sections need the sandbox.
-    needs_sandbox = not only or bool(only - {"fleet"})
+    # `fleet` previews the fleets at each size and measures what each SDK change is worth (`sdk`) besides.
+    if "fleet" in only:
+        only.add("sdk")
+    needs_sandbox = not only or bool(only - {"fleet", "sdk"})
     if needs_sandbox and (not sandbox_env.is_up(sandbox_env.HOST_SH) or not sandbox_env.is_up(sandbox_env.MIRROR_SH)):
         print("bench: run `make up` first (the dev stack on the sandbox, with the mirror)", file=sys.stderr)
         return 2
@@ -1088,6 +1249,7 @@ def main() -> int:
         "prewarm": lambda _t: bench_prewarm(),
         "download": lambda _t: bench_download(),
         "fleet": bench_fleet,
+        "sdk": bench_sdk,
         "backend": bench_backend,
     }
     results_path = OUT / "results.json"

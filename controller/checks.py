@@ -19,7 +19,7 @@ from typing import Any
 import pulumi
 
 from controller import survey as host_survey
-from controller.probe import EarlyProbes, HostUnreachable, probe_all
+from controller.probe import HostUnreachable, probe_all
 from controller.program import Stack
 from models.config import StackConfig
 from models.rules import stack_errors
@@ -83,7 +83,7 @@ class Repairs:
     adapters: dict[str, int] = field(default_factory=dict)
 
 
-def check_hosts(stack: Stack, early: EarlyProbes | None = None) -> tuple[Stack, Repairs]:
+def check_hosts(stack: Stack) -> tuple[Stack, Repairs]:
     """Probe and survey the hosts, log what each swap will do, and refuse conflicts (pulumi.RunError).
     Returns the stack as the hosts' vLLM releases make it (`with_host_versions`) and the drift-repair
     counts its steps render."""
@@ -104,7 +104,7 @@ def check_hosts(stack: Stack, early: EarlyProbes | None = None) -> tuple[Stack, 
     else:
         # All hosts at once; an error names every host that failed.
         try:
-            probe_all(reachable, early=early)
+            probe_all(reachable)
             surveys = host_survey.survey_all(stack.name, reachable, stack.deployments, stack.key_text, SURVEY_CACHE)
         except (HostUnreachable, host_survey.SurveyFailed) as error:
             raise pulumi.RunError(str(error)) from None

@@ -16,13 +16,6 @@ from controller import probe
 from controller.access import read_access
 from controller.key_files import key_file_text
 from controller.profiling import start_if_asked
-from controller.sdk import (
-    direct_registration_urns,
-    lighter_stack_traces,
-    linear_output_wait,
-    pause_cyclic_gc,
-    quiet_debug_log,
-)
 from models.backend import refusal
 from models.config import ResolvedDeployment, StackConfig, StackTier
 from models.loader import (
@@ -109,11 +102,6 @@ def load() -> Stack:
     """Read and check the stack before anything is declared; a problem stops the preview with the key
     and the fix (pulumi.RunError)."""
     start_if_asked()
-    quiet_debug_log()
-    linear_output_wait()
-    direct_registration_urns()
-    lighter_stack_traces()
-    pause_cyclic_gc()
     name = pulumi.get_stack()
     config = pulumi.Config("vllm-fleet")
     try:

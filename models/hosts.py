@@ -11,7 +11,6 @@ from typing import Annotated
 from pydantic import AfterValidator, Field, StringConstraints
 
 from models.base import ConfigModel
-from models.ssh_address import DEFAULT_SSH_PORT, PORT_MAX, PORT_MIN, check_address
 from models.types import (
     SSH_HOST_KEY_PATTERN,
     AbsPath,
@@ -22,6 +21,7 @@ from models.types import (
     Name,
     UnixUser,
     VersionString,
+    check_address,
     not_a_system_directory,
 )
 
@@ -60,7 +60,7 @@ class ClusterNetwork(ConfigModel):
 class Host(ConfigModel):
     name: Name
     address: Annotated[str, AfterValidator(check_address)]
-    port: Annotated[Int, Field(ge=PORT_MIN, le=PORT_MAX)] = DEFAULT_SSH_PORT
+    port: Annotated[Int, Field(ge=1, le=65535)] = 22
     user: UnixUser = "root"
     host_key: Annotated[str, StringConstraints(pattern=SSH_HOST_KEY_PATTERN)] | None = None
     gpus: GpuSpec

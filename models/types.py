@@ -121,6 +121,23 @@ def not_a_system_directory(value: str) -> str:
     return value
 
 
+HOSTNAME_PATTERN = (
+    r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+)
+
+
+def check_address(value: str) -> str:
+    """A host's address: an IP address or a DNS host name, as it is."""
+    try:
+        ipaddress.ip_address(value)
+        return value
+    except ValueError:
+        pass
+    if not re.fullmatch(HOSTNAME_PATTERN, value) or len(value) > 253:
+        raise ValueError(f"{value!r} is neither an IP address nor a DNS host name")
+    return value
+
+
 def ip_address(value: str, hint: str) -> str:
     """The address in its canonical form, or the error that says it is none."""
     try:

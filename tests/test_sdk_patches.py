@@ -1,12 +1,18 @@
-"""controller/sdk.py: the program's changes to the Pulumi SDK it runs in."""
+"""controller/sdk.py: the program's changes to the Pulumi SDK it runs in, each made only on the SDK release it
+was written for, and each failing here when the SDK code it stands in for changes."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import gc
+import hashlib
+import importlib
+import inspect
 import pathlib
 import threading
-from collections.abc import Callable
+import tomllib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pulumi
@@ -20,13 +26,102 @@ from pulumi.runtime.settings import SETTINGS
 
 from controller import sdk
 
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
-def test_sdk_debug_messages_are_dropped_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+# The source of the SDK code each change stands in for (Change.stands_in_for), as SDK 3.272.0 has it. A new SDK
+# that changes one fails here: read the SDK's new code against the change (and its tests below), then pin it
+# anew and update the change's `written_for`, or drop the change.
+SDK_SOURCES = {
+    "pulumi.log.debug": "766897f70e3a1770",
+    "pulumi.runtime.stack.wait_for_rpcs": "0bf483f44da06fc7",
+    "pulumi.runtime.stack.run_pulumi_func": "d097b54514f00f91",
+    "pulumi.runtime.stack.run_in_stack": "1da3956245b9d3d5",
+    "pulumi.runtime.resource.create_urn": "e82dcea9aaa00dd5",
+    "pulumi.runtime.resource.register_resource": "094e3752d490c7e0",
+    "pulumi.runtime.resource._get_stack_trace": "c1f8beec3dad09fa",
+}
+
+
+def sdk_source_digest(name: str) -> str:
+    """The digest of a function's source as the SDK's file has it (read from the file: the program that the
+    tests run under mocks has made the changes in this process)."""
+    module, function = name.rsplit(".", 1)
+    text = inspect.getsource(importlib.import_module(module))
+    (node,) = (
+        n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == function
+    )
+    source = ast.get_source_segment(text, node)
+    assert source is not None
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
+
+
+@pytest.mark.parametrize("change", sdk.CHANGES, ids=[c.name for c in sdk.CHANGES])
+def test_each_change_is_for_the_sdk_installed_and_its_code(change: sdk.Change) -> None:
+    assert change.written_for == sdk.sdk_version(), (
+        f"{change.name} was written for Pulumi SDK {change.written_for}, and {sdk.sdk_version()} is installed"
+    )
+    assert change.stands_in_for, f"{change.name} names no SDK code it stands in for"
+    for name in change.stands_in_for:
+        assert sdk_source_digest(name) == SDK_SOURCES.get(name), f"the SDK's {name} changed under {change.name}"
+
+
+def test_the_sdk_pinned_is_the_one_the_changes_were_written_for() -> None:
+    pins = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert {f"pulumi=={c.written_for}" for c in sdk.CHANGES} <= set(pins)
+
+
+@pytest.fixture
+def sdk_as_it_was(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Whatever `install` replaces is put back after the test, and the collector turned back on."""
+    for owner, name in (
+        (pulumi.log, "debug"),
+        (sdk_stack, "wait_for_rpcs"),
+        (sdk_resource, "create_urn"),
+        (sdk_resource, "_get_stack_trace"),
+    ):
+        monkeypatch.setattr(owner, name, getattr(owner, name))
+    monkeypatch.setattr(sdk, "_made", None)  # made afresh in the test, as in a new process
+    yield
+    gc.enable()
+
+
+def test_install_makes_every_change_in_order_but_those_switched_off(sdk_as_it_was: None) -> None:
+    names = [c.name for c in sdk.CHANGES]
+    debug, wait = pulumi.log.debug, sdk_stack.wait_for_rpcs
+    assert sdk.install({sdk.OFF_ENV: "quiet_debug_log"}) == names[1:]
+    assert pulumi.log.debug is debug and sdk_stack.wait_for_rpcs is not wait and not gc.isenabled()
+    assert sdk.install({}) == names[1:], "made once in a process"
+    sdk._made = None
+    assert sdk.install({}) == names
+    assert pulumi.log.debug is not debug
+    pulumi.log.debug("never sent", None)
+
+
+def test_on_another_sdk_every_change_steps_aside_with_one_warning(
+    sdk_as_it_was: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    warnings: list[str] = []
+    monkeypatch.setattr(pulumi.log, "warn", lambda message, *args, **kwargs: warnings.append(message))
+    monkeypatch.setattr(sdk, "sdk_version", lambda: "3.999.0")
+    debug, wait = pulumi.log.debug, sdk_stack.wait_for_rpcs
+    assert sdk.install({}) == []
+    assert pulumi.log.debug is debug and sdk_stack.wait_for_rpcs is wait and gc.isenabled()
+    (warning,) = warnings
+    assert "Pulumi SDK 3.272.0, and this is SDK 3.999.0: left out" in warning
+    assert all(c.name in warning for c in sdk.CHANGES)
+
+
+def test_a_name_switched_off_that_is_no_change_is_said(sdk_as_it_was: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    warnings: list[str] = []
+    monkeypatch.setattr(pulumi.log, "warn", lambda message, *args, **kwargs: warnings.append(message))
+    sdk.install({sdk.OFF_ENV: "quiet_debug_logs"})
+    assert warnings == [f"{sdk.OFF_ENV} names no change of controller/sdk.py: quiet_debug_logs"]
+
+
+def test_sdk_debug_messages_are_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pulumi.log, "debug", pulumi.log.debug)
     original = pulumi.log.debug
-    assert sdk.quiet_debug_log({"VLLM_FLEET_SDK_DEBUG": "1"}) is False
-    assert pulumi.log.debug is original
-    assert sdk.quiet_debug_log({}) is True
+    sdk.quiet_debug_log()
     assert pulumi.log.debug is not original
     pulumi.log.debug("never sent", None)
 
@@ -58,9 +153,11 @@ def test_the_output_wait_awaits_every_output_and_stops_at_a_failure(monkeypatch:
     SETTINGS.outputs.clear()
 
 
-def test_the_collector_is_paused_until_every_output_is_awaited(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("linear", [True, False], ids=["after linear_output_wait", "around the SDK's own wait"])
+def test_the_collector_is_paused_until_every_output_is_awaited(monkeypatch: pytest.MonkeyPatch, linear: bool) -> None:
     monkeypatch.setattr(sdk_stack, "wait_for_rpcs", sdk_stack.wait_for_rpcs)
-    sdk.linear_output_wait()
+    if linear:
+        sdk.linear_output_wait()
     sdk.pause_cyclic_gc()
     assert not gc.isenabled()
 
@@ -88,7 +185,6 @@ def test_a_program_run_by_the_engine_leaves_what_lives_to_its_exit_frozen(monkey
     assert not sdk.engine_runs(), "the unit tests talk to no engine"
     monkeypatch.setattr(sdk_stack, "wait_for_rpcs", sdk_stack.wait_for_rpcs)
     monkeypatch.setattr(sdk, "engine_runs", lambda: True)
-    sdk.linear_output_wait()
     sdk.pause_cyclic_gc()
     SETTINGS.outputs.clear()
     try:
