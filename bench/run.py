@@ -791,7 +791,11 @@ SDK_ROUNDS = int(os.environ.get("BENCH_SDK_ROUNDS", "3"))
 # A preview with a change off still running after this is stopped, and not run again: that change is
 # plainly needed (the 1,024-host preview's bound is 120 s).
 SDK_CAP_S = float(os.environ.get("BENCH_SDK_CAP_S", "300"))
-# What a change must save of a preview's wall time or CPU, at one of the sizes at least, to be kept.
+# BENCH_SDK_CHANGES=a,b: switch only these off (more rounds for a change whose worth is near the bound).
+SDK_CHANGES = [name for name in os.environ.get("BENCH_SDK_CHANGES", "").split(",") if name]
+# What a change must save of a preview's CPU, at one of the sizes at least, to be kept. CPU, not wall time: on
+# this shared 2-core machine others' load moved a 1,024-host preview's wall time by up to 2.6x (three runs
+# of one variant: 46, 61 and 119 s) and its CPU by about a tenth (61, 65 and 68 s).
 SDK_KEEP_SHARE = 0.05
 EVERY_CHANGE = "every change made"
 
@@ -805,7 +809,7 @@ def bench_sdk(tmp: Path) -> dict[str, Any]:
     project, env = fleet_project(tmp, "sdk")
     for hosts in SDK_SIZES:
         fleet_stack_in(project, env, hosts)
-    variants = [EVERY_CHANGE, *(c.name for c in sdk.CHANGES)]
+    variants = [EVERY_CHANGE, *(c.name for c in sdk.CHANGES if not SDK_CHANGES or c.name in SDK_CHANGES)]
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {str(h): {v: [] for v in variants} for h in SDK_SIZES}
     for round_ in range(SDK_ROUNDS):
         for hosts in SDK_SIZES:
@@ -849,8 +853,9 @@ def sdk_table(sdk: dict[str, Any]) -> list[str]:
         f"What each SDK change of `controller/sdk.py` is worth (`make bench ARGS=fleet`: the offline previews, "
         f"each change switched off in turn with VLLM_FLEET_SDK_OFF, {sdk['rounds']} interleaved rounds, medians; "
         f"a preview past {sdk['cap_s']:.0f} s is stopped there and not run again, its figures then lower bounds). "
-        f"A change is kept when switching it off costs at least {SDK_KEEP_SHARE:.0%} of the wall time or the CPU "
-        "at one size. Others' load: the cores the machine's other processes kept busy during the runs (median).",
+        f"A change is kept when switching it off costs at least {SDK_KEEP_SHARE:.0%} more CPU at one size (the "
+        "measure others' load inflates least; wall time beside it). Others' load: the cores the machine's other "
+        "processes kept busy during the runs (median).",
         "",
         f"| switched off | {header} | others' load | verdict |",
         "| --- |" + " --- |" * (len(sizes) + 2),
@@ -875,7 +880,7 @@ def sdk_table(sdk: dict[str, Any]) -> list[str]:
                 row["cpu_s"] / base["cpu_s"] - 1,
                 row["peak_mib"] / base["peak_mib"] - 1,
             ]
-            worth = max(worth, shares[0], shares[1])
+            worth = max(worth, shares[1])
             cells.append(
                 f"{more}{row['s']:.1f} s ({more}{shares[0]:+.0%}), {more}{row['cpu_s']:.1f} s ({more}{shares[1]:+.0%}), "
                 f"{row['peak_mib']:.0f} MiB ({shares[2]:+.0%})"
@@ -998,29 +1003,22 @@ def yes(met: bool) -> str:
     return "yes" if met else "no"
 
 
-# Issue 23's bound on a no-op: at most this many times the empty program (the median of the pairs' ratios).
-NOOP_TARGET = 1.2
-
-
 def noop_row(noop: dict[str, Any], verb: str, runs: int) -> str:
-    """A no-op's row: judged, as issue 23 asks, on the median of the interleaved pairs' own ratios; the
-    ratio of the two medians beside it. Results from before the pairs were kept have only the latter."""
+    """A no-op's row: the median of the interleaved pairs' own ratios with its interval, and the ratio of the
+    two medians beside it (results from before the pairs were kept have only the latter). Reported, not
+    judged: issue 23's bound (1.2x) was withdrawn by issue 45, since a program's speed is felt in a fleet's
+    preview and a swap, not in a tenth of a second of a one-host no-op."""
     ours, floor = noop["median"][verb], noop["median"][f"floor_{verb}"]
     pairs = noop.get(f"pair_ratio_{verb}")
-    judged = pairs if pairs is not None else noop[f"ratio_{verb}"]
     interval = noop.get(f"pair_ratio_{verb}_interval")
     measured = (
         f"{ours:.2f} s vs {floor:.2f} s = {noop[f'ratio_{verb}']:.2f}x"
         + (f"; median of the pairs' ratios {pairs:.2f}x" if pairs is not None else "")
         + (f" (95% interval {interval[0]:.2f}-{interval[1]:.2f}x)" if interval is not None else "")
     )
-    met = judged <= NOOP_TARGET
-    # A median on the target's near side whose interval reaches past it is not reliably under it.
-    edge = met and interval is not None and interval[1] > NOOP_TARGET
-    verdict = yes(met) + (f" (at the edge: the interval reaches past {NOOP_TARGET}x)" if edge else "")
     return (
         f"| no-op `pulumi {verb}` vs empty program (interleaved pairs) | {measured} | {runs} each | "
-        f"<= {NOOP_TARGET}x (median of the pairs) | {verdict} |"
+        "- (reported; issue 23's 1.2x withdrawn) | - |"
     )
 
 
@@ -1229,6 +1227,17 @@ def report(results: dict[str, Any], files: list[str], measured: dict[str, dict[s
     return "\n".join(lines) + "\n"
 
 
+# The hand-written part of bench/RESULTS.md, kept from one run to the next: what was measured once and
+# decided (a change kept or dropped, a figure before and after), with the commands that measured it.
+HISTORY_HEADING = "## History"
+
+
+def with_history(generated: str, previous: str) -> str:
+    """The generated report followed by the history section of the RESULTS.md it replaces."""
+    start = previous.find(f"\n{HISTORY_HEADING}\n")
+    return generated if start < 0 else generated + previous[start:]
+
+
 def main() -> int:
     args = sys.argv[1:]
     # --keep: a partial run keeps the other sections of the last results.json, each with its date and commit.
@@ -1281,7 +1290,9 @@ def main() -> int:
     results = {n: results[n] for n in steps if n in results}
     for stale in ("noop.png", "fleet.png"):
         (OUT / stale).unlink(missing_ok=True)
-    (OUT / "RESULTS.md").write_text(report(results, plot(results), measured, fresh))
+    results_md = OUT / "RESULTS.md"
+    previous = results_md.read_text() if results_md.is_file() else ""
+    results_md.write_text(with_history(report(results, plot(results), measured, fresh), previous))
     print((OUT / "RESULTS.md").read_text())
     return 0
 

@@ -4,21 +4,19 @@ Each change stands in for code of one SDK release, which it names (`written_for`
 only on that release: on another, the program runs on the SDK as it is (a fleet's preview slower) and says
 so in one warning. `make bench ARGS=fleet` previews 256 and 1,024 hosts with each change switched off in
 turn (VLLM_FLEET_SDK_OFF=<name>,...), and bench/RESULTS.md keeps the table that decided which stay: each
-saves at least 5% of the time or the CPU of one of those previews. tests/test_sdk_patches.py pins the SDK
-code each one stands in for, so a new SDK fails there before a run meets it.
+saves at least 5% of the CPU of one of those previews (on 2026-12-06: 20-45%; two changes that saved
+3-4%, lighter stack traces and an early start of the command provider, were dropped).
+tests/test_sdk_patches.py pins the SDK code each one stands in for, so a new SDK fails there before a run
+meets it.
 """
 
 from __future__ import annotations
 
-import functools
 import gc
 import importlib.metadata
 import os
-import pathlib
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from types import FrameType
 from typing import Any
 
 import pulumi
@@ -92,8 +90,8 @@ def install(env: Mapping[str, str] | None = None) -> list[str]:
 def quiet_debug_log() -> None:
     """Drop the SDK's own debug messages. The SDK sends each one to the engine as a blocking gRPC call,
     several per resource ("registering resource ...", "... prepared", "... successful"), which the engine
-    shows only under `--debug`/`-v`: at fleet scale they were the program's largest cost (a 32-host preview:
-    3,276 calls, 7.7 s blocked in them). This program itself logs nothing at debug level."""
+    shows only under `--debug`/`-v`. Without this change the 1,024-host preview took 73% more CPU and 62%
+    more time (bench/RESULTS.md, History). This program itself logs nothing at debug level."""
 
     def debug(msg: str, resource: object = None, stream_id: object = None, ephemeral: object = None) -> None:
         del msg, resource, stream_id, ephemeral
@@ -106,8 +104,9 @@ def linear_output_wait() -> None:
     """Replace the SDK's wait for outstanding outputs at the program's end (pulumi.runtime.stack
     .wait_for_rpcs) with one that waits on each output once. The SDK's loop calls `asyncio.wait(every
     pending output, FIRST_COMPLETED)` until none is left, which adds and removes a callback on every pending
-    output each time one completes: quadratic in the resources. A 128-host preview spent 58 s of its 60 s of
-    program CPU there (238 waits over ~2,400 outputs). This one awaits them in completion order
+    output each time one completes: quadratic in the outputs pending at once. Without this change the
+    256-host preview took 16% more CPU and the 1,024-host one 38% (bench/RESULTS.md, History). This one
+    awaits them in completion order
     (`asyncio.as_completed`), so an output that fails still stops the program at once with its own
     exception, and outputs made meanwhile are picked up by the next round, as before."""
     import asyncio
@@ -151,9 +150,9 @@ def pause_cyclic_gc() -> None:
     and back on once every output is awaited (it wraps the SDK's wait_for_rpcs, the program's end: after
     linear_output_wait). Each resource leaves hundreds of objects (futures, outputs, their callbacks,
     protobuf messages) that live to the program's end, and each of the collector's passes walks all that are
-    alive, freeing next to nothing: a 256-host preview spent 12 of the program's 21 CPU s in 3,870
-    collections (13 of them full), a cost that grew faster than the hosts. What the program drops, reference
-    counting frees as before."""
+    alive, freeing next to nothing, a cost that grows faster than the hosts: without this change the 256-host
+    preview took 48% more CPU and the 1,024-host one 65% (bench/RESULTS.md, History). What the program drops,
+    reference counting frees as before; the peak memory is ~5% higher."""
     from pulumi.runtime import stack as sdk_stack
 
     sdk_wait = sdk_stack.wait_for_rpcs
@@ -192,7 +191,8 @@ def direct_registration_urns() -> None:
     """Compute the URN that the SDK's registration makes for every resource as a string when its parts are
     strings. The SDK (pulumi.runtime.resource.register_resource) builds it for each resource through
     Output.from_input, an apply and Output.all (six outputs and their tasks) and uses it only when no engine
-    runs (mocks); it was a tenth of the program's profile of a 128-host preview. The value is the same
+    runs (mocks): without this change the 1,024-host preview took 20% more CPU (the 256-host one 1%;
+    bench/RESULTS.md, History). The value is the same
     string, known and not secret, as the SDK's own create_urn gives (which still serves any call with an
     output among its parts, and pulumi.create_urn is left alone)."""
     from pulumi.runtime import resource as sdk_resource
@@ -213,85 +213,3 @@ def direct_registration_urns() -> None:
         return pulumi.Output.from_input(prefix + type_ + "::" + name)
 
     sdk_resource.create_urn = create_urn
-
-
-@change("3.272.0", "pulumi.runtime.resource._get_stack_trace")
-def lighter_stack_traces() -> None:
-    """Take the stack trace the SDK sends with each resource (pulumi.runtime.resource._get_stack_trace: the
-    frames that called the resource's constructor, for the engine's source positions) from the frames
-    themselves. The SDK's traceback.extract_stack reads every frame's source line and stats every file on
-    the stack again for each resource, and builds a path object per frame for its file URI; this keeps the
-    frames' files, lines and names as they are and each file's URI once. The message is the same, frame for
-    frame."""
-    from pulumi.runtime import resource as sdk_resource
-    from pulumi.runtime.proto import source_pb2
-
-    @functools.cache
-    def file_uri(filename: str) -> str | None:
-        try:
-            return pathlib.Path(filename).as_uri()
-        except BaseException:  # as the SDK: no position for a file without a URI
-            return None
-
-    def frame_message(filename: str, line: int | None) -> Any:
-        uri = file_uri(filename) if filename != "" and line is not None else None
-        if uri is None or line is None:
-            return source_pb2.StackFrame()
-        return source_pb2.StackFrame(pc=source_pb2.SourcePosition(uri=uri, line=line))
-
-    def get_stack_trace() -> Any:
-        # Outermost first, this function last, as traceback.extract_stack lists them.
-        stack: list[tuple[str, int | None, str]] = []
-        frame: FrameType | None = sys._getframe()
-        while frame is not None:
-            stack.append((frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
-            frame = frame.f_back
-        stack.reverse()
-        # The SDK's rule: the frames outside the third __init__ from the top (Resource, CustomResource or
-        # ComponentResource, the concrete class), innermost first.
-        inits = 0
-        for i in range(len(stack) - 1, -1, -1):
-            if stack[i][2] == "__init__":
-                inits += 1
-                if inits == 3:
-                    break
-        if i < 1:
-            return source_pb2.StackTrace()
-        return source_pb2.StackTrace(frames=[frame_message(f, line) for f, line, _ in reversed(stack[:i])])
-
-    sdk_resource._get_stack_trace = get_stack_trace
-
-
-@change("3.272.0", "pulumi.runtime.stack.run_in_stack")
-def start_command_provider() -> None:
-    """Have the engine start the command provider now, beside the program's loading and checks. The engine
-    starts a provider when the first request naming it comes, and the SDK sends the program's requests only
-    once its body has run (registrations are tasks of the event loop the body holds): the first Command
-    then waited ~70 ms for the provider's process, its handshake and CheckConfig. The request asked for is
-    the provider's cheapest, run locally and discarded: `true`, through command:local:run, for the same
-    package version as every Command (the engine keys its default provider by version; another would be a
-    resource of its own). Sent from a thread, straight to the engine; should it fail, the first Command
-    starts the provider as before."""
-    import contextlib
-    import threading
-
-    from pulumi.runtime.proto import resource_pb2
-    from pulumi.runtime.settings import get_monitor
-
-    from components.command_provider import plugin_version
-
-    if not engine_runs():  # mocks: no engine, no provider
-        return
-    monitor = get_monitor()
-    assert monitor is not None  # the engine's stub (engine_runs)
-    version = plugin_version()
-    if version is None:
-        return
-    request = resource_pb2.ResourceInvokeRequest(tok="command:local:run", version=version, acceptResources=True)
-    request.args.update({"command": "true"})
-
-    def ask() -> None:
-        with contextlib.suppress(Exception):  # the first Command starts the provider then
-            monitor.Invoke(request)
-
-    threading.Thread(target=ask, name="start-command-provider", daemon=True).start()

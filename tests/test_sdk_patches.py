@@ -10,18 +10,14 @@ import hashlib
 import importlib
 import inspect
 import pathlib
-import threading
 import tomllib
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pulumi
-import pulumi_command
 import pytest
 from pulumi.runtime import resource as sdk_resource
-from pulumi.runtime import settings
 from pulumi.runtime import stack as sdk_stack
-from pulumi.runtime.proto import resource_pb2, resource_pb2_grpc
 from pulumi.runtime.settings import SETTINGS
 
 from controller import sdk
@@ -35,10 +31,8 @@ SDK_SOURCES = {
     "pulumi.log.debug": "766897f70e3a1770",
     "pulumi.runtime.stack.wait_for_rpcs": "0bf483f44da06fc7",
     "pulumi.runtime.stack.run_pulumi_func": "d097b54514f00f91",
-    "pulumi.runtime.stack.run_in_stack": "1da3956245b9d3d5",
     "pulumi.runtime.resource.create_urn": "e82dcea9aaa00dd5",
     "pulumi.runtime.resource.register_resource": "094e3752d490c7e0",
-    "pulumi.runtime.resource._get_stack_trace": "c1f8beec3dad09fa",
 }
 
 
@@ -77,7 +71,6 @@ def sdk_as_it_was(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         (pulumi.log, "debug"),
         (sdk_stack, "wait_for_rpcs"),
         (sdk_resource, "create_urn"),
-        (sdk_resource, "_get_stack_trace"),
     ):
         monkeypatch.setattr(owner, name, getattr(owner, name))
     monkeypatch.setattr(sdk, "_made", None)  # made afresh in the test, as in a new process
@@ -235,65 +228,3 @@ def test_registration_urns_are_the_sdks_strings(monkeypatch: pytest.MonkeyPatch)
         pairs[1][0][0] == "urn:pulumi:fleet::vllm-fleet::vllm-fleet:index:GpuHost$command:remote:Command::gpu-01-tools"
     )
     SETTINGS.outputs.clear()
-
-
-def test_stack_traces_are_the_sdks_messages(monkeypatch: pytest.MonkeyPatch) -> None:
-    sdk_stack_trace = replaced(monkeypatch, "_get_stack_trace", sdk.lighter_stack_traces)
-    traces: list[tuple[Any, Any]] = []
-
-    # Resource, CustomResource, the concrete class: three constructors deep, as the SDK expects.
-    class Base:
-        def __init__(self) -> None:
-            traces.append((sdk_resource._get_stack_trace(), sdk_stack_trace()))
-
-    class Custom(Base):
-        def __init__(self) -> None:
-            super().__init__()
-
-    class Concrete(Custom):
-        def __init__(self) -> None:
-            super().__init__()
-
-    def declare(depth: int) -> None:
-        if depth:
-            declare(depth - 1)
-        else:
-            Concrete()
-
-    declare(5)
-    Base()  # fewer than three constructors: no frames
-    (ours, theirs), (ours_short, theirs_short) = traces
-    assert ours == theirs and len(ours.frames) > 5
-    assert ours.frames[0].pc.uri == pathlib.Path(__file__).as_uri()
-    assert ours_short == theirs_short
-
-
-class RecordingMonitor(resource_pb2_grpc.ResourceMonitorStub):
-    """The engine's resource monitor as the program's gRPC stub, recording the invokes it is sent."""
-
-    def __init__(self) -> None:
-        self.invokes: list[resource_pb2.ResourceInvokeRequest] = []
-        self.sent = threading.Event()
-
-    def Invoke(self, request: resource_pb2.ResourceInvokeRequest) -> None:  # gRPC's name
-        self.invokes.append(request)
-        self.sent.set()
-
-
-def test_the_command_provider_is_asked_for_early_as_every_command_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    monitor = RecordingMonitor()
-    monkeypatch.setattr(settings, "get_monitor", lambda: monitor)
-    sdk.start_command_provider()
-    assert monitor.sent.wait(5), "no request reached the engine"
-    (request,) = monitor.invokes
-    assert request.tok == "command:local:run" and dict(request.args) == {"command": "true"}
-    # The version every Command's registration names (the SDK's): the engine keys its default provider by
-    # it, and another version would add a provider resource to the stack.
-    assert request.version == pulumi_command._utilities.get_version() != ""  # type: ignore[no-untyped-call]
-
-
-def test_under_the_mocks_no_provider_is_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
-    asked: list[object] = []
-    monkeypatch.setattr(threading, "Thread", lambda *args, **kwargs: asked.append(kwargs))
-    sdk.start_command_provider()
-    assert asked == []
