@@ -33,6 +33,7 @@ from models.types import (
     Float,
     HfRepo,
     Int,
+    KnownHostsPath,
     Label,
     Name,
     ParserName,
@@ -403,6 +404,9 @@ class StackConfig(ConfigModel):
         Annotated[str, StringConstraints(pattern=r"^https?://[A-Za-z0-9.:\[\]-]+(/[A-Za-z0-9._/-]*)?$")] | None
     ) = None
     hosts: tuple[Host, ...]
+    # The hosts' SSH host keys, in OpenSSH's known_hosts format (controller/known_hosts.py reads it); a
+    # host's own hostKey wins. A path beside the stack file (relative to the project) or absolute.
+    known_hosts_file: KnownHostsPath | None = None
     storage: tuple[Storage, ...]
     models: dict[Name, ModelSpec]
     deployments: tuple[Deployment, ...] = ()

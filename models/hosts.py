@@ -57,10 +57,13 @@ class ClusterNetwork(ConfigModel):
     interface: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,15}$")]
 
 
+DEFAULT_SSH_PORT = 22  # a host's port unless it names one; OpenSSH's known_hosts names others ([address]:port)
+
+
 class Host(ConfigModel):
     name: Name
     address: Annotated[str, AfterValidator(check_address)]
-    port: Annotated[Int, Field(ge=1, le=65535)] = 22
+    port: Annotated[Int, Field(ge=1, le=65535)] = DEFAULT_SSH_PORT
     user: UnixUser = "root"
     host_key: Annotated[str, StringConstraints(pattern=SSH_HOST_KEY_PATTERN)] | None = None
     gpus: GpuSpec

@@ -27,6 +27,7 @@ KNOWN_KEYS = (
     "hfEndpoint",
     "defaults",
     "hosts",
+    "knownHostsFile",
     "storage",
     "models",
     "adapters",

@@ -34,16 +34,32 @@ def test_too_few_pairs_to_bound_a_median_are_refused() -> None:
         run.median_interval([1.0, 2.0, 3.0, 4.0, 5.0])
 
 
-def noop_result(pairs: float, interval: tuple[float, float]) -> dict[str, object]:
+def noop_result(extra: float, interval: tuple[float, float]) -> dict[str, object]:
     return {
-        "median": {"up": 1.9, "floor_up": 1.6},
-        "ratio_up": 1.9 / 1.6,
-        "pair_ratio_up": pairs,
-        "pair_ratio_up_interval": list(interval),
+        "median": {"up": 1.6 + extra, "floor_up": 1.6},
+        "ratio_up": (1.6 + extra) / 1.6,
+        "pair_ratio_up": (1.6 + extra) / 1.6,
+        "pair_extra_up": extra,
+        "pair_extra_up_interval": list(interval),
     }
 
 
-def test_a_noop_row_reports_the_pairs_median_and_its_interval_and_judges_nothing() -> None:
-    row = run.noop_row(noop_result(1.19, (1.14, 1.23)), "up", 21)
-    assert "1.90 s vs 1.60 s = 1.19x; median of the pairs' ratios 1.19x (95% interval 1.14-1.23x)" in row
-    assert row.endswith("| 21 each | - (reported; issue 23's 1.2x withdrawn) | - |")
+@pytest.mark.parametrize(
+    ("extra", "interval", "verdict"),
+    [
+        (0.95, (0.8, 1.1), "| yes (at the edge: the interval reaches past +1 s) |"),
+        (0.7, (0.6, 0.8), "| yes |"),
+        (1.0, (0.9, 1.0), "| yes |"),
+        (1.2, (1.05, 1.3), "| no |"),
+    ],
+)
+def test_a_median_under_the_target_whose_interval_reaches_past_it_is_said_to_be_at_the_edge(
+    extra: float, interval: tuple[float, float], verdict: str
+) -> None:
+    assert run.noop_row(noop_result(extra, interval), "up", 21).endswith(verdict)
+
+
+def test_a_noop_from_before_the_pairs_differences_is_judged_on_the_medians() -> None:
+    kept = {"median": {"up": 2.1, "floor_up": 1.6}, "ratio_up": 2.1 / 1.6}
+    row = run.noop_row(kept, "up", 21)
+    assert "+0.50 s (difference of the medians)" in row and row.endswith("| yes |")
