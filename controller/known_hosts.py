@@ -375,8 +375,12 @@ def resolve(config: StackConfig, root: Path) -> tuple[StackConfig, HostKeys, lis
             # Validated as the host's own hostKey would be (model_copy validates nothing): a key OpenSSH reads
             # may still be longer than hostKey's pattern allows.
             hosts.append(Host.model_validate({**host.model_dump(), "host_key": chosen.key}))
-        except ValidationError as error:
-            problems.append(f"{shown}: host {host.name!r} ({host_lookup_name(host)}): line {chosen.number}: {error}")
+        except ValidationError:
+            problems.append(
+                f"{shown}:{chosen.number}: host {host.name!r} ({host_lookup_name(host)}): its {chosen.key_type} key is "
+                "not one vllm-fleet:hosts[].hostKey takes (`TYPE BASE64`, at most 2,048 characters of base64): "
+                + key_fix(host, shown)
+            )
             hosts.append(host)
     if problems:
         raise KnownHostsError("\n".join(problems))
