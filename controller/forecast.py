@@ -11,7 +11,6 @@ stack renders an unchanged step."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 
 from controller.assess import judgement
@@ -54,10 +53,11 @@ def with_load_choice(rd: ResolvedDeployment, found: Survey) -> tuple[ResolvedDep
     settings, so the launch renders it; a multi-node deployment's rendezvous port does not follow it (it is
     hashed from the loader the stack states: ResolvedDeployment.master_port)."""
     choice = pick_loader(load_facts(rd, found), rd.serving.load_format, rd.serving.safetensors_load_strategy)
-    serving = dataclasses.replace(
-        rd.serving, load_format=choice.load_format, safetensors_load_strategy=choice.load_strategy
+    # Not validated again (model_copy): the pick is one of the values the fields take (models/load_choice.py).
+    serving = rd.serving.model_copy(
+        update={"load_format": choice.load_format, "safetensors_load_strategy": choice.load_strategy}
     )
-    return dataclasses.replace(rd, serving=serving), choice
+    return rd.model_copy(update={"serving": serving}), choice
 
 
 # ---- the start, from the host's records ----------------------------------------------------------------
@@ -144,8 +144,10 @@ def forecasts(
         parts = [] if says_start else [f"a restart of {rd.model_name}: {_start(rd, found, choice)}"]
         for name in kept:
             spec = config.models[name]
-            other = dataclasses.replace(
-                rd, model_name=name, model=spec, serving=rd.deployment.overrides.apply(spec.serving)
+            # Not validated again (model_copy): the model is the stack's, validated, and apply() validates
+            # the serving settings it merges.
+            other = rd.model_copy(
+                update={"model_name": name, "model": spec, "serving": rd.deployment.overrides.apply(spec.serving)}
             )
             other, picked = with_load_choice(other, found)
             parts.append(f"a swap to {name} (kept on disk): {_start(other, found, picked)}")

@@ -28,7 +28,7 @@ GB = 10**9
 def prod_deployment(model: str) -> ResolvedDeployment:
     """Pulumi.prod.yaml's deployment, switched to `model` (one the stack keeps on disk)."""
     config = load_stack_file(ROOT / "Pulumi.prod.yaml")
-    config = dataclasses.replace(config, deployments=(dataclasses.replace(config.deployments[0], model=model),))
+    config = config.model_copy(update={"deployments": (config.deployments[0].model_copy(update={"model": model}),)})
     (rd,) = config.resolved_deployments()
     return rd
 

@@ -42,8 +42,8 @@ def test_on_the_reference_server_the_unknown_facts_keep_vllms_defaults_and_are_n
         "set in the stack"
     )
     # MiniMax, left to auto: vLLM's defaults, the unknown facts named.
-    minimax = dataclasses.replace(rd, model=load_stack_file(ROOT / "Pulumi.prod.yaml").models["minimax-m2.5"])
-    minimax = dataclasses.replace(minimax, serving=minimax.model.serving)
+    spec = load_stack_file(ROOT / "Pulumi.prod.yaml").models["minimax-m2.5"]
+    minimax = rd.model_copy(update={"model": spec, "serving": spec.serving})
     picked, choice = with_load_choice(minimax, surveys()["gpu-01"])
     assert (choice.load_format, choice.load_strategy) == (None, None) and picked.serving == minimax.serving
     assert choice.why == (
@@ -133,7 +133,7 @@ def test_auto_in_the_stack_renders_no_flag_of_its_own(dev_raw: dict[str, Any]) -
     (rd,) = parse_stack_config(dev_raw).resolved_deployments()
     args = vllm_arguments(rd)
     assert "--load-format" not in args and "--safetensors-load-strategy" not in args
-    picked = dataclasses.replace(rd, serving=dataclasses.replace(rd.serving, load_format="runai_streamer"))
+    picked = rd.model_copy(update={"serving": rd.serving.model_copy(update={"load_format": "runai_streamer"})})
     args = vllm_arguments(picked)
     assert args[args.index("--load-format") + 1] == "runai_streamer"
 
@@ -143,7 +143,9 @@ def test_the_pick_rests_on_facts_that_stay_put_so_an_unchanged_stack_renders_the
     drains it): a pick on it would flip between two previews near the 90% line and restart the engine. The
     pick reads MemTotal: a host whose free RAM moves either side of the line renders one launch."""
     (rd,) = load_stack_file(ROOT / "Pulumi.prod.yaml").resolved_deployments()  # the host's vLLM: the survey's
-    auto = dataclasses.replace(rd, serving=dataclasses.replace(rd.serving, safetensors_load_strategy=LoadStrategy.AUTO))
+    auto = rd.model_copy(
+        update={"serving": rd.serving.model_copy(update={"safetensors_load_strategy": LoadStrategy.AUTO})}
+    )
     base = Survey.from_dict(
         {"mounts": [{"path": "/shared", "type": "virtiofs"}], "vllm": {"version": "0.32.0", "extras": {}}}
     )
