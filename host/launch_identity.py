@@ -612,30 +612,30 @@ def environment_differences(have: ParsedLaunch, wanted: ParsedLaunch, layout: La
     """One line per variable whose effect differs: VLLM_* by vLLM's reading, cache variables by the
     directories they resolve to, managed-only variables left out where one side lacks them, the rest by
     value (a secret named, never shown)."""
+    env, stack_env = have.environment, wanted.environment
+
+    def left_out(name: str) -> bool:
+        managed_only = name in MANAGED_VARIABLES and (name not in env or name not in stack_env)
+        return name in layout.variables or name.startswith("VLLM_FLEET_") or managed_only
+
     lines = []
     read_by_vllm = set(have.vllm_env) | set(wanted.vllm_env)
-    for name in sorted(read_by_vllm - layout.variables):
+    for name in sorted(read_by_vllm):
         default = wanted.vllm_env_defaults.get(name, have.vllm_env_defaults.get(name))
         there, here = have.vllm_env.get(name, default), wanted.vllm_env.get(name, default)
-        if there != here:
+        if there != here and not left_out(name):
             lines.append(
                 f"vLLM reads {name} as {_named(there, default, name not in have.vllm_env)} there, "
                 f"{_named(here, default, name not in wanted.vllm_env)} in the stack"
             )
-    env, stack_env = have.environment, wanted.environment
     # Read by vLLM's table: compared above (one set to its default is in neither vllm_env).
     known_to_vllm = read_by_vllm | set(have.vllm_read) | set(wanted.vllm_read)
     for name in sorted(set(env) | set(stack_env)):
-        if name in layout.variables or name in known_to_vllm or name in CACHE_VARIABLES:
-            continue
-        if name.startswith("VLLM_FLEET_") or env.get(name) == stack_env.get(name):
-            continue
-        if name in MANAGED_VARIABLES and (name not in env or name not in stack_env):
+        if left_out(name) or name in known_to_vllm or name in CACHE_VARIABLES or env.get(name) == stack_env.get(name):
             continue
         if SECRET_NAME.search(name):
-            lines.append(
-                f"its {name} is {'another' if name in env and name in stack_env else 'set on one side only'} (not shown)"
-            )
+            both = name in env and name in stack_env
+            lines.append(f"its {name} is {'another' if both else 'set on one side only'} (not shown)")
             continue
         there = f"{name}={env[name]}" if name in env else f"no {name}"
         wanted_text = f"{name}={stack_env[name]}" if name in stack_env else f"no {name}"
