@@ -507,6 +507,10 @@ class Layout:
 
     arguments: frozenset[str] = frozenset({"model", "model_tag"})
     variables: frozenset[str] = frozenset()
+    # How the messages name the two sides: the launch that runs, the one that replaces it.
+    there: str = "there"
+    here: str = "in the stack"
+    other: str = "the stack"
 
 
 # A take-over in place: the engine moves behind the front door (address, port) and serves the stack's
@@ -517,7 +521,7 @@ ADOPTION = Layout(
     frozenset({"CUDA_VISIBLE_DEVICES", "VLLM_CACHE_ROOT", "TMPDIR"}),
 )
 # A unit of the same deployment rewritten: everything the engine reads is compared.
-SAME_UNIT = Layout()
+SAME_UNIT = Layout(there="now", here="in the new unit", other="the new unit")
 
 # Variables every managed unit sets (render/launch.engine_environment) that change no answer the engine
 # gives (usage statistics, telemetry, no Hub calls for files that are local, GPU index order): a launch
@@ -602,8 +606,8 @@ def argument_differences(have: ParsedLaunch, wanted: ParsedLaunch, layout: Layou
             continue
         flag = have.flags.get(dest) or wanted.flags.get(dest) or dest
         lines.append(
-            f"{flag} is {_named(there, default, dest not in have.values)} there, "
-            f"{_named(here, default, dest not in wanted.values)} in the stack"
+            f"{flag} is {_named(there, default, dest not in have.values)} {layout.there}, "
+            f"{_named(here, default, dest not in wanted.values)} {layout.here}"
         )
     return lines
 
@@ -625,8 +629,8 @@ def environment_differences(have: ParsedLaunch, wanted: ParsedLaunch, layout: La
         there, here = have.vllm_env.get(name, default), wanted.vllm_env.get(name, default)
         if there != here and not left_out(name):
             lines.append(
-                f"vLLM reads {name} as {_named(there, default, name not in have.vllm_env)} there, "
-                f"{_named(here, default, name not in wanted.vllm_env)} in the stack"
+                f"vLLM reads {name} as {_named(there, default, name not in have.vllm_env)} {layout.there}, "
+                f"{_named(here, default, name not in wanted.vllm_env)} {layout.here}"
             )
     # Read by vLLM's table: compared above (one set to its default is in neither vllm_env).
     known_to_vllm = read_by_vllm | set(have.vllm_read) | set(wanted.vllm_read)
@@ -639,27 +643,27 @@ def environment_differences(have: ParsedLaunch, wanted: ParsedLaunch, layout: La
             continue
         there = f"{name}={env[name]}" if name in env else f"no {name}"
         wanted_text = f"{name}={stack_env[name]}" if name in stack_env else f"no {name}"
-        lines.append(f"its environment has {there}, the stack's {wanted_text}")
+        lines.append(f"its environment has {there}, {layout.other}'s {wanted_text}")
     theirs, ours = cache_directories(env, have.home), cache_directories(stack_env, wanted.home)
     for what, directory in theirs.items():
         if directory != ours[what]:
-            lines.append(f"{what} is {directory} there, {ours[what]} in the stack")
+            lines.append(f"{what} is {directory} {layout.there}, {ours[what]} {layout.here}")
     return lines
 
 
 def differences(have: ParsedLaunch, wanted: ParsedLaunch, layout: Layout = ADOPTION) -> list[str]:
     """How the launch that runs (`have`) differs from the stack's (`wanted`), each as one line; empty:
     the same engine, as the host's vLLM reads both."""
-    for parsed, whose in ((have, "its launch"), (wanted, "the stack's launch")):
+    for parsed, whose in ((have, "its launch"), (wanted, f"{layout.other}'s launch")):
         if parsed.error is not None:
             return [f"vLLM {parsed.vllm} on this host rejects {whose}: {parsed.error}"]
     lines = []
     if have.interpreter != wanted.interpreter:
         lines.append(
-            f"it runs the Python {have.interpreter[1]}, the stack {wanted.interpreter[1]} (hosts[].runtime.python)"
+            f"it runs the Python {have.interpreter[1]}, {layout.other} {wanted.interpreter[1]} (hosts[].runtime.python)"
         )
     if have.model.rstrip("/") != wanted.model.rstrip("/"):
-        lines.append(f"it serves the model files in {have.model}, the stack those in {wanted.model}")
+        lines.append(f"it serves the model files in {have.model}, {layout.other} those in {wanted.model}")
     return lines + argument_differences(have, wanted, layout) + environment_differences(have, wanted, layout)
 
 

@@ -156,7 +156,7 @@ def test_the_hosts_vllm_reads_each_spelling_of_the_stacks_launch_as_the_same_eng
     assert differences(wanted, wanted, SAME_UNIT) == []
     restart = " | ".join(differences(same[0], wanted, SAME_UNIT))
     for named in (
-        "--port is 8001 there, 18001",
+        "--port is 8001 now, 18001",
         "--served-model-name is null",
         "CUDA_VISIBLE_DEVICES=3",
         "VLLM_CACHE_ROOT",

@@ -126,11 +126,11 @@ def test_the_layout_decides_what_is_left_out() -> None:
     assert identity.differences(by_hand, stack, ADOPTION) == []
     # The same unit rewritten: the engine must restart to listen elsewhere, serve other names, use other GPUs.
     assert identity.differences(by_hand, stack, SAME_UNIT) == [
-        "--host is null (vLLM's default) there, 127.0.0.1 in the stack",
-        "--port is 8000 (vLLM's default) there, 18000 in the stack",
-        '--served-model-name is ["chat"] in the stack'.replace(" is ", " is null (vLLM's default) there, ", 1),
-        "its environment has CUDA_VISIBLE_DEVICES=3, the stack's CUDA_VISIBLE_DEVICES=0",
-        "its environment has TMPDIR=/tmp/b, the stack's TMPDIR=/tmp/a",
+        "--host is null (vLLM's default) now, 127.0.0.1 in the new unit",
+        "--port is 8000 (vLLM's default) now, 18000 in the new unit",
+        '--served-model-name is null (vLLM\'s default) now, ["chat"] in the new unit',
+        "its environment has CUDA_VISIBLE_DEVICES=3, the new unit's CUDA_VISIBLE_DEVICES=0",
+        "its environment has TMPDIR=/tmp/b, the new unit's TMPDIR=/tmp/a",
     ]
 
 
