@@ -27,6 +27,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+
+def bridge_stem(unit_stem: str) -> str:
+    """The name (without .service) of the unit that serves a restart's new launch beside the unit
+    `unit_stem`, which systemd cannot rename (host/bridge.py)."""
+    return f"{unit_stem}-bridge"
+
+
 # The settings of [Service] that are the launch; the rest of a unit takes effect without a restart.
 LAUNCH_SETTINGS = ("ExecStart", "Environment", "EnvironmentFile", "User", "WorkingDirectory")
 WHITESPACE = " \t\n\r"
