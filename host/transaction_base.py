@@ -240,17 +240,21 @@ class TransactionBase:
         for unit in self.removed_units:
             self.host.run("systemctl", "reset-failed", unit, check=False)
 
-    def start_new(self, what: str) -> tuple[bool, str]:
-        """Start the new unit and wait until it serves: (ready, the journal cursor from before its start)."""
+    def start_new(self, what: str, unit: str | None = None, timing: str = "start_to_ready") -> tuple[bool, str]:
+        """Start the new unit (or `unit`, the bridge of a restart) and wait until it serves: (ready, the
+        journal cursor from before its start). Its time goes to `timing` (`<timing>_failed` when it did
+        not serve)."""
         plan = self.plan
-        self.log(f"starting {plan.unit_name} ({what}; up to {plan.ready_timeout} s)")
+        unit = unit or plan.unit_name
+        self.log(f"starting {unit} ({what}; up to {plan.ready_timeout} s)")
         cursor = self.host.journal_cursor()
         start = now()
-        job = StartJob(self.host, plan.unit_name)
-        ready = self.wait_active(plan.unit_name, plan.ready_timeout, job)
-        self.timings["start_to_ready" if ready else "start_failed_after"] = now() - start
+        job = StartJob(self.host, unit)
+        ready = self.wait_active(unit, plan.ready_timeout, job)
+        failed = "start_failed_after" if timing == "start_to_ready" else f"{timing}_failed"
+        self.timings[timing if ready else failed] = now() - start
         if ready:
-            write_file(self.state_dir / ENGINE_READY_FILE, f"{plan.unit_name}\n", 0o644)
+            write_file(self.state_dir / ENGINE_READY_FILE, f"{unit}\n", 0o644)
         return ready, cursor
 
     def wait_active(self, unit: str, timeout: float, job: StartJob | None = None) -> bool:

@@ -16,12 +16,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from email.message import Message
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 from host import contract, front_door, judgement, swap, systemd
 from host.transaction import Transaction
+from host.transaction_base import TransactionBase
+
+# A transaction, or one of the parts it is assembled from (host/blue_green.py, host/bridge.py, ...).
+Part = TypeVar("Part", bound=TransactionBase)
 
 
 @dataclass
@@ -242,7 +246,11 @@ class World:
 
     def transaction(self, plan: contract.Plan, host: RecordingSystemd | None = None) -> Transaction:
         """A transaction on this world's host (or `host`), whose own sleeps return at once."""
-        return Transaction(
+        return self.part(Transaction, plan, host)
+
+    def part(self, kind: type[Part], plan: contract.Plan, host: RecordingSystemd | None = None) -> Part:
+        """One part of a transaction (`kind`: the whole, or the class of one of its files) on this world's host."""
+        return kind(
             plan,
             host or self.systemd,
             log=self.lines.append,
