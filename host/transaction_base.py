@@ -217,6 +217,14 @@ class TransactionBase:
         if self.host.reload_needed(plan.unit_name):
             self.host.run("systemctl", "daemon-reload")
 
+    def engine_kept(self, unit: str, pid: int) -> str | None:
+        """None while `unit` is active with the main process `pid` it had before its files changed; else
+        what it is now (systemd never restarts a unit on a reload, but its engine may have gone meanwhile)."""
+        props = self.host.show(unit, "ActiveState", "MainPID")
+        if props.get("ActiveState") == "active" and pid != 0 and int(props.get("MainPID") or 0) == pid:
+            return None
+        return f"it is {props.get('ActiveState')} with PID {props.get('MainPID')} (was {pid})"
+
     def remove_unit_files(self, unit: str) -> None:
         (self.unit_dir / unit).unlink(missing_ok=True)
         remove_drop_in(adopted_drop_in(unit, self.unit_dir))
