@@ -59,11 +59,12 @@ class Bridge(BlueGreen):
             unit, self.plan.served_name, self.plan.port, placement.gpus, placement.port, self.plan.staged_copy
         )
 
-    def serving(self, unit: str, placement: Placement, instead_of: str) -> None:
-        """`unit` is the deployment's engine now: its record, and the one the boot starts."""
+    def serving(self, unit: str, placement: Placement, instead_of: str | None = None) -> None:
+        """`unit` is the deployment's engine now: its record, and the one the boot starts (not `instead_of`)."""
         # Only the next boot reads the symlinks: the manager reloads once after the result (after_result).
         self.host.run("systemctl", "enable", "--quiet", "--no-reload", unit)
-        self.host.run("systemctl", "disable", "--quiet", "--no-reload", instead_of, check=False)
+        if instead_of is not None:
+            self.host.run("systemctl", "disable", "--quiet", "--no-reload", instead_of, check=False)
         self.write_active(self.record_of(unit, placement))
 
     def retire(self, unit: str, placement: Placement) -> None:
