@@ -109,16 +109,23 @@ class PortMove(Bridge, TakeOver):
         return self.succeeded(freed, old)
 
     def move_port(self, backups: Sequence[Backup], first: str, spare: Placement) -> str | None:
-        """Stop the engines on the public port and have the front door bind it for `first`: None once it
-        answers through the port, else what failed (the site is taken away again)."""
+        """Stop the engines on the public port and have the front door bind it for `first` the moment they
+        let it go (an engine closes its socket as its shutdown begins; the rest of its stop, its workers and
+        its ExecStopPost, need not be waited for by clients): None once it answers through the port, else
+        what failed (the site is taken away again)."""
         plan = self.plan
         moved = now()
-        for backup in backups:
-            if backup.was_running:
-                self.host.run("systemctl", "stop", backup.unit, check=False)
-        self.timings["stop"] = now() - moved
+        stopping = [b.unit for b in backups if b.was_running]
+        for unit in stopping:
+            self.host.run("systemctl", "stop", "--no-block", unit, check=False)
+        while self.host.listens(plan.readiness_address, plan.port) and any(self.host.running(u) for u in stopping):
+            self.sleep(0.02)
         problem = self.switch_front_door(spare, first)
         self.timings["port_move"] = now() - moved
+        # Their stop ends before their files are put away or they start again.
+        for unit in stopping:
+            self.wait_stopped(unit)
+        self.timings["stop"] = now() - moved
         if problem is None:
             self.log(f"port {plan.port} moved to the front door in {self.timings['port_move']:.2f} s, onto {first}")
             # No boot starts them again (a unit of the managed name is enabled again once it is managed).
@@ -126,6 +133,13 @@ class PortMove(Bridge, TakeOver):
                 if backup.was_enabled:
                     self.host.run("systemctl", "disable", "--quiet", "--no-reload", backup.unit, check=False)
         return problem
+
+    def wait_stopped(self, unit: str, timeout: float = 300.0) -> None:
+        """Until `unit` has stopped (its stop job with its ExecStopPost done), or `timeout` (systemd's own
+        TimeoutStopSec kills it first)."""
+        started = now()
+        while self.host.state(unit) not in ("inactive", "failed") and now() - started < timeout:
+            self.sleep(0.05)
 
     def unwind(self, first: str, backups: Sequence[Backup]) -> None:
         """`first` stopped and its files gone, or back as they were when a unit of its name stops too."""

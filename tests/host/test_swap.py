@@ -131,6 +131,11 @@ class RecordingSystemd(systemd.SystemdHost):
     def enabled(self, unit: str) -> bool:
         return self.units.get(unit, FakeUnit()).enabled
 
+    def listens(self, address: str, port: int) -> bool:
+        """Nothing of this world listens on a host's port (its engines stop at once)."""
+        self.calls.append(("listens", address, str(port)))
+        return False
+
     def retiring_workers(self, unit: str, before_reload: frozenset[int] = frozenset()) -> int:
         self.calls.append(("retiring-workers", unit, *map(str, sorted(before_reload))))
         return self.retiring.pop(0) if self.retiring else 0
