@@ -56,7 +56,7 @@ from host.vllm_args_check import host_vllm, installed_vllm
 # Parsed launches, one file each, named by `cache_key`.
 PARSED_CACHE = f"{STATE_DIR}/parsed-launches"
 # Part of every cache key: a change of what a parsed form holds makes every kept one stale.
-FORMAT = 1
+FORMAT = 2
 
 # How vLLM's OpenAI server is started: `python -m MODULE ARGS`, or the `serve` subcommand of its CLI.
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
@@ -291,6 +291,8 @@ def parse_arguments(
         read, default = plain(value), plain(baseline.get(dest))
         if read != default:
             values[dest], defaults[dest] = read, default
+            if SECRET_NAME.search(dest.upper()):  # --api-key, --hf-token: kept and compared as a digest
+                values[dest] = "sha256:" + hashlib.sha256(json.dumps(read).encode()).hexdigest()
     names = option_names(parser)
     return values, defaults, {dest: names.get(dest, dest) for dest in values}
 
@@ -605,6 +607,11 @@ def argument_differences(have: ParsedLaunch, wanted: ParsedLaunch, layout: Layou
         if there == here:
             continue
         flag = have.flags.get(dest) or wanted.flags.get(dest) or dest
+        if SECRET_NAME.search(dest.upper()):
+            lines.append(
+                f"{flag} is {'another' if dest in have.values and dest in wanted.values else 'set on one side only'} (not shown)"
+            )
+            continue
         lines.append(
             f"{flag} is {_named(there, default, dest not in have.values)} {layout.there}, "
             f"{_named(here, default, dest not in wanted.values)} {layout.here}"

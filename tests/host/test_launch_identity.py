@@ -33,6 +33,7 @@ def vllm_like_parser() -> argparse.ArgumentParser:
     parser.add_argument("--quantization", "-q")
     parser.add_argument("--attention-backend")
     parser.add_argument("--enforce-eager", action="store_true")
+    parser.add_argument("--api-key")
     return parser
 
 
@@ -184,6 +185,9 @@ def test_a_secret_is_compared_but_never_shown() -> None:
     assert line == "its HF_TOKEN is another (not shown)"
     assert "hf_" not in json.dumps(by_hand.to_dict()) and "hf_" not in json.dumps(stack.to_dict())
     assert identity.differences(parsed(api_server("--model", "/m"), {"HF_TOKEN": "hf_stackToken"}), stack) == []
+    keyed = parsed(api_server("--model", "/m", "--api-key", "sk-handmade"), {"HF_TOKEN": "hf_stackToken"})
+    assert identity.differences(keyed, stack) == ["--api-key is set on one side only (not shown)"]
+    assert "sk-handmade" not in json.dumps(keyed.to_dict())
 
 
 def test_managed_variables_are_left_out_only_where_one_side_lacks_them() -> None:
