@@ -23,6 +23,7 @@ unit systemd holds. Standard library only.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -312,8 +313,22 @@ def literal_differences(
     return lines
 
 
+_SECRET_FLAG = re.compile(r"^--?[\w-]*(token|secret|password|api[-_]key)", re.IGNORECASE)
+
+
 def _command(argv: Sequence[str] | None) -> str:
-    return " ".join(argv) if argv is not None else "(none)"
+    """A command line as a message shows it: the value of a flag that is a secret (--api-key) hidden."""
+    if argv is None:
+        return "(none)"
+    shown: list[str] = []
+    for word in argv:
+        if shown and _SECRET_FLAG.match(shown[-1]) and "=" not in shown[-1]:
+            shown.append("(not shown)")
+        elif _SECRET_FLAG.match(word) and "=" in word:
+            shown.append(word.split("=", 1)[0] + "=(not shown)")
+        else:
+            shown.append(word)
+    return " ".join(shown)
 
 
 def launch_change(

@@ -141,6 +141,13 @@ def test_a_flag_an_environment_variable_a_user_a_directory_or_the_model_files_ar
     assert model.launch == ("its model files change (another manifest)",)
 
 
+def test_a_secret_on_the_command_line_is_never_shown() -> None:
+    before = "[Service]\nExecStart=/py -m vllm.entrypoints.openai.api_server --api-key sk-one --hf-token=hf_two\n"
+    change = launch_change(before, before.replace("sk-one", "sk-three"))
+    assert change.restart and "sk-" not in change.describe() and "hf_two" not in change.describe()
+    assert "--api-key (not shown) --hf-token=(not shown)" in change.describe()
+
+
 def test_an_environment_files_contents_are_the_launch_its_values_never_shown() -> None:
     before = rendered()
     secrets = "/etc/vllm-fleet/vllm-tiny-chat-a.env"
