@@ -25,7 +25,7 @@ from tests.support.sandbox_env import E2E_PORT, on_host, serving_root, wait_serv
 from tests.support.sandbox_stack import WatchedStack, module_state
 
 STACK = "brown"
-ENDPOINT = f"http://127.0.0.1:{E2E_PORT + 10000}/v1"
+ENDPOINT = sandbox_env.api_url(E2E_PORT)
 SERVED = "brown"
 PYTHON = "/opt/vllm-env/bin/python3"
 LEGACY = "vllm-legacy.service"
