@@ -44,6 +44,7 @@ fleet = build_fleet(
         access=stack.access,
         repairs=repairs.activations,
         adapter_repairs=repairs.adapters,
+        download_repairs=repairs.downloads,
         cordoned=cordoned,
     )
 )

@@ -19,7 +19,7 @@ class DeploymentAdaptersArgs(DeploymentArgs):
     service: VllmService
     # The adapters' downloads on the deployment's storage, which must be complete before they load.
     downloads: Sequence[ModelDownload]
-    # Drift repairs (controller/survey): a count one above the host's re-applies the adapters.
+    # Drift repairs (controller/drift.adapter_repairs): a count one above the host's re-applies the adapters.
     repairs: int = 0
 
 

@@ -35,6 +35,8 @@ class FleetArgs:
     cordoned: StepLedger
     # Per deployment, the drift-repair count of its adapters step (the survey saw other adapters loaded).
     adapter_repairs: Mapping[str, int] = field(default_factory=dict)
+    # Per (storage, download name), the drift-repair count of its download step (files missing or changed).
+    download_repairs: Mapping[tuple[str, str], int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,9 @@ class Fleet:
 def build_fleet(args: FleetArgs) -> Fleet:
     stack, resolved = args.config, args.deployments
     hosts = {
-        h.name: GpuHost(h.name, GpuHostArgs(host=h, private_key=args.private_key, cordoned=args.cordoned))
+        h.name: GpuHost(
+            h.name, GpuHostArgs(host=h, stack=args.stack, private_key=args.private_key, cordoned=args.cordoned)
+        )
         for h in stack.hosts
     }
     front_doors = {name: FrontDoor(f"{name}-front-door", FrontDoorArgs(host=host)) for name, host in hosts.items()}
@@ -97,6 +101,7 @@ def build_fleet(args: FleetArgs) -> Fleet:
                     storage=storages[store.name],
                     hf_endpoint=stack.hf_endpoint,
                     hf_token=args.hf_token,
+                    repairs=args.download_repairs.get((store.name, model_name), 0),
                 ),
             )
     services: dict[str, VllmService] = {}

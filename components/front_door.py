@@ -34,7 +34,8 @@ class FrontDoor(FleetComponent):
             args.host.target,
             create=front_door_script(),
             delete=front_door_delete_script(),
-            depends_on=[args.host.preflight],
+            # The host's `step` tool runs it (and its delete, before the tools go).
+            depends_on=[*args.host.installed],
             timeout_seconds=900,
             owns_singleton=True,
         )

@@ -18,6 +18,8 @@ from render.steps import preflight_script, tools_delete_script, tools_script
 @dataclass(frozen=True)
 class GpuHostArgs:
     host: Host
+    # The stack's name: the preflight records under it the host key the stack's steps pin.
+    stack: str
     private_key: pulumi.Input[str]
     # Where the steps of a cordoned host are declared (controller/cordon.py's CordonedSteps).
     cordoned: StepLedger
@@ -44,7 +46,7 @@ class GpuHost(FleetComponent):
         self.preflight = self.add_step(
             "preflight",
             self.target,
-            create=preflight_script(args.host),
+            create=preflight_script(args.host, args.stack),
             timeout_seconds=300,
         )
         # The host package (render/host_bundle.py), one archive of every host tool, goes as a file: a
@@ -61,7 +63,10 @@ class GpuHost(FleetComponent):
         self.tools = self.add_step(
             "tools",
             self.target,
-            create=tools_script(),
+            create=tools_script(
+                f"urn:pulumi:{pulumi.get_stack()}::{pulumi.get_project()}::{self.TYPE}$command:remote:CopyToRemote"
+                f"::{name}-tools-archive"
+            ),
             delete=tools_delete_script(),
             depends_on=[self.archive],
             timeout_seconds=300,

@@ -23,6 +23,8 @@ class ModelDownloadArgs:
     storage: SharedStorage
     hf_endpoint: str | None
     hf_token: pulumi.Input[str] | None
+    # Drift repairs (controller/drift.download_repairs): a count one above the host's fetches again.
+    repairs: int = 0
 
 
 def download_timeout_minutes(size_gb: float) -> int:
@@ -41,7 +43,9 @@ class ModelDownload(FleetComponent):
         self.files = self.add_step(
             "files",
             args.storage.host.target,
-            create=download_script(args.model_name, args.model, storage, host, args.hf_endpoint),
+            create=download_script(
+                args.model_name, args.model, storage, host, args.hf_endpoint, pulumi.get_stack(), args.repairs
+            ),
             delete=download_delete_script(args.model_name, args.model, storage, host, pulumi.get_stack()),
             stdin=token_line,
             depends_on=[args.storage.layout, *args.storage.host.installed],

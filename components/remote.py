@@ -9,20 +9,29 @@ hints again, in every program run, and a no-op `pulumi up` runs the program twic
 tests/test_remote_parity.py holds them to what the generated classes send. A Command's rules, each
 through a feature of the provider or of the host (shared/REFERENCE.md section 2 lists where remote
 commands go wrong):
-- the host key is pinned when the host config has one (`connection.hostKey`): a host that shows another
-  key is refused before any command runs;
+- the host key is pinned when the host has one (`connection.hostKey`: its own hostKey, else its key of
+  vllm-fleet:knownHostsFile, controller/known_hosts.py): a host that shows another key is refused before
+  any command runs. pulumi-command pins it with `ssh.FixedHostKey` and offers the server that key's type
+  alone (an RSA key as `ssh-rsa`, SHA-1 signatures, which OpenSSH 8.8 and later refuse by default);
+- the connection is not among the triggers: a new pinned key (a rotation) or a new private key updates
+  each step (pulumi-command replaces on `triggers` alone), which runs its idempotent script once more over
+  the new connection and finds nothing to do; it never replaces a step, whose delete would run;
 - bounded connection: `dialErrorLimit` attempts of `perDialTimeout` seconds, from the host config;
 - nothing passed through the remote environment (it needs the server's AcceptEnv), and no previous
   output either (`addPreviousOutputInEnv: false`);
 - secrets only on stdin; the connection (it holds the key) is secret in the provider's schema, the stdin
   is a secret input, and the stdout/stderr of a step that receives secrets are secret outputs;
 - a time limit on every step. pulumi-command 1.2.1 ignores the engine's `customTimeouts` (its Create,
-  Update and Delete never read the request's timeout), so the limit is enforced on the host by
-  coreutils `timeout` around the step's script (render.remote_invocation); `customTimeouts` carries the
-  same value, so the engine and `pulumi stack export` state it too;
+  Update and Delete never read the request's timeout), so the limit is enforced on the host by the
+  host's `step` tool that runs the step (coreutils `timeout` for the scripts sent whole before the tools
+  exist; render.remote_invocation); `customTimeouts` carries the same value, so the engine and
+  `pulumi stack export` state it too;
+- a short command: a step is one call of the host's `step` tool with its parameters (its script is the
+  host package's, host/steps/), so what the provider echoes back when a step fails is those few lines
+  and the step's own output, whose last lines say why;
 - `delete_before_replace` where the step owns a singleton on the host (a unit name, a port, GPUs);
 - the host's identity (address, port, user) in `triggers`: a step moved to another host is replaced
-  (delete on the old host, create on the new), while a new private key only re-runs the idempotent script.
+  (delete on the old host, create on the new).
 - the output of long steps is streamed by the provider as status lines while they run (download %,
   load wait), so `pulumi up` shows progress.
 """

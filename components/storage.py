@@ -41,8 +41,8 @@ class SharedStorage(FleetComponent):
             args.host.target,
             create=storage_script(args.storage, args.kept_dirs, pulumi.get_stack()),
             delete=storage_delete_script(args.storage, pulumi.get_stack()),
-            # It runs no host tool: after the preflight, beside the tools' install.
-            depends_on=[args.host.preflight],
+            # The host's `step` tool runs it (and its delete, before the tools go).
+            depends_on=[*args.host.installed],
             timeout_seconds=300,
         )
         usage = self.layout.stdout.apply(parse_usage)

@@ -44,7 +44,7 @@ class VllmServiceArgs(DeploymentArgs):
     nodes: Sequence[tuple[GpuHost, ModelDownload]] = ()
     # Its access step (components/access.py): the site the swap writes includes its files.
     access: pulumi.Resource | None = None
-    # Drift repairs (controller/survey.repairs): a count one above the host's re-activates.
+    # Drift repairs (controller/drift.activation_repairs): a count one above the host's re-activates.
     repairs: int = 0
 
 

@@ -1,5 +1,6 @@
 """The checks against the hosts before any step is declared: every reachable host answers on SSH, and
-what already runs there (surveyed over SSH, controller/survey.py) does not conflict with the stack.
+what runs there (surveyed over SSH in every run, controller/survey.py) does not conflict with the stack;
+what drifted from it is counted for repair (controller/drift.py), and what each swap will do is said.
 
 Contacting a host while the program runs makes an unreachable one fail fast, in previews too, and lets
 the preview name what already runs there (hand-made units, stray GPU processes). A cordoned host is not
@@ -14,23 +15,24 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pulumi
 
+from controller import assess, client_ids, drift, forecast
 from controller import survey as host_survey
+from controller.known_hosts import changed_note
 from controller.probe import EarlyProbes, HostUnreachable, probe_all
 from controller.program import Stack
+from host.contract import MODEL_NO_MANIFEST, Survey
 from models.config import StackConfig
+from models.hosts import Host
 from models.rules import stack_errors
 from render.launch import load_strategy_note
 
 SURVEY_CACHE = Path(".cache") / "survey"
 
 
-def host_versions(
-    config: StackConfig, surveys: Mapping[str, Mapping[str, Any]]
-) -> tuple[StackConfig, list[str], list[str]]:
+def host_versions(config: StackConfig, surveys: Mapping[str, Survey]) -> tuple[StackConfig, list[str], list[str]]:
     """(config, errors, notes): the config as the hosts' own vLLM releases make it. Where
     `hosts[].runtime.vllmVersion` is not set, the version the survey read on the host decides the
     version-dependent rendering (and the rules that depend on it run again); where it is set, it is an
@@ -39,7 +41,8 @@ def host_versions(
     notes: list[str] = []
     hosts = []
     for host in config.hosts:
-        reading = ((surveys.get(host.name) or {}).get("vllm") or {}).get("version")
+        found = surveys.get(host.name)
+        reading = found.vllm_version if found is not None else None
         pin = host.runtime.vllm_version
         if reading is None:
             hosts.append(host)
@@ -62,7 +65,7 @@ def host_versions(
     return config, errors + stack_errors(config), notes
 
 
-def with_host_versions(stack: Stack, surveys: Mapping[str, Mapping[str, Any]]) -> tuple[Stack, list[str]]:
+def with_host_versions(stack: Stack, surveys: Mapping[str, Survey]) -> tuple[Stack, list[str]]:
     """`host_versions` for the program's stack: its deployments resolved again, the notes logged."""
     config, errors, notes = host_versions(stack.config, surveys)
     for note in notes:
@@ -74,73 +77,132 @@ def with_host_versions(stack: Stack, surveys: Mapping[str, Mapping[str, Any]]) -
 
 @dataclass(frozen=True)
 class Repairs:
-    """Per deployment, the drift-repair counts its steps render: its activation's (controller/survey.repairs)
-    and its adapters step's (controller/survey.adapter_repairs)."""
+    """The drift-repair counts the steps render (controller/drift.py): per deployment, its activation's and
+    its adapters step's; per (storage, download name), its download step's."""
 
     activations: dict[str, int] = field(default_factory=dict)
     adapters: dict[str, int] = field(default_factory=dict)
+    downloads: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+def model_dirs(config: StackConfig) -> dict[str, list[str]]:
+    """Per host, the directories of the downloads on its storage, which the survey checks against their
+    verified manifests."""
+    dirs: dict[str, list[str]] = {}
+    for store in config.storage:
+        dirs.setdefault(store.host, []).extend(
+            f"{store.path}/{spec.dir}" for spec in config.downloads_on(store.name).values()
+        )
+    return dirs
+
+
+def read_facts(stack: Stack, reachable: list[Host], early: EarlyProbes | None) -> dict[str, Survey]:
+    """Each reachable host's survey: recorded ones for an offline preview, else read over SSH (or, in the
+    update of one `pulumi up`, the preview's), with a line saying how old they are."""
+    recorded = os.environ.get("VLLM_FLEET_SURVEY_FILE")
+    if stack.offline:
+        # An offline preview judged against surveys recorded beforehand ({host name: survey}), e.g. what
+        # the reference server runs (make preview-prod): the same assessment, no host contacted.
+        surveys = {name: Survey.from_dict(found) for name, found in json.loads(Path(str(recorded)).read_text()).items()}
+        pulumi.log.info(f"facts about the hosts: recorded in {recorded} (an offline preview contacts no host)")
+        return surveys
+    window = host_survey.reuse_seconds()
+    try:
+        probe_all(reachable, early=early)
+        facts = host_survey.survey_all(
+            stack.name,
+            reachable,
+            stack.deployments,
+            model_dirs(stack.config),
+            stack.key_text,
+            SURVEY_CACHE,
+            preview=pulumi.runtime.is_dry_run(),
+            operation=host_survey.pulumi_operation(),
+            window=window,
+            host_keys=stack.host_keys,
+        )
+    except (HostUnreachable, host_survey.SurveyFailed) as error:
+        raise pulumi.RunError(f"{error}\n{cordon_advice(stack, str(error))}") from None
+    if reachable:
+        pulumi.log.info(host_survey.age_line(facts, window))
+    return facts.surveys
+
+
+def cordon_advice(stack: Stack, message: str) -> str:
+    """The fix for hosts that did not answer, as commands: cordon each while it is down (nothing is asked
+    of it or runs there until the cordon is lifted)."""
+    commands = [
+        f"pulumi config set --stack {stack.name} --path 'vllm-fleet:hosts[{index}].cordon' true"
+        for index, host in enumerate(stack.config.hosts)
+        if f"host {host.name!r}" in message
+    ]
+    return "A host that is down for repair can be cordoned until it is back: " + "; ".join(commands)
 
 
 def check_hosts(stack: Stack, early: EarlyProbes | None = None) -> tuple[Stack, Repairs]:
-    """Probe and survey the hosts, log what each swap will do, and refuse conflicts (pulumi.RunError).
-    Returns the stack as the hosts' vLLM releases make it (`with_host_versions`) and the drift-repair
-    counts its steps render."""
+    """Probe and survey the hosts, log what each swap will do and what drifted, and refuse conflicts
+    (pulumi.RunError). Returns the stack as the hosts' vLLM releases make it (`with_host_versions`) and the
+    drift-repair counts its steps render."""
     reachable = [h for h in stack.config.hosts if not h.cordon]
     repairs = Repairs()
     for host_config in stack.config.hosts:
         if host_config.cordon:
             pulumi.log.info(f"host {host_config.name!r} is cordoned: not contacted, no step runs there")
-    recorded = os.environ.get("VLLM_FLEET_SURVEY_FILE")
-    if stack.offline and not recorded:
+    if stack.offline and not os.environ.get("VLLM_FLEET_SURVEY_FILE"):
         load_notes(stack)
         return stack, repairs
-    if stack.offline:
-        # An offline preview judged against surveys recorded beforehand ({host name: survey}), e.g. what
-        # the reference server runs (make preview-prod): the same assessment, no host contacted.
-        surveys = {name: found for name, found in json.loads(Path(str(recorded)).read_text()).items()}
-        reachable = [h for h in reachable if h.name in surveys]
-    else:
-        # All hosts at once; an error names every host that failed.
-        try:
-            probe_all(reachable, early=early)
-            surveys = host_survey.survey_all(stack.name, reachable, stack.deployments, stack.key_text, SURVEY_CACHE)
-        except (HostUnreachable, host_survey.SurveyFailed) as error:
-            raise pulumi.RunError(str(error)) from None
+    surveys = read_facts(stack, reachable, early)
+    reachable = [h for h in reachable if h.name in surveys]
     stack, conflicts = with_host_versions(stack, surveys)
     resolved = [
-        host_survey.with_client_ids(stack.name, rd, surveys[rd.host.name]) if rd.host.name in surveys else rd
+        client_ids.with_client_ids(stack.name, rd, surveys[rd.host.name]) if rd.host.name in surveys else rd
         for rd in stack.deployments
     ]
     stack = dataclasses.replace(stack, deployments=resolved)
     load_notes(stack)
+    for store in stack.config.storage:
+        found = surveys.get(store.host)
+        if found is None:
+            continue
+        for name, spec in stack.config.downloads_on(store.name).items():
+            directory = f"{store.path}/{spec.dir}"
+            count, problem = drift.download_repairs(stack.name, directory, found)
+            repairs.downloads[(store.name, name)] = count
+            if problem is not None:
+                # A directory with no verified files is a first download as often as a deleted one: said, not warned.
+                files = found.models.get(directory)
+                fresh = files is not None and files.state == MODEL_NO_MANIFEST
+                (pulumi.log.info if fresh else pulumi.log.warn)(drift.download_line(name, store.host, directory, found))
     for host_config in reachable:
         on_host = [rd for rd in resolved if rd.host.name == host_config.name]
         found = surveys[host_config.name]
-        errors, notes = host_survey.assess(stack.name, host_config, on_host, found)
+        if (key_changed := changed_note(stack.name, host_config, stack.host_keys, found)) is not None:
+            pulumi.log.warn(key_changed)
+        errors, notes = assess.assess(stack.name, host_config, on_host, found)
         for rd in on_host:
-            repairs.activations[rd.deployment.name] = host_survey.repairs(stack.name, rd, found)
-            if repairs.activations[rd.deployment.name] > int(
-                host_survey.active_entry(stack.name, rd.deployment.name, found).get("repairs") or 0
-            ):
+            count, problems = drift.activation_repairs(stack.name, rd, found)
+            repairs.activations[rd.deployment.name] = count
+            if problems:
                 pulumi.log.warn(
-                    f"deployment {rd.deployment.name!r}: {rd.unit_name} on host {host_config.name!r} is missing, stopped or "
-                    "was edited by hand; this update activates the stack's unit again"
+                    f"deployment {rd.deployment.name!r} on host {host_config.name!r}: {'; '.join(problems)}; "
+                    "this update activates the stack's unit again"
                 )
-            repairs.adapters[rd.deployment.name] = host_survey.adapter_repairs(stack.name, rd, found)
-            for line in host_survey.adapter_lines(stack.name, rd, found):
+            repairs.adapters[rd.deployment.name] = drift.adapter_repairs(stack.name, rd, found)
+            for line in drift.adapter_lines(stack.name, rd, found):
                 pulumi.log.info(line)
+            notes += forecast.memory_notes(rd, found)
         for rd in on_host:
-            info, warnings = host_survey.client_id_lines(stack.name, rd, found, asks_key=stack.access.key_count > 0)
+            info, warnings = client_ids.client_id_lines(stack.name, rd, found, asks_key=stack.access.key_count > 0)
             notes += warnings
             for line in info:
                 pulumi.log.info(line)
         for note in notes:
             pulumi.log.warn(note)
-        for forecast in host_survey.forecasts(stack.name, host_config, on_host, found):
-            pulumi.log.info(forecast)
+        for line in forecast.forecasts(stack.name, host_config, on_host, found):
+            pulumi.log.info(line)
         conflicts += errors
     for rd in resolved:
-        conflicts += host_survey.node_conflicts(stack.name, rd, surveys)
+        conflicts += assess.node_conflicts(stack.name, rd, surveys)
     if conflicts:
         raise pulumi.RunError(
             "what runs on the hosts conflicts with the stack; nothing was changed:\n" + "\n".join(conflicts)

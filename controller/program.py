@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pulumi
 from pulumi.runtime import config as runtime_config
 
 from components.access import AccessInputs
-from controller import probe, validated_config
+from controller import config_limit, known_hosts, probe, validated_config
 from controller.access import read_access
 from controller.key_files import key_file_text
 from controller.profiling import start_if_asked
@@ -52,6 +52,8 @@ class Stack:
     access: AccessInputs
     # VLLM_FLEET_OFFLINE=1 renders without touching any host: previews of stacks this machine must not reach.
     offline: bool
+    # Each host's pinned SSH host key and the known_hosts file it came from (controller/known_hosts.py).
+    host_keys: known_hosts.HostKeys = field(default_factory=known_hosts.HostKeys)
 
 
 def read_raw(config: pulumi.Config) -> dict[str, object]:
@@ -126,9 +128,19 @@ def load() -> Stack:
     # A production stack's state must be where every operator sees it and its lock holds (models/backend.py).
     if (backend_refusal := refusal(stack.tier, os.environ)) is not None:
         raise pulumi.RunError(backend_refusal)
+    # The hosts' keys: each one's own hostKey, else its line of vllm-fleet:knownHostsFile, read on every run
+    # (it is not part of the config the engine passes, so the validated config does not keep it).
+    try:
+        stack, host_keys, key_notes = known_hosts.resolve(stack, Path.cwd())
+    except known_hosts.KnownHostsError as error:
+        raise pulumi.RunError(f"invalid stack config (Pulumi.{name}.yaml):\n{error}") from None
+    for note in key_notes:
+        pulumi.log.warn(note)
+    if (too_large := config_limit.warning(os.environ, len(stack.hosts))) is not None:
+        pulumi.log.warn(too_large)
     offline = probe.offline(os.environ)
     key_text, private_key = ssh_key(config, offline)
     hf_token = config.get_secret("hfToken")
     access = read_access(config, stack)
     resolved = stack.resolved_deployments()
-    return Stack(name, stack, resolved, private_key, key_text, hf_token, access, offline)
+    return Stack(name, stack, resolved, private_key, key_text, hf_token, access, offline, host_keys)

@@ -1,71 +1,85 @@
-"""What already runs on a host, read while the program is evaluated, so `pulumi preview` names it.
+"""The facts every program run decides on: what runs on each host it may change, read over SSH
+(controller/transport.py runs host/survey.py there) in every `pulumi preview` and `pulumi up`, all hosts at
+once (at most SURVEY_WORKERS sessions). A cordoned host is never asked (controller/checks.py leaves it out).
 
-A brownfield server has hand-written units, stray engines and listeners the stack knows nothing of.
-`survey` runs host/survey.py there over SSH (read-only: the host package piped into the host's python3
-by render/host_bundle.py, so it needs no tool installed yet); `assess` turns its answer into what the
-preview says: units the stack adopts (`deployments[].replaces`) and foreign GPU processes the guard will
-stop (notes), and anything that holds a deployment's port or GPUs without being managed, adopted or
-allowed (errors that name it and the key to add). The judgement itself is host/judgement.py's `judge`,
-the function the swap calls on the host right before it stops anything. pulumi-command's Command does nothing in a preview, hence plain OpenSSH here, as in
-`probe_ssh`. The swap transaction and the GPU guard check again on the host right before they act.
-
-A survey is cached per stack and host under .cache/, keyed on that host's config and the survey's
-source: a config change surveys afresh. A survey that found every deployment of the host active in the
-unit the config names (nothing left to do) is kept for an hour, so a no-op `pulumi up` opens no SSH
-session. One that found work to do (a swap, a first deployment) is kept only for PENDING_SECONDS, from
-the preview to the update of one `pulumi up --yes` (an up that waits longer at its prompt reads the host
-again: one SSH session, the same facts). Once that up has done the work, the next run reads the host
-again instead of forecasting, from what ran before it, a swap that has already happened.
-"""
+The two program runs of one `pulumi up` (its preview, then its update) judge one survey: the preview's run
+keeps what it read in .cache/survey/, with the config it was read for and the `pulumi` process that runs
+both (`pulumi_operation`), and the update's run of that same process takes it, once, within the reuse window
+(REUSE_SECONDS, VLLM_FLEET_SURVEY_REUSE_SECONDS; 0 turns it off: an up that waits longer at its prompt
+reads again). Every other run reads the hosts afresh: a `pulumi preview` and the `pulumi up` after it are
+two processes, and what an operator did on a host between them (the Automation API's `up` runs no
+preview) is seen. No survey older than the window decides anything; each run says how old its facts are
+(`age_line`)."""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
-import shlex
-import subprocess
-import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from host.contract import RUNNING_STATES, ActiveRecord, Claims, owner_key
-from host.facts import engine_flags, unit_environment, unit_launch
-from host.judgement import Judgement, judge, judge_node, running_in
-from models import downtime
+from controller.known_hosts import HostKeys
+from controller.transport import SurveyFailed, ssh_survey
+from host.contract import Survey
 from models.base import plain
-from models.config import GIB_PER_GB, LoadStrategy, ResolvedDeployment
+from models.config import ResolvedDeployment
 from models.hosts import Host
 from render import host_bundle
-from render.launch import load_strategy_flag
-from render.plan import node_plan, swap_plan
-from render.units import render_unit
 
-CACHE_SECONDS = 3600
-PENDING_SECONDS = 30
-# A deployment's unit in one of these serves nothing: drift that the next activation repairs.
-STOPPED_STATES = frozenset({"inactive", "failed"})
+# How long the survey of a preview's run may decide the update's run that follows it.
+REUSE_SECONDS = 120.0
+REUSE_ENV = "VLLM_FLEET_SURVEY_REUSE_SECONDS"
 # Surveys at once: each is one `ssh` process, so a fleet's surveys take about as long as its slowest.
 SURVEY_WORKERS = 16
-# vLLM prefetches on its own only when the checkpoint is at most this share of the available RAM.
-PAGE_CACHE_SHARE = 0.9
+
+__all__ = ["REUSE_SECONDS", "SURVEY_WORKERS", "Facts", "SurveyFailed", "age_line", "reuse_seconds", "survey_all"]
 
 
-class SurveyFailed(Exception):
-    pass
+def reuse_seconds(env: Mapping[str, str] = os.environ) -> float:
+    """The reuse window: REUSE_SECONDS, or the environment's VLLM_FLEET_SURVEY_REUSE_SECONDS (0: never)."""
+    value = env.get(REUSE_ENV, "")
+    try:
+        return max(0.0, min(float(value), REUSE_SECONDS)) if value.strip() else REUSE_SECONDS
+    except ValueError:
+        return REUSE_SECONDS
 
 
-def cache_key(host: Host, deployments: Sequence[ResolvedDeployment]) -> str:
+def pulumi_operation(proc: Path = Path("/proc"), pid: int | None = None) -> str | None:
+    """The `pulumi` process that runs this program (the nearest ancestor of that name: the CLI starts the
+    language host, which starts the program), as PID.start-time, which no other process has; None when
+    there is none to be found (the preview's survey then serves no update)."""
+    pid = os.getpid() if pid is None else pid
+    seen: set[int] = set()
+    while pid > 1 and pid not in seen:
+        seen.add(pid)
+        try:
+            stat = (proc / str(pid) / "stat").read_text()
+        except OSError:
+            return None
+        name, fields = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
+        if name == "pulumi":
+            return f"{pid}.{fields[19]}"  # field 22 of stat: the start time, in clock ticks since boot
+        pid = int(fields[1])
+    return None
+
+
+def survey_key(
+    stack: str, host: Host, deployments: Sequence[ResolvedDeployment], model_dirs: Sequence[str], operation: str
+) -> str:
+    """What a kept survey was read for: the `pulumi` process whose update may take it, the host's config,
+    its deployments (their adapters too), the model directories asked about and the survey's own code."""
     material = json.dumps(
         {
+            "operation": operation,
+            "stack": stack,
             "host": plain(host),
             "deployments": [plain(rd.deployment) for rd in deployments],
-            # An adapter's new revision changes no deployment entry; what the host has recorded differs.
             "adapters": [[plain(a) for a in rd.adapters] for rd in deployments],
+            "modelDirs": list(model_dirs),
             "survey": host_bundle.version(),
         },
         sort_keys=True,
@@ -73,406 +87,111 @@ def cache_key(host: Host, deployments: Sequence[ResolvedDeployment]) -> str:
     return hashlib.sha256(material.encode()).hexdigest()
 
 
-def ssh_survey(host: Host, private_key: str, timeout: float = 60) -> dict[str, Any]:
-    survey: dict[str, Any] = json.loads(
-        ssh_python(
-            host,
-            private_key,
-            "host.survey",
-            ["--python", host.runtime.python],
-            timeout,
-            "the survey of what runs there",
-        )
-    )
-    return survey
+@dataclass(frozen=True)
+class Facts:
+    """Each host's survey, by host name, and how it came: read in this run (how long it took), or the
+    survey of the preview's run this update follows (how old it is)."""
+
+    surveys: dict[str, Survey] = field(default_factory=dict)
+    read_seconds: dict[str, float] = field(default_factory=dict)
+    reused_age: dict[str, float] = field(default_factory=dict)
 
 
-def ssh_python(
-    host: Host, private_key: str, module: str, args: Sequence[str], timeout: float = 60, what: str = "host/status.py"
-) -> str:
-    """Run a module of the host package in the host's python3 over plain OpenSSH, the package sent along
-    on stdin (nothing needs to be installed there); its stdout."""
-    with tempfile.TemporaryDirectory(prefix="vllm-fleet-survey-") as private:
-        key_file = Path(private) / "key"
-        key_file.touch(mode=0o600)
-        key_file.write_text(private_key if private_key.endswith("\n") else private_key + "\n")
-        known_hosts = Path(private) / "known_hosts"
-        address = host.address if host.port == 22 else f"[{host.address}]:{host.port}"
-        known_hosts.write_text(f"{address} {host.host_key}\n" if host.host_key else "")
-        command = [
-            "ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={host.dial_timeout_seconds}",
-            "-o", "IdentitiesOnly=yes", "-o", "LogLevel=ERROR", "-o", f"UserKnownHostsFile={known_hosts}",
-            "-o", "StrictHostKeyChecking=" + ("yes" if host.host_key else "no"),
-            "-i", str(key_file), "-p", str(host.port), f"{host.user}@{host.address}",
-            " ".join(["python3", "-", *(shlex.quote(a) for a in args)]),
-        ]  # fmt: skip
-        try:
-            result = subprocess.run(
-                command,
-                input=host_bundle.bootstrap_source(module),
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            raise SurveyFailed(f"host {host.name!r}: {what} took over {timeout:g} s") from None
-    if result.returncode != 0:
-        raise SurveyFailed(
-            f"host {host.name!r}: {what} failed (exit {result.returncode}): {result.stderr.strip()[-400:]}"
-        )
-    return result.stdout
-
-
-def survey(
-    stack: str, host: Host, deployments: Sequence[ResolvedDeployment], private_key: str, cache_dir: Path
-) -> dict[str, Any]:
-    key = cache_key(host, deployments)
-    path = cache_dir / f"{stack}.{host.name}.json"
+def _take_kept(path: Path, key: str, now: float, window: float) -> tuple[Survey, float] | None:
+    """The kept survey at `path` and its age when it was read for `key` at most `window` seconds ago; the
+    file goes either way (a survey decides one update at most)."""
     try:
-        cached = json.loads(path.read_text())
-        kept_for = CACHE_SECONDS if cached["converged"] else PENDING_SECONDS
-        if cached["key"] == key and time.time() - cached["at"] < kept_for:
-            return dict(cached["survey"])
-    except (OSError, ValueError, KeyError):
-        pass
-    found = ssh_survey(host, private_key)
-    cache_dir.mkdir(parents=True, exist_ok=True)
+        kept = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    path.unlink(missing_ok=True)
+    try:
+        age = now - float(kept["at"])
+        if kept["key"] != key or not 0 <= age <= window:
+            return None
+        return Survey.from_dict(kept["survey"]), age
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _keep(path: Path, key: str, at: float, found: Survey) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(f".{os.getpid()}.tmp")
-    record = {"key": key, "at": time.time(), "converged": converged(stack, deployments, found), "survey": found}
-    temporary.write_text(json.dumps(record))
+    temporary.write_text(json.dumps({"key": key, "at": at, "survey": found.to_dict()}))
     temporary.replace(path)
-    return found
-
-
-def converged(stack: str, deployments: Sequence[ResolvedDeployment], found: Mapping[str, Any]) -> bool:
-    """Whether `found` shows every deployment active in the unit its config names: nothing to swap."""
-    return all(active_entry(stack, rd.deployment.name, found).get("unit") == rd.unit_name for rd in deployments)
 
 
 def survey_all(
-    stack: str, hosts: Sequence[Host], deployments: Sequence[ResolvedDeployment], private_key: str, cache_dir: Path
-) -> dict[str, dict[str, Any]]:
-    """`survey` of every host at once, by host name; one SurveyFailed naming each host that failed."""
+    stack: str,
+    hosts: Sequence[Host],
+    deployments: Sequence[ResolvedDeployment],
+    model_dirs: Mapping[str, Sequence[str]],
+    private_key: str,
+    cache_dir: Path,
+    *,
+    preview: bool,
+    operation: str | None,
+    window: float = REUSE_SECONDS,
+    clock: Callable[[], float] = time.time,
+    host_keys: HostKeys | None = None,
+) -> Facts:
+    """Every host's survey at once. A preview's run (`preview`) reads each host and keeps what it read for
+    the update of the same `pulumi` process (`operation`; None: nothing is kept); an update's run takes a
+    kept survey of that process and config at most `window` seconds old, and reads the host otherwise. A
+    host whose key came from the stack's known_hosts file (`host_keys`) is checked against that file as it
+    is. One SurveyFailed names each host that failed."""
     by_host: dict[str, list[ResolvedDeployment]] = {host.name: [] for host in hosts}
     for rd in deployments:
         by_host.setdefault(rd.host.name, []).append(rd)
 
-    def one(host: Host) -> dict[str, Any] | SurveyFailed:
+    def one(host: Host) -> tuple[Survey, float, bool] | SurveyFailed:
+        dirs = list(model_dirs.get(host.name, ()))
+        key = survey_key(stack, host, by_host[host.name], dirs, operation or "")
+        path = cache_dir / f"{stack}.{host.name}.json"
+        keeps = window > 0 and operation is not None
+        if not preview and keeps:
+            kept = _take_kept(path, key, clock(), window)
+            if kept is not None:
+                return kept[0], kept[1], True
+        started = clock()
         try:
-            return survey(stack, host, by_host[host.name], private_key, cache_dir)
+            file = host_keys.survey_file(host) if host_keys is not None else None
+            found = ssh_survey(host, private_key, dirs, known_hosts=file)
         except SurveyFailed as error:
             return error
+        if preview and keeps:
+            _keep(path, key, started, found)
+        return found, clock() - started, False
 
     with ThreadPoolExecutor(max_workers=max(1, min(SURVEY_WORKERS, len(hosts)))) as pool:
         results = dict(zip((host.name for host in hosts), pool.map(one, hosts), strict=True))
     failures = [str(result) for result in results.values() if isinstance(result, SurveyFailed)]
     if failures:
         raise SurveyFailed("\n".join(failures))
-    return {name: result for name, result in results.items() if not isinstance(result, SurveyFailed)}
+    facts = Facts()
+    for name, result in results.items():
+        assert not isinstance(result, SurveyFailed)
+        found, seconds, reused = result
+        facts.surveys[name] = found
+        (facts.reused_age if reused else facts.read_seconds)[name] = seconds
+    return facts
 
 
-def repairs(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> int:
-    """The drift-repair count the deployment's activation step renders: the host's count (written by each
-    activation), plus one when its unit file is missing or differs from the rendered unit (edited by hand).
-    A unit that is stopped (inactive or failed) counts as well: the swap starts it again.
-    A changed count changes the step, so `pulumi up` re-activates and the swap puts the staged unit back;
-    once it has, the host's count equals the rendered one and nothing changes until the next drift."""
-    record = active_entry(stack, rd.deployment.name, found)
-    if not record:
-        return 0  # never activated here: the first activation runs anyway
-    done = int(record.get("repairs") or 0)
-    if record.get("unit") != rd.unit_name:
-        return done  # a swap to another unit is pending: it installs the unit anyway
-    unit = {u["name"]: u for u in found.get("units", [])}.get(rd.unit_name)
-    if unit is not None and "sha256" not in unit:
-        return done  # a survey from before unit digests
-    expected = hashlib.sha256(render_unit(rd, stack).text.encode()).hexdigest()
-    # A unit stopped by hand (or failed for good) serves nothing although the stack says it does.
-    stopped = unit is not None and unit.get("activeState") in STOPPED_STATES
-    return done + 1 if unit is None or unit["sha256"] != expected or stopped else done
+def _hosts(names: Sequence[str]) -> str:
+    listed = ", ".join(repr(n) for n in sorted(names)[:5])
+    return listed + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
 
-def active_entry(stack: str, deployment: str, found: Mapping[str, Any]) -> dict[str, Any]:
-    """The survey's entry for a deployment's active record on this host ({} when it has none there)."""
-    return dict((found.get("active") or {}).get(owner_key(stack, deployment)) or {})
-
-
-def _adapters_on_host(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> dict[str, Any]:
-    return active_entry(stack, rd.deployment.name, found).get("adapters") or {}
-
-
-def adapter_repairs(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> int:
-    """The drift-repair count the deployment's adapters step renders: the host's count, plus one when its
-    engine's adapters differ from the wanted ones (one loaded or unloaded by hand), which re-runs the step."""
-    on_host = _adapters_on_host(stack, rd, found)
-    done = int(on_host.get("repairs") or 0)
-    return done + 1 if on_host.get("drift") else done
-
-
-def adapter_lines(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> list[str]:
-    """What this update does to the deployment's LoRA adapters: added, updated, removed, and that no
-    engine restarts for it (the adapters step loads them at runtime)."""
-    if rd.serving.lora is None:
-        return []
-    on_host = _adapters_on_host(stack, rd, found)
-    before: dict[str, str] = on_host.get("wanted") or {}
-    after = {a.name: a for a in rd.adapters}
-    changes = [f"adds {n} ({a.spec.repo}@{a.spec.revision[:12]})" for n, a in after.items() if n not in before]
-    changes += [
-        f"updates {n} ({before[n][:12]} -> {a.spec.revision[:12]})"
-        for n, a in after.items()
-        if n in before and before[n] != a.spec.revision
-    ]
-    changes += [f"removes {n}" for n in before if n not in after]
-    lines = []
-    if changes:
-        lines.append(
-            f"deployment {rd.deployment.name!r}: LoRA adapters: {', '.join(changes)}; loaded into the serving "
-            "engine at runtime, no restart"
+def age_line(facts: Facts, window: float) -> str:
+    """How old the facts this run decides on are, in one line."""
+    parts = []
+    if facts.read_seconds:
+        slowest = max(facts.read_seconds.values())
+        parts.append(f"read now over SSH from host {_hosts(list(facts.read_seconds))} (in {slowest:.1f} s)")
+    if facts.reused_age:
+        oldest = max(facts.reused_age.values())
+        parts.append(
+            f"those this `pulumi up`'s preview read from host {_hosts(list(facts.reused_age))}, "
+            f"{oldest:.0f} s old (kept at most {window:g} s; {REUSE_ENV}=0 reads them again)"
         )
-    for problem in on_host.get("drift") or []:
-        lines.append(f"deployment {rd.deployment.name!r}: {problem}; this update loads the wanted adapters again")
-    return lines
-
-
-def surveyed_claims(found: Mapping[str, Any]) -> dict[str, Claims]:
-    """Every live deployment's claims on the surveyed host, as the host's own judgement reads them."""
-    return {name: Claims.from_dict(held) for name, held in (found.get("claims") or {}).items()}
-
-
-def judgement(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> Judgement:
-    """What the host's swap will decide and refuse for this deployment, from the survey: the same call,
-    with the same inputs, that host/transaction.py makes there."""
-    claims = surveyed_claims(found)
-    old = ActiveRecord.from_survey(active_entry(stack, rd.deployment.name, found))
-    # The stack's launch as the host reads the staged unit (host/transaction.py parses the same text).
-    unit_text = render_unit(rd, stack).text
-    wanted = unit_launch(unit_text, unit_environment(unit_text))
-    return judge(swap_plan(rd, stack), found, claims, running_in(found), old, wanted)
-
-
-def node_conflicts(stack: str, rd: ResolvedDeployment, surveys: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """What each node after the head of a model across hosts refuses, from its host's survey: the call
-    (host/judgement.judge_node) that node's unit step makes there before anything stops. A node without a
-    survey (cordoned, or an offline preview without one) is not judged here."""
-    problems = []
-    for rank, node in enumerate(rd.node_hosts[1:], start=1):
-        found = surveys.get(node.name)
-        if found is not None:
-            problems += judge_node(node_plan(rd, stack, rank), found, surveyed_claims(found))
-    return problems
-
-
-def assess(
-    stack: str, host: Host, deployments: Sequence[ResolvedDeployment], found: dict[str, Any]
-) -> tuple[list[str], list[str]]:
-    """(errors, notes) for the deployments on `host`, from what `found` says runs there."""
-    errors: list[str] = []
-    notes: list[str] = []
-    units = {u["name"]: u for u in found.get("units", [])}
-    for rd in deployments:
-        dep = rd.deployment
-        where = f"host {host.name!r}, deployment {dep.name!r}"
-        key = f"vllm-fleet:deployments[{dep.name}]"
-        adopted = active_entry(stack, dep.name, found).get("adopted") or []
-        judged = judgement(stack, rd, found)
-        # The engine a take-over adopts in place is not stopped: its own line says what happens to it.
-        in_place = judged.adoption.unit if judged.adoption is not None and judged.adoption.in_place else None
-        for name in dep.replaces:
-            unit = units.get(name)
-            if name in adopted and (unit is None or unit.get("managed")):
-                continue  # taken over already: its file is kept in the deployment's adopted/, nothing runs it
-            if name == in_place:
-                continue
-            if unit is None:
-                notes.append(f"{where}: {name} ({key}.replaces) is not on the host; nothing to adopt")
-            else:
-                state = f"{unit['activeState']}, {'enabled' if unit['enabled'] else 'disabled'}"
-                notes.append(
-                    f"{where}: takes over {name} ({state}): stopped, disabled and its unit file moved into the "
-                    "deployment's adopted/ in the swap, so nothing starts it again; pulumi destroy puts it back"
-                )
-        same = units.get(rd.unit_name)
-        if same is not None and not same["managed"] and rd.unit_name != in_place:
-            notes.append(
-                f"{where}: the hand-made {rd.unit_name} ({same['activeState']}) is replaced by the managed unit of that name"
-            )
-        notes.extend(f"{where}: {line}" for line in adoption_lines(rd, judged))
-        errors.extend(f"{where}: {conflict}" for conflict in judged.conflicts)
-        notes.extend(f"{where}: {note}" for note in judged.notes)
-        notes.extend(memory_notes(rd, found))
-    return errors, notes
-
-
-def adoption_lines(rd: ResolvedDeployment, judged: Judgement) -> list[str]:
-    """What a first take-over does with the hand-made engine that serves now: adopts it in place, or
-    stops and starts because its launch differs from the stack's (each difference said)."""
-    adopted = judged.adoption
-    if adopted is None:
-        return []
-    who = f"{adopted.unit} (PID {adopted.pid})" if adopted.pid else adopted.unit
-    if adopted.in_place:
-        return [
-            f"adopts {who} in place: it already runs the stack's launch, keeps serving {list(adopted.ids)} on port "
-            f"{rd.deployment.port} and nothing restarts; its unit file becomes the managed one (enabled: a reboot "
-            "starts it), its hand-made file is kept in the deployment's adopted/ (pulumi destroy puts it back). "
-            f"Until the next swap it keeps its own launch; the managed launch (serving {list(rd.served_model_names)}) "
-            "and the front door (API keys, TLS, metrics allow-list) take effect at the next swap of this deployment"
-        ]
-    return [
-        f"cannot adopt {who} in place, so the take-over stops it and starts the managed unit: "
-        + "; ".join(adopted.differences)
-    ]
-
-
-def forecasts(stack: str, host: Host, deployments: Sequence[ResolvedDeployment], found: dict[str, Any]) -> list[str]:
-    """One line per deployment whose model changes: the swap's mode, why, and the downtime to expect."""
-    lines = []
-    for rd in deployments:
-        forecast = swap_forecast(stack, rd, found)
-        if forecast is not None:
-            lines.append(f"host {host.name!r}, deployment {rd.deployment.name!r}: {forecast}")
-    return lines
-
-
-def memory_notes(rd: ResolvedDeployment, found: dict[str, Any]) -> list[str]:
-    """A checkpoint the host's RAM cannot hold is read from storage on every load, whatever the strategy."""
-    total_gib = found.get("memory", {}).get("totalMib", 0) / 1024
-    size_gib = rd.model.size_gb * GIB_PER_GB
-    if total_gib <= 0 or size_gib <= PAGE_CACHE_SHARE * total_gib:
-        return []
-    return [
-        f"host {rd.host.name!r}, deployment {rd.deployment.name!r}: {rd.model_name} is {size_gib:.0f} GiB, over "
-        f"{PAGE_CACHE_SHARE:.0%} of the host's {total_gib:.0f} GiB RAM: the page cache cannot hold it, so "
-        "safetensorsLoadStrategy prefetch and the pre-warm before a swap cannot speed its load; expect the "
-        "storage's own read rate"
-    ]
-
-
-def swap_forecast(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> str | None:
-    """What the swap will do, decided as the host will decide it, and the downtime to expect."""
-    active = found.get("active", {}).get(owner_key(stack, rd.deployment.name)) or {}
-    units = {u["name"]: u for u in found.get("units", [])}
-    # A first take-over: hand-made units of this deployment (those it replaces, or one of its unit's name)
-    # serve now, and stop before the managed engine starts.
-    hand_made = [
-        name
-        for name in dict.fromkeys([rd.unit_name, *rd.deployment.replaces])
-        if name in units and not units[name].get("managed") and units[name].get("activeState") in RUNNING_STATES
-    ]
-    if not active.get("unit") and hand_made:
-        old_unit = " and ".join(hand_made)
-    elif not active.get("unit") or active["unit"] == rd.unit_name:
-        return None
-    else:
-        old_unit = active["unit"]
-    decision = judgement(stack, rd, found).decision
-    if decision.mode == "adopt":
-        return f"the take-over of {old_unit} adopts it in place ({decision.reason}); expected downtime 0 s"
-    head = f"the swap from {old_unit} to {rd.unit_name} will run {decision.mode.replace('-', '/', 1) if decision.mode == 'blue-green' else 'stop-then-start'} ({decision.reason})"
-    if decision.mode == "blue-green":
-        return f"{head}; expected downtime 0 s"
-    last = active.get("lastStartSeconds")
-    if isinstance(last, int | float) and last > 0:
-        return f"{head}; expected downtime about {downtime.describe(last)} (the last start of this deployment here took {last:.1f} s)"
-    available_gib = found.get("memory", {}).get("availableMib", 0) / 1024
-    # A staging copy on local disk reads about as fast as the page cache (the copy's pages stay cached too).
-    prewarmed = rd.host.staging_path is not None or 0 < rd.model.size_gb * GIB_PER_GB <= available_gib - 8
-    estimate = downtime.stop_start_estimate(
-        rd.model.size_gb, load_strategy_flag(rd) is LoadStrategy.PREFETCH, prewarmed
-    )
-    return f"{head}; expected downtime about {downtime.describe(estimate.seconds)} ({estimate.basis})"
-
-
-def client_ids(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """(served, kept): the model ids clients can send the deployment's port today, and those a take-over
-    keeps by default. Served: what its managed units serve and what the running hand-made units it
-    replaces serve (a launch without --served-model-name serves its --model path). Kept: the hand-made
-    engines' ids, and the ids the managed unit already kept beside its served name (read from its launch
-    whatever its state, so a crashed engine changes nothing); never a managed served name, so a swap to
-    another served name is the stack's own change."""
-    owner = owner_key(stack, rd.deployment.name)
-    active_unit = active_entry(stack, rd.deployment.name, found).get("unit")
-    served: list[str] = []
-    kept: list[str] = []
-    for unit in found.get("units", []):
-        launch = unit.get("launch") or {}
-        names = list(launch.get("servedNames") or [])
-        ours = unit.get("owner") == owner and unit["name"] in (active_unit, rd.unit_name)
-        replaced = unit["name"] in rd.deployment.replaces or (unit["name"] == rd.unit_name and not unit.get("managed"))
-        running = unit.get("activeState") in RUNNING_STATES
-        if ours:
-            # An engine adopted in place serves its own ids (all of them kept); a managed launch serves
-            # the stack's served name first, then what it kept.
-            kept += names if unit.get("adoptedInPlace") else names[1:]
-            if running:
-                served += names
-        elif replaced and running and launch.get("port") == rd.deployment.port:
-            kept += names
-            served += names
-    return list(dict.fromkeys(served)), list(dict.fromkeys(kept))
-
-
-def with_client_ids(stack: str, rd: ResolvedDeployment, found: dict[str, Any]) -> ResolvedDeployment:
-    """The deployment serving, besides its served name, the ids a take-over keeps (`client_ids`), unless
-    deployments[].alsoServedAs says which (a take-over must not turn every client's request into a 404)."""
-    if rd.deployment.also_served_as is not None:
-        return rd
-    extra = [i for i in client_ids(stack, rd, found)[1] if i != rd.served_model_name]
-    if not extra:
-        return rd
-    return dataclasses.replace(rd, deployment=dataclasses.replace(rd.deployment, also_served_as=extra))
-
-
-def client_id_lines(
-    stack: str, rd: ResolvedDeployment, found: dict[str, Any], asks_key: bool = False
-) -> tuple[list[str], list[str]]:
-    """(info, warnings): the ids clients can send before and after this update, and each that disappears."""
-    before = client_ids(stack, rd, found)[0]
-    after = list(rd.served_model_names)
-    where = f"host {rd.host.name!r}, deployment {rd.deployment.name!r}"
-    if not before or before == after:
-        return [], key_warnings(stack, rd, found, asks_key)
-    adopted = judgement(stack, rd, found).adoption
-    if adopted is not None and adopted.in_place:
-        # Adopted in place, the engine keeps its own ids until the next swap starts the stack's launch.
-        info = [
-            f"{where}: model ids clients can send on port {rd.deployment.port}: today {before}; after this update "
-            f"{list(adopted.ids)} (adopted in place); after its next swap {after}"
-        ]
-    else:
-        info = [
-            f"{where}: model ids clients can send on port {rd.deployment.port}: today {before}; after this update {after}"
-        ]
-    gone = [i for i in before if i not in after]
-    warnings = [
-        f"{where}: clients that send model id {i!r} get 404 after this update; add it to "
-        f"vllm-fleet:deployments[{rd.deployment.name}].alsoServedAs to keep it"
-        for i in gone
-    ]
-    return info, warnings + key_warnings(stack, rd, found, asks_key)
-
-
-def key_warnings(stack: str, rd: ResolvedDeployment, found: dict[str, Any], asks_key: bool) -> list[str]:
-    """A take-over puts the front door, which asks for one of vllm-fleet:apiKeys when the stack has keys,
-    in front of hand-made engines that took requests without a key: their clients start getting 401."""
-    if not asks_key or active_entry(stack, rd.deployment.name, found).get("unit"):
-        return []
-    keyless = [
-        unit["name"]
-        for unit in found.get("units", [])
-        if (unit["name"] in rd.deployment.replaces or (unit["name"] == rd.unit_name and not unit.get("managed")))
-        and unit.get("activeState") in RUNNING_STATES
-        and (unit.get("launch") or {}).get("port") == rd.deployment.port
-        and "--api-key" not in engine_flags(list((unit.get("launch") or {}).get("argv") or []))
-    ]
-    if not keyless:
-        return []
-    when = "after the next swap" if judgement(stack, rd, found).decision.mode == "adopt" else "after this update"
-    return [
-        f"host {rd.host.name!r}, deployment {rd.deployment.name!r}: {', '.join(keyless)} answers on port "
-        f"{rd.deployment.port} without an API key; {when} the front door asks for one of vllm-fleet:apiKeys and "
-        "clients that send none get 401. Give every client a key first, or set vllm-fleet:access.open: true "
-        "to keep the port open"
-    ]
+    return "facts about the hosts: " + "; ".join(parts) if parts else "facts about the hosts: none asked"

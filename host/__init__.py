@@ -2,9 +2,11 @@
 
 One package, standard library only (vllm-args-check also imports the host's own vLLM), because it runs
 under whatever Python the host's vLLM venv has:
-  contract    the shapes that cross the wire (plan, active record, claims) and every path on a host
+  contract    the shapes that cross the wire (plan, active record, claims, the survey, status) and every
+              path on a host
   facts       one reading of the host: processes and their units, nvidia-smi, sockets, unit launches
-  judgement   the one judgement of a swap, which the preview and the swap both call
+  judgement   the one judgement of a swap, which the preview and the swap both call, and the one GPU-holder
+              rule, which the GPU-release guard applies too
   console     a tool's progress lines (`say`, which ends the tool when its SSH session is gone), lists of names
   the tools   swap (transaction, systemd, front_door), survey, status, gpu_release_guard, wait_ready,
               model_sync (model_files: the manifest and hashes; hf_download: the Hub and `hf download`),

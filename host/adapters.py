@@ -24,9 +24,8 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from host.contract import ADAPTERS_FILE, ActiveRecord, Adapter, adapters_json
+from host.contract import ADAPTERS_FILE, ActiveRecord, Adapter, AdapterState, adapters_json
 
 
 def read_wanted(path: Path) -> list[Adapter]:
@@ -180,7 +179,7 @@ def serving_engine(state_dir: Path) -> Engine | None:
     return Engine(f"http://127.0.0.1:{port}")
 
 
-def survey_entry(state_dir: Path) -> dict[str, Any] | None:
+def adapter_state(state_dir: Path) -> AdapterState | None:
     """What the survey and `make status` report of a deployment's adapters: the wanted ones (name ->
     revision), what its serving engine has loaded (None when it does not answer), how many drift repairs
     its adapters step made, and the drift itself. None for a deployment without an adapters file."""
@@ -203,7 +202,7 @@ def survey_entry(state_dir: Path) -> dict[str, Any] | None:
     if loaded is not None:
         drift += [f"adapter {name} is loaded but not wanted (loaded by hand?)" for name in loaded if name not in wanted]
         drift += [f"adapter {name} is wanted but not loaded" for name in wanted if name not in loaded]
-    return {"wanted": wanted, "loaded": loaded, "repairs": repairs, "drift": drift}
+    return AdapterState(wanted, None if loaded is None else tuple(loaded), repairs, tuple(drift))
 
 
 def apply(state_dir: Path, wanted: list[Adapter], max_rank: int, log: Callable[[str], None]) -> int:

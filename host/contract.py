@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field, fields
+import os
+import re
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from types import UnionType
+from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 # ---- where things live on a host ----------------------------------------------------------------------
 
@@ -40,6 +43,29 @@ def adopted_drop_in(unit: str, unit_dir: str | Path = UNIT_DIR) -> Path:
     return Path(unit_dir) / f"{unit}.d" / ADOPTED_DROP_IN
 
 
+# Per stack, the SHA256 fingerprint of the SSH host key its steps pinned at its last preflight ("none": any
+# key): the survey reports them, so a preview says when a stack's steps now pin another key (a rotation).
+HOST_KEYS_DIR = f"{STATE_DIR}/host-keys"
+
+
+def pinned_host_keys(directory: str = HOST_KEYS_DIR) -> dict[str, str]:
+    """What each stack's steps pinned here, by stack ({} when none recorded)."""
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return {}
+    pinned: dict[str, str] = {}
+    for name in names:
+        if name.startswith("."):
+            continue  # a record being written
+        try:
+            with open(os.path.join(directory, name), encoding="utf-8") as handle:
+                pinned[name] = handle.read().strip()
+        except OSError:
+            continue
+    return pinned
+
+
 # The first line of every unit vllm-fleet writes; what follows names its stack and deployment.
 MANAGED_MARK = "# Managed by vllm-fleet"
 # A unit in these states holds (or is about to hold) its GPUs: a 36-minute load is `activating`.
@@ -59,6 +85,15 @@ def deployment_state_dir(stack: str, deployment: str) -> str:
 
 def is_managed(unit_text: str) -> bool:
     return unit_text.startswith(MANAGED_MARK)
+
+
+_MANAGED_BY = re.compile(r"^# Managed by vllm-fleet: stack (\S+?), deployment (\S+?)\. ")
+
+
+def managed_owner(unit_text: str) -> str | None:
+    """stack.deployment of a unit vllm-fleet wrote, from its first line; None for any other unit."""
+    found = _MANAGED_BY.match(unit_text)
+    return f"{found.group(1)}.{found.group(2)}" if found else None
 
 
 # ---- the swap's plan, what it leaves behind, and what it claims --------------------------------------
@@ -283,24 +318,6 @@ class ActiveRecord:
     def placement(self) -> Placement | None:
         return Placement(self.gpus, self.backend_port) if self.backend_port is not None else None
 
-    def survey_entry(self) -> dict[str, Any]:
-        """The record as the survey reports it (JSON keys the controller reads)."""
-        entry: dict[str, Any] = {"unit": self.unit, "gpus": list(self.gpus), "backendPort": self.backend_port}
-        if self.adopted is not None:
-            entry["adoptedInPlace"] = self.adopted
-        return entry
-
-    @classmethod
-    def from_survey(cls, entry: dict[str, Any]) -> ActiveRecord | None:
-        if not entry or not entry.get("unit"):
-            return None
-        return cls(
-            unit=entry["unit"],
-            gpus=tuple(entry.get("gpus", ())),
-            backend_port=entry.get("backendPort"),
-            adopted=entry.get("adoptedInPlace"),
-        )
-
 
 # ---- a node of a model served across hosts (host/node.py stages and activates it, node-watch runs it) --
 
@@ -408,3 +425,480 @@ class Adapter:
 def adapters_json(adapters: list[Adapter]) -> str:
     """The adapters as the adapters step sends them and the state file keeps them."""
     return json.dumps({"adapters": [asdict(a) for a in adapters]}, indent=1, sort_keys=True)
+
+
+# ---- the survey: what runs on a host (host/survey.py reads it, the preview and the swap judge it) ------
+#
+# Parsed once where it crosses the wire (`Survey.from_dict`: the controller from the survey's stdout, the
+# swap from the survey tool it runs), written once (`Survey.to_dict`, on the host). The JSON keys are the
+# survey's camelCase; absent keys read as their defaults, so a recorded survey (make preview-prod's) need
+# not say what it does not know.
+
+
+def _ints(values: Any) -> tuple[int, ...]:
+    return tuple(int(v) for v in values or ())
+
+
+def _camel(name: str) -> str:
+    first, *rest = name.split("_")
+    return first + "".join(word.title() for word in rest)
+
+
+def wire(value: Any) -> Any:
+    """A contract type as the JSON that crosses the wire: its fields by their camelCase names, tuples and
+    sets as lists, nested types the same way."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {_camel(f.name): wire(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, (tuple, list, frozenset)):
+        return [wire(item) for item in value]
+    if isinstance(value, dict):
+        return {key: wire(item) for key, item in value.items()}
+    return value
+
+
+def _parse(kind: Any, value: Any) -> Any:
+    """`value` from JSON as the field type `kind` says: tuples, dicts, optional and nested contract types."""
+    if value is None:
+        return None
+    origin, args = get_origin(kind), get_args(kind)
+    if origin in (Union, UnionType):
+        return _parse(next(a for a in args if a is not type(None)), value)
+    if origin is tuple:
+        return tuple(_parse(args[0], item) for item in value)
+    if origin is dict:
+        return {str(key): _parse(args[1], item) for key, item in value.items()}
+    if isinstance(kind, type) and issubclass(kind, Wire):
+        return kind.from_dict(value)
+    if kind in (int, float, str, bool):
+        return kind(value)
+    return value
+
+
+_Wire = TypeVar("_Wire", bound="Wire")
+
+
+class Wire:
+    """A type whose JSON is its fields by their camelCase names (`wire`), read back by `from_dict`: a key
+    that is absent or null takes the field's default, so a recorded survey need not say what it does not
+    know (make preview-prod's)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = wire(self)
+        return data
+
+    @classmethod
+    def from_dict(cls: type[_Wire], data: dict[str, Any]) -> _Wire:
+        hints = _hints(cls)
+        values = {}
+        for f in fields(cls):  # type: ignore[arg-type]
+            value = data.get(_camel(f.name))
+            if value is not None or f.default is None:
+                values[f.name] = _parse(hints[f.name], value)
+        return cls(**values)
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    """A contract type's field types, resolved once (this module's annotations are text)."""
+    if cls not in _HINTS:
+        _HINTS[cls] = get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def _strings(values: Any) -> tuple[str, ...]:
+    return tuple(str(v) for v in values or ())
+
+
+@dataclass(frozen=True)
+class Launch(Wire):
+    """What a vLLM command line serves, as vLLM's own arguments say it (host/facts.vllm_launch reads it):
+    the model files, the ids clients send (its --served-model-name values, or the model path where it sets
+    none), its port and bind address, its GPUs (CUDA_VISIBLE_DEVICES; None: every GPU of the host), its
+    tensor-parallel size, the whole command line and the environment it starts with."""
+
+    argv: tuple[str, ...] = ()
+    model: str | None = None
+    served_names: tuple[str, ...] = ()
+    port: int | None = None
+    bind_address: str | None = None
+    gpus: tuple[int, ...] | None = None
+    tensor_parallel: int = 1
+    environment: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ProcessUnit:
+    """The systemd service a process runs in (the last *.service of its cgroup), as the GPU-holder rule
+    (host/judgement.holder_verdict) judges it: its state, and whether vllm-fleet wrote it and for whom."""
+
+    name: str
+    active_state: str = "unknown"
+    managed: bool = False
+    owner: str | None = None  # stack.deployment of a vllm-fleet unit
+
+    @property
+    def running(self) -> bool:
+        return self.active_state in RUNNING_STATES
+
+
+@dataclass(frozen=True)
+class Unit(Wire):
+    """A vllm-*.service on the host: its state, its file and what it launches."""
+
+    name: str
+    active_state: str = "inactive"
+    sub_state: str = ""
+    enabled: bool = False
+    managed: bool = False  # vllm-fleet wrote it (its first line says so)
+    owner: str | None = None  # stack.deployment of a vllm-fleet unit, from its first line
+    fragment: str = ""
+    sha256: str | None = None  # of its file: a hand edit shows against the rendered unit
+    launch: Launch | None = None  # what it serves when it starts (hand-made units too), drop-ins included
+    restarts: int = 0
+    main_pid: int = 0
+    adopted_in_place: bool = False  # it runs a hand-made launch adopted in place (ADOPTED_DROP_IN)
+    # A managed unit as its deployment last staged it (None: nothing staged, or not a managed unit): a file
+    # that differs was edited by hand. And whether its secret environment file equals the staged one,
+    # compared on the host, so no secret crosses the wire.
+    staged_sha256: str | None = None
+    env_matches_staged: bool | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.active_state in RUNNING_STATES
+
+    @property
+    def stopped(self) -> bool:
+        """It serves nothing: stopped by hand, failed for good, or failed and waiting to restart (an engine
+        whose start its own checks refuse loops there until systemd's start limit fails it)."""
+        return self.active_state in ("inactive", "failed") or self.sub_state == "auto-restart"
+
+    @property
+    def process_unit(self) -> ProcessUnit:
+        return ProcessUnit(self.name, self.active_state, self.managed, self.owner)
+
+
+@dataclass(frozen=True)
+class Listener(Wire):
+    """A listening TCP socket (`ss -ltnpH`) with the process and the unit that hold it."""
+
+    port: int
+    pid: int = 0
+    address: str = ""
+    unit: str | None = None
+    cmd: str = ""
+
+
+@dataclass(frozen=True)
+class GpuHolder:
+    """A process that holds GPU memory (nvidia-smi's compute apps, by GPU index), with its unit."""
+
+    pid: int
+    gpus: tuple[int, ...] = ()
+    used_mib: int = 0
+    name: str = ""
+    cmd: str = ""
+    unit: ProcessUnit | None = None  # None: it runs in no systemd service (a login session, cron, nohup)
+
+    @property
+    def unit_name(self) -> str | None:
+        return None if self.unit is None else self.unit.name
+
+    def describe(self) -> str:
+        return f"PID {self.pid} ({self.cmd or self.name or '?'}) of {self.unit_name or 'no systemd unit'}"
+
+    def to_dict(self) -> dict[str, Any]:
+        entry: dict[str, Any] = {
+            "pid": self.pid,
+            "gpus": list(self.gpus),
+            "usedMib": self.used_mib,
+            "name": self.name,
+            "cmd": self.cmd,
+            "unit": self.unit_name,
+        }
+        if self.unit is not None:
+            entry.update(unitState=self.unit.active_state, unitManaged=self.unit.managed, unitOwner=self.unit.owner)
+        return entry
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], units: dict[str, Unit] | None = None) -> GpuHolder:
+        """`units`: the survey's vllm units, which say the state of a holder's unit when the entry does not."""
+        name = data.get("unit")
+        unit: ProcessUnit | None = None
+        if name and "unitState" in data:
+            unit = ProcessUnit(name, str(data["unitState"]), bool(data.get("unitManaged")), data.get("unitOwner"))
+        elif name:
+            known = (units or {}).get(name)
+            unit = known.process_unit if known is not None else ProcessUnit(name)
+        return cls(
+            pid=int(data["pid"]),
+            gpus=_ints(data.get("gpus")),
+            used_mib=int(data.get("usedMib") or 0),
+            name=str(data.get("name") or ""),
+            cmd=str(data.get("cmd") or ""),
+            unit=unit,
+        )
+
+
+@dataclass(frozen=True)
+class AdapterState(Wire):
+    """A deployment's LoRA adapters on the host (host/adapters.py): the wanted ones (name -> revision),
+    what its serving engine has loaded (None: it did not answer), the drift repairs its adapters step made
+    and the drift itself."""
+
+    wanted: dict[str, str] = field(default_factory=dict)
+    loaded: tuple[str, ...] | None = None
+    repairs: int = 0
+    drift: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DeploymentState:
+    """One deployment's state directory as the survey reports it: what its last swap left serving (None:
+    nothing yet), the hand-made units its take-over put away, its adapters, how many drift repairs its
+    activations made (the `repairs` file) and how long its last start took."""
+
+    record: ActiveRecord | None = None
+    put_away: tuple[str, ...] = ()
+    adapters: AdapterState | None = None
+    repairs: int = 0
+    last_start_seconds: float | None = None
+
+    @property
+    def unit(self) -> str | None:
+        return None if self.record is None else self.record.unit
+
+    def to_dict(self) -> dict[str, Any]:
+        record = self.record
+        entry: dict[str, Any] = {
+            "unit": record.unit if record else "",
+            "gpus": list(record.gpus) if record else [],
+            "backendPort": record.backend_port if record else None,
+            "adopted": list(self.put_away),
+            "repairs": self.repairs,
+            "lastStartSeconds": self.last_start_seconds,
+        }
+        if record is not None and record.adopted is not None:
+            entry["adoptedInPlace"] = record.adopted
+        if self.adapters is not None:
+            entry["adapters"] = self.adapters.to_dict()
+        return entry
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DeploymentState:
+        record = None
+        if data.get("unit"):
+            record = ActiveRecord(
+                unit=str(data["unit"]),
+                gpus=_ints(data.get("gpus")),
+                backend_port=data.get("backendPort"),
+                adopted=data.get("adoptedInPlace"),
+            )
+        adapters = data.get("adapters")
+        last = data.get("lastStartSeconds")
+        return cls(
+            record=record,
+            put_away=_strings(data.get("adopted")),
+            adapters=AdapterState.from_dict(adapters) if adapters is not None else None,
+            repairs=int(data.get("repairs") or 0),
+            last_start_seconds=float(last) if isinstance(last, (int, float)) else None,
+        )
+
+
+# A model directory's state against its verified manifest (host/model_files.model_state).
+MODEL_VERIFIED = "verified"
+MODEL_CHANGED = "changed"
+MODEL_INCOMPLETE = "incomplete download"
+MODEL_NO_MANIFEST = "no manifest"
+
+
+@dataclass(frozen=True)
+class ModelFiles(Wire):
+    """A model directory against the manifest model-sync wrote when it verified it: sizes and mtimes only,
+    no byte read. `repairs`: per stack, the drift repairs that stack's download step made here."""
+
+    dir: str
+    state: str = MODEL_NO_MANIFEST
+    repo: str | None = None
+    revision: str | None = None
+    changed: tuple[str, ...] = ()  # files missing, or of another size or mtime than when verified
+    repairs: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def verified(self) -> bool:
+        return self.state == MODEL_VERIFIED
+
+    def describe(self, most: int = 5) -> str:
+        if self.state != MODEL_CHANGED:
+            return self.state
+        more = f" and {len(self.changed) - most} more" if len(self.changed) > most else ""
+        return f"changed: {', '.join(sorted(self.changed)[:most])}{more}"
+
+
+@dataclass(frozen=True)
+class Memory:
+    """/proc/meminfo's MemTotal and MemAvailable, in MiB (0: not known)."""
+
+    total_mib: int = 0
+    available_mib: int = 0
+
+
+@dataclass(frozen=True)
+class Survey:
+    """What runs on a host (host/survey.py): the vllm-* units, the listening sockets, the GPUs' holders,
+    each deployment's state and claims, the memory, the model directories asked about, the vLLM release of
+    the host's runtime (None when not asked), and per stack the fingerprint of the host key its steps pinned
+    at their last preflight (HOST_KEYS_DIR; "none": any key). `at` is when the host read it (Unix seconds)."""
+
+    units: tuple[Unit, ...] = ()
+    listeners: tuple[Listener, ...] = ()
+    gpu_holders: tuple[GpuHolder, ...] = ()
+    gpu_count: int = 0
+    deployments: dict[str, DeploymentState] = field(default_factory=dict)
+    claims: dict[str, Claims] = field(default_factory=dict)
+    memory: Memory = Memory()
+    models: dict[str, ModelFiles] = field(default_factory=dict)
+    vllm_version: str | None = None
+    host_keys: dict[str, str] = field(default_factory=dict)
+    at: float = 0.0
+
+    def unit(self, name: str | None) -> Unit | None:
+        return next((u for u in self.units if u.name == name), None) if name else None
+
+    def running(self, name: str) -> bool:
+        """Whether a unit runs (or loads), as the survey saw it."""
+        unit = self.unit(name)
+        return unit is not None and unit.running
+
+    def deployment(self, owner: str) -> DeploymentState:
+        """A deployment's state here (an empty one when it has none on this host)."""
+        return self.deployments.get(owner) or DeploymentState()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "units": [u.to_dict() for u in self.units],
+            "listeners": [entry.to_dict() for entry in self.listeners],
+            "gpuHolders": [h.to_dict() for h in self.gpu_holders],
+            "gpuCount": self.gpu_count,
+            "active": {owner: state.to_dict() for owner, state in sorted(self.deployments.items())},
+            "claims": {owner: json.loads(held.to_json()) for owner, held in sorted(self.claims.items())},
+            "memory": {"totalMib": self.memory.total_mib, "availableMib": self.memory.available_mib},
+            "models": {path: files.to_dict() for path, files in sorted(self.models.items())},
+            "vllm": {"version": self.vllm_version},
+            "hostKeys": dict(sorted(self.host_keys.items())),
+            "at": self.at,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Survey:
+        units = tuple(Unit.from_dict(u) for u in data.get("units") or ())
+        by_name = {u.name: u for u in units}
+        memory = data.get("memory") or {}
+        return cls(
+            units=units,
+            listeners=tuple(Listener.from_dict(entry) for entry in data.get("listeners") or ()),
+            gpu_holders=tuple(GpuHolder.from_dict(h, by_name) for h in data.get("gpuHolders") or ()),
+            gpu_count=int(data.get("gpuCount") or 0),
+            deployments={
+                str(owner): DeploymentState.from_dict(state) for owner, state in (data.get("active") or {}).items()
+            },
+            claims={str(owner): Claims.from_dict(held) for owner, held in (data.get("claims") or {}).items()},
+            memory=Memory(int(memory.get("totalMib") or 0), int(memory.get("availableMib") or 0)),
+            models={str(path): ModelFiles.from_dict(files) for path, files in (data.get("models") or {}).items()},
+            vllm_version=(data.get("vllm") or {}).get("version"),
+            host_keys={str(stack): str(pinned) for stack, pinned in (data.get("hostKeys") or {}).items()},
+            at=float(data.get("at") or 0.0),
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> Survey:
+        return cls.from_dict(json.loads(text))
+
+
+# ---- status: what host/status.py is asked about a deployment, and what it answers ------------------------
+
+
+@dataclass(frozen=True)
+class StatusRequest(Wire):
+    """One deployment's entry of host/status.py's argument (render/report.spec renders it; it is a stack
+    output too, so `make status` needs only the outputs): its unit and where its files are, the front door
+    it answers on, its smoke benchmark (None: none), and the host the controller asks over SSH."""
+
+    owner: str
+    unit: str
+    state_dir: str
+    model_dir: str
+    python: str
+    front_door: str = ""
+    deployment: str = ""
+    unit_sha256: str = ""  # of the unit the stack applied
+    gpus: tuple[int, ...] = ()
+    served_name: str = ""
+    bench: dict[str, int] | None = None
+    host: dict[str, Any] = field(default_factory=dict)  # name, address, port, user, hostKey
+
+
+@dataclass(frozen=True)
+class DeploymentStatus(Wire):
+    """What host/status.py reports of one deployment: its unit's state and since when, its model files
+    against their manifest, its engine's load (/metrics: running and waiting requests; None when it does not
+    answer), the vLLM release of its python, its adapters, its last load's seconds (from the journal) and
+    the smoke benchmark's numbers when one ran."""
+
+    unit: str
+    active_state: str = "unknown"
+    sub_state: str = ""
+    since: str = ""
+    enabled: str = ""
+    model: ModelFiles | None = None
+    metrics: dict[str, float] | None = None
+    vllm_version: str | None = None
+    adapters: AdapterState | None = None
+    last_load_seconds: float | None = None
+    bench: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class GpuUse:
+    """One GPU's memory as nvidia-smi lists it."""
+
+    index: int
+    used_mib: int
+    total_mib: int
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    """host/status.py's answer: each deployment's status by owner, the host's GPUs, and (asked by `make
+    status`) the host's survey, which its drift is judged from by the preview's own rules."""
+
+    deployments: dict[str, DeploymentStatus] = field(default_factory=dict)
+    gpus: tuple[GpuUse, ...] = ()
+    survey: Survey | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "deployments": {owner: d.to_dict() for owner, d in sorted(self.deployments.items())},
+            "gpus": [{"index": g.index, "usedMib": g.used_mib, "totalMib": g.total_mib} for g in self.gpus],
+            "survey": None if self.survey is None else self.survey.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StatusReport:
+        found = data.get("survey")
+        return cls(
+            deployments={
+                str(owner): DeploymentStatus.from_dict(d) for owner, d in (data.get("deployments") or {}).items()
+            },
+            gpus=tuple(
+                GpuUse(int(g["index"]), int(g.get("usedMib") or 0), int(g.get("totalMib") or 0))
+                for g in data.get("gpus") or ()
+            ),
+            survey=Survey.from_dict(found) if found else None,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> StatusReport:
+        return cls.from_dict(json.loads(text))

@@ -16,7 +16,8 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from host.contract import Launch, Listener, Memory, ProcessUnit, is_managed, managed_owner
 
 
 @dataclass(frozen=True)
@@ -208,6 +209,45 @@ def unit_of(pid: int, proc: str = "/proc") -> str | None:
     return None
 
 
+def first_line(path: str) -> str:
+    """A file's first line (empty when it cannot be read)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.readline()
+    except OSError:
+        return ""
+
+
+def read_process_units(names: list[str]) -> dict[str, ProcessUnit]:
+    """The state of each unit in `names` and whether vllm-fleet wrote it (its file's first line), from one
+    `systemctl show` (an answer without a block per name: each unit on its own)."""
+    if not names:
+        return {}
+
+    def show(*units: str) -> list[dict[str, str]]:
+        try:
+            out = subprocess.run(
+                ["systemctl", "show", *units, "--property=ActiveState,FragmentPath"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            ).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return []
+        blocks = [block for block in out.strip("\n").split("\n\n") if block.strip()]
+        return [dict(line.split("=", 1) for line in block.splitlines() if "=" in line) for block in blocks]
+
+    shown = show(*names)
+    if len(shown) != len(names):
+        shown = [(show(name) or [{}])[0] for name in names]
+    units = {}
+    for name, props in zip(names, shown, strict=True):
+        head = first_line(props.get("FragmentPath", "")) if props.get("FragmentPath") else ""
+        units[name] = ProcessUnit(name, props.get("ActiveState", "unknown"), is_managed(head), managed_owner(head))
+    return units
+
+
 def command_line(pid: int, proc: str = "/proc") -> str:
     """A process's command line on one line, cut to 300 characters; empty when it cannot be read."""
     try:
@@ -231,8 +271,8 @@ _SS_LINE = re.compile(r"^\S+\s+\d+\s+\d+\s+(\S+):(\d+)\s+\S+\s*(.*)$")
 _SS_PID = re.compile(r"pid=(\d+)")
 
 
-def parse_ss(text: str) -> list[dict[str, Any]]:
-    """`ss -ltnpH` lines: one entry per (address, port, pid)."""
+def parse_ss(text: str) -> list[Listener]:
+    """`ss -ltnpH` lines: one listener per (address, port, pid); their units are the survey's to read."""
     found = []
     for line in text.splitlines():
         match = _SS_LINE.match(line.strip())
@@ -241,17 +281,17 @@ def parse_ss(text: str) -> list[dict[str, Any]]:
         address, port, users = match.group(1), int(match.group(2)), match.group(3)
         pids = sorted({int(p) for p in _SS_PID.findall(users)}) or [0]
         for pid in pids:
-            found.append({"address": address.strip("[]"), "port": port, "pid": pid})
+            found.append(Listener(port=port, pid=pid, address=address.strip("[]")))
     return found
 
 
-def parse_meminfo(text: str) -> dict[str, int]:
+def parse_meminfo(text: str) -> Memory:
     values = {}
     for line in text.splitlines():
         name, _, rest = line.partition(":")
         if name in ("MemTotal", "MemAvailable") and rest.split():
             values[name] = int(rest.split()[0]) // 1024
-    return {"totalMib": values.get("MemTotal", 0), "availableMib": values.get("MemAvailable", 0)}
+    return Memory(values.get("MemTotal", 0), values.get("MemAvailable", 0))
 
 
 def _words(text: str) -> list[str]:
@@ -308,10 +348,8 @@ def _flag_values(argv: list[str], *names: str) -> list[str] | None:
     return found
 
 
-def vllm_launch(argv: list[str], environment: dict[str, str]) -> dict[str, Any] | None:
-    """What a vLLM command line serves: model, the ids clients send (its --served-model-name values, or
-    the model path where it sets none), port, bind address, GPUs (CUDA_VISIBLE_DEVICES; None: all) and
-    tensor-parallel size. None when the command is not a vLLM API server."""
+def vllm_launch(argv: list[str], environment: dict[str, str]) -> Launch | None:
+    """What a vLLM command line serves (host/contract.Launch); None when the command is not a vLLM API server."""
     words = list(argv)
     serve_at = next((i for i, w in enumerate(words[:-1]) if w == "serve" and "vllm" in " ".join(words[:i])), None)
     api_server = any("vllm.entrypoints.openai.api_server" in w for w in words)
@@ -329,25 +367,25 @@ def vllm_launch(argv: list[str], environment: dict[str, str]) -> dict[str, Any] 
     host_values = _flag_values(words, "--host")
     tp_values = _flag_values(words, "--tensor-parallel-size", "-tp")
     visible = environment.get("CUDA_VISIBLE_DEVICES")
-    gpus: list[int] | None = None
+    gpus: tuple[int, ...] | None = None
     if visible is not None:
         try:
-            gpus = [int(v) for v in visible.split(",") if v.strip()]
+            gpus = tuple(int(v) for v in visible.split(",") if v.strip())
         except ValueError:
             gpus = None  # UUIDs: cannot tell which indices, so count it as all of them
-    return {
-        "model": model,
-        "servedNames": served,
-        "port": port,
-        "bindAddress": host_values[0] if host_values else None,
-        "gpus": gpus,
-        "tensorParallel": int(tp_values[0]) if tp_values and tp_values[0].isdigit() else 1,
-        "argv": words,
-        "environment": dict(sorted(environment.items())),
-    }
+    return Launch(
+        argv=tuple(words),
+        model=model,
+        served_names=tuple(served),
+        port=port,
+        bind_address=host_values[0] if host_values else None,
+        gpus=gpus,
+        tensor_parallel=int(tp_values[0]) if tp_values and tp_values[0].isdigit() else 1,
+        environment=dict(sorted(environment.items())),
+    )
 
 
-def unit_launch(unit_text: str, environment: dict[str, str]) -> dict[str, Any] | None:
+def unit_launch(unit_text: str, environment: dict[str, str]) -> Launch | None:
     command = exec_start(unit_text)
     return vllm_launch(command, environment) if command else None
 

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from host.contract import MANAGED_MARK, RUNNING_STATES
+from host.contract import ProcessUnit
 from host.facts import (
     Runner,
     alive,
@@ -29,31 +29,17 @@ from host.facts import (
     parent_pid,
     read_apps,
     read_memory,
+    read_process_units,
     run_nvidia_smi,
     unit_of,
     visible_gpus,
 )
+from host.judgement import Holder, holder_verdict
 
 
-def unit_is_active(unit: str) -> bool:
-    """Running in systemd's sense: serving, or still starting (loading a model)."""
-    result = subprocess.run(
-        ["systemctl", "show", unit, "--property=ActiveState", "--value"], capture_output=True, text=True, check=False
-    )
-    return result.stdout.strip() in RUNNING_STATES
-
-
-def unit_is_managed(unit: str) -> bool:
-    """Whether vllm-fleet wrote the unit's file (its first line says so)."""
-    result = subprocess.run(
-        ["systemctl", "show", unit, "--property=FragmentPath", "--value"], capture_output=True, text=True, check=False
-    )
-    path = result.stdout.strip()
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.readline().startswith(MANAGED_MARK)
-    except OSError:
-        return False
+def process_unit(name: str) -> ProcessUnit:
+    """The unit's state and whether vllm-fleet wrote it, read now (systemctl show)."""
+    return read_process_units([name])[name]
 
 
 def stop_processes(pids: list[int], grace: float, log: Callable[[str], None]) -> list[int]:
@@ -91,7 +77,7 @@ def guard(
     run: Runner = run_nvidia_smi,
     unit_lookup: Callable[[int], str | None] = unit_of,
     gpus_of: Callable[[int], set[int] | None] = visible_gpus,
-    is_active: Callable[[str], bool] = unit_is_active,
+    unit_facts: Callable[[str], ProcessUnit] = process_unit,
     stop: Callable[[list[int], float, Callable[[str], None]], list[int]] = stop_processes,
     log: Callable[[str], None] = print,
     poll: float = 0.5,
@@ -99,18 +85,18 @@ def guard(
     exclude: frozenset[int] = frozenset(),
     adopted: frozenset[str] = frozenset(),
     foreign: str = "stop",
-    is_managed: Callable[[str], bool] = lambda unit: False,
     describe: Callable[[int], str] = command_line,
     devices: Callable[[], dict[int, frozenset[int]]] = lambda: {},
     is_alive: Callable[[int], bool] = lambda pid: alive(pid),
 ) -> GuardResult:
     """Wait until `gpus` are released, stopping what holds them, within `timeout` seconds.
 
-    Each holder is judged by its systemd unit (its cgroup): this deployment's unit, a unit the stack
-    adopts (`adopted`) and leftovers of a stopped vllm-fleet unit are stopped; a process of another unit
-    that is running or loading is a conflict, never stopped; anything else (no unit, a login session, a
-    unit vllm-fleet does not manage) is foreign: stopped when `foreign` is "stop", otherwise the guard
-    fails at once with its PID, command line and unit."""
+    Each holder is judged by its systemd unit (its cgroup) with the one GPU-holder rule the preview and the
+    swap apply (host/judgement.holder_verdict): this deployment's unit and the units the stack takes over
+    (`adopted`) are its own, and with the leftovers of a stopped vllm-fleet unit they are stopped; another
+    deployment's running unit and a running unit vllm-fleet does not manage are conflicts, never stopped;
+    anything else (no unit, a login session, what a stopped hand-made unit left) is foreign: stopped when
+    `foreign` is "stop", otherwise the guard fails at once with its PID, command line and unit."""
     start = time.monotonic()
     deadline = start + timeout
     wanted = set(gpus)
@@ -139,18 +125,17 @@ def guard(
             visible = app.gpus if app.gpus is not None else gpus_of(app.pid)
             if visible is not None and not visible & wanted:
                 continue  # a process on other GPUs
-            unit = unit_lookup(app.pid)
-            if unit == own_unit or (unit is not None and unit in adopted):
+            name = unit_lookup(app.pid)
+            verdict = holder_verdict(
+                unit_facts(name) if name is not None else None, lambda u: u == own_unit or u in adopted, foreign
+            )
+            if verdict.may_stop:
                 strays.append(app)
-            elif unit is not None and is_active(unit) and (unit.startswith("vllm-") or is_managed(unit)):
-                conflicts.append(f"PID {app.pid} ({app.name}, {app.used_mib} MiB) of running unit {unit}")
-            elif unit is not None and is_managed(unit):
-                strays.append(app)  # a leftover of a stopped vllm-fleet unit
-            elif foreign == "stop":
-                strays.append(app)
+            elif verdict.holder in (Holder.DEPLOYMENT, Holder.HAND_MADE):
+                conflicts.append(f"PID {app.pid} ({app.name}, {app.used_mib} MiB) of running unit {name}")
             else:
                 foreigners.append(
-                    f"PID {app.pid} ({describe(app.pid) or '?'}, {app.used_mib} MiB) of {unit or 'no systemd unit'}"
+                    f"PID {app.pid} ({describe(app.pid) or '?'}, {app.used_mib} MiB) of {name or 'no systemd unit'}"
                 )
         if foreigners:
             return GuardResult(
@@ -165,9 +150,10 @@ def guard(
         if conflicts:
             return GuardResult(
                 False,
-                "GPUs are held by another running deployment: "
+                "GPUs are held by running units this deployment does not own: "
                 + "; ".join(conflicts)
-                + ". Stop that deployment or give this one other GPUs (deployments[].gpus).",
+                + ". Stop that deployment or unit, add a hand-made unit to deployments[].replaces, or give this "
+                "deployment other GPUs (deployments[].gpus).",
             )
         if time.monotonic() >= deadline:
             held = ", ".join(f"PID {a.pid} ({a.name}, {a.used_mib} MiB)" for a in strays) or "no process listed"
@@ -224,7 +210,6 @@ def main(argv: list[str] | None = None) -> int:
             exclude=ancestors(os.getpid()),
             adopted=frozenset(args.adopt),
             foreign=args.foreign,
-            is_managed=unit_is_managed,
             devices=device_holders,
         )
     except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as error:

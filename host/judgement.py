@@ -1,18 +1,32 @@
 """The one judgement of a swap: how it runs, where the new engine goes, and what on the host is in its way.
 
-The preview (controller/survey.py, from the survey it ran over SSH) and the swap transaction on the host
+The preview (controller/assess.py, from the survey it ran over SSH) and the swap transaction on the host
 (host/swap.py, from the survey it runs right before it stops anything) call `judge` with the same inputs:
-the plan, the survey's facts, the other deployments' claims and which units run. So what the preview
-forecasts and refuses is what the host will do and refuse. Standard library only: it runs on the host.
+the plan, the survey (host/contract.Survey) and the other deployments' claims. So what the preview
+forecasts and refuses is what the host will do and refuse. Who holds a GPU and whether it may be stopped is
+one rule (`holder_verdict`, one table), which the GPU-release guard applies too at every engine start.
+Standard library only: it runs on the host.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from enum import Enum
 
-from host.contract import FRONT_DOOR_UNIT, RUNNING_STATES, ActiveRecord, Claims, NodePlan, Placement, Plan
+from host.contract import (
+    FRONT_DOOR_UNIT,
+    ActiveRecord,
+    Claims,
+    GpuHolder,
+    Launch,
+    NodePlan,
+    Placement,
+    Plan,
+    ProcessUnit,
+    Survey,
+    Unit,
+)
 from host.facts import engine_flags
 
 
@@ -98,19 +112,17 @@ def _norm_path(path: str | None) -> str:
     return (path or "").rstrip("/") or "/"
 
 
-def launch_differences(have: Mapping[str, Any], wanted: Mapping[str, Any]) -> list[str]:
+def launch_differences(have: Launch, wanted: Launch) -> list[str]:
     """How a running engine's launch (`have`) differs from the stack's (`wanted`), both as the survey parses
     a unit (host/facts.vllm_launch): the interpreter, the model files, every flag vLLM reads but the ones
     the managed layout changes by design, and the environment."""
     differences = []
-    if have["argv"][:1] != wanted["argv"][:1]:
-        differences.append(f"it runs {have['argv'][0]}, the stack {wanted['argv'][0]} (hosts[].runtime.python)")
-    if _norm_path(have.get("model")) != _norm_path(wanted.get("model")):
-        differences.append(
-            f"it serves the model files in {have.get('model')}, the stack those in {wanted.get('model')}"
-        )
-    flags = {**FLAG_DEFAULTS, **engine_flags(list(have["argv"]))}
-    stack_flags = {**FLAG_DEFAULTS, **engine_flags(list(wanted["argv"]))}
+    if have.argv[:1] != wanted.argv[:1]:
+        differences.append(f"it runs {have.argv[0]}, the stack {wanted.argv[0]} (hosts[].runtime.python)")
+    if _norm_path(have.model) != _norm_path(wanted.model):
+        differences.append(f"it serves the model files in {have.model}, the stack those in {wanted.model}")
+    flags = {**FLAG_DEFAULTS, **engine_flags(list(have.argv))}
+    stack_flags = {**FLAG_DEFAULTS, **engine_flags(list(wanted.argv))}
     for flag in sorted(set(flags) | set(stack_flags)):
         if flag in LAYOUT_FLAGS or flags.get(flag) == stack_flags.get(flag):
             continue
@@ -120,7 +132,7 @@ def launch_differences(have: Mapping[str, Any], wanted: Mapping[str, Any]) -> li
             differences.append(f"the stack sets {flag} {' '.join(stack_flags[flag])}".rstrip() + ", it does not")
         else:
             differences.append(f"{flag} is {' '.join(flags[flag])} there, {' '.join(stack_flags[flag])} in the stack")
-    env, stack_env = have.get("environment") or {}, wanted.get("environment") or {}
+    env, stack_env = have.environment, wanted.environment
     for name in sorted(set(env) | set(stack_env)):
         if name in LAYOUT_VARIABLES or name.startswith("VLLM_FLEET_") or env.get(name) == stack_env.get(name):
             continue
@@ -132,9 +144,7 @@ def launch_differences(have: Mapping[str, Any], wanted: Mapping[str, Any]) -> li
     return differences
 
 
-def adoption(
-    plan: Plan, found: Mapping[str, Any], wanted: Mapping[str, Any] | None, old: ActiveRecord | None
-) -> Adoption | None:
+def adoption(plan: Plan, found: Survey, wanted: Launch | None, old: ActiveRecord | None) -> Adoption | None:
     """The hand-made engine a first take-over finds serving: the one running vLLM unit of the managed
     unit's name or of `replaces`, judged against the stack's launch (`wanted`, the staged unit as the
     survey parses units). None once vllm-fleet serves the deployment (`old`), or when no such engine runs."""
@@ -142,42 +152,36 @@ def adoption(
         return None
     running = [
         unit
-        for unit in found.get("units", [])
-        if unit["name"] in (plan.unit_name, *plan.replaces)
-        and not unit.get("managed")
-        and unit.get("activeState") in RUNNING_STATES
-        and unit.get("launch")
+        for unit in found.units
+        if unit.name in (plan.unit_name, *plan.replaces) and not unit.managed and unit.running and unit.launch
     ]
     if len(running) != 1:
         return None
     unit = running[0]
-    launch = unit["launch"]
+    launch = unit.launch
+    assert launch is not None
     key = plan.config_key
     differences = []
-    if unit["name"] != plan.unit_name:
+    if unit.name != plan.unit_name:
         differences.append(
-            f"it runs as {unit['name']}, not as the managed unit {plan.unit_name} (set {key}.unitName: "
-            f"{unit['name'].removesuffix('.service')} to take it over under its own name)"
+            f"it runs as {unit.name}, not as the managed unit {plan.unit_name} (set {key}.unitName: "
+            f"{unit.name.removesuffix('.service')} to take it over under its own name)"
         )
-    if launch.get("port") != plan.port:
-        differences.append(f"it listens on port {launch.get('port')}, the deployment on {plan.port} ({key}.port)")
-    if launch.get("bindAddress") not in LOOPBACK_REACHABLE:
+    if launch.port != plan.port:
+        differences.append(f"it listens on port {launch.port}, the deployment on {plan.port} ({key}.port)")
+    if launch.bind_address not in LOOPBACK_REACHABLE:
         differences.append(
-            f"it listens on {launch['bindAddress']} only, where the managed readiness check cannot reach it"
+            f"it listens on {launch.bind_address} only, where the managed readiness check cannot reach it"
         )
-    visible = launch.get("gpus")
-    gpus = tuple(range(int(found.get("gpuCount") or 0))) if visible is None else tuple(visible)
+    gpus = tuple(range(found.gpu_count)) if launch.gpus is None else launch.gpus
     if not set(gpus) <= set(plan.gpus) or len(gpus) != plan.gpus_needed:
         differences.append(
             f"it runs on GPU {','.join(map(str, gpus)) or 'none'}, the stack on {plan.gpus_needed} of {list(plan.gpus)} ({key}.gpus)"
         )
     differences += launch_differences(launch, wanted)
     # The unit's main process (a listener's PID may be an engine process that inherited the socket).
-    pid = unit.get("mainPid") or next(
-        (entry.get("pid") for entry in found.get("listeners", []) if entry.get("unit") == unit["name"]), None
-    )
-    ids = tuple(launch.get("servedNames") or ())
-    return Adoption(unit["name"], pid, gpus, ids, tuple(launch["argv"]), tuple(differences))
+    pid = unit.main_pid or next((entry.pid for entry in found.listeners if entry.unit == unit.name), None)
+    return Adoption(unit.name, pid, gpus, launch.served_names, launch.argv, tuple(differences))
 
 
 def decide(
@@ -227,48 +231,87 @@ def decide(
     )
 
 
-def holder_text(entry: Mapping[str, Any]) -> str:
-    unit = entry.get("unit") or "no systemd unit"
-    return f"PID {entry['pid']} ({entry.get('cmd') or entry.get('name') or '?'}) of {unit}"
+class Holder(Enum):
+    """Who holds a GPU, as the one GPU-holder rule (`holder_verdict`) sorts a process by its unit."""
+
+    OWN = "the deployment's own"  # its unit, or one it takes over: what the swap stops for the new engine
+    LEFTOVER = "left by a vllm-fleet unit that no longer runs"
+    DEPLOYMENT = "another deployment's running unit"
+    HAND_MADE = "a running unit vllm-fleet does not manage"
+    FOREIGN = "no running unit"  # a login session, cron, nohup, or the leftover of a stopped hand-made unit
 
 
-def holder_verdict(
-    holder: Mapping[str, Any],
-    gpus: Sequence[int],
-    unit: Mapping[str, Any] | None,
-    key: str,
-    foreign: str,
-    hand_made_fix: str,
-) -> tuple[bool, str]:
-    """(refuses, the sentence) for a process that holds `gpus`, which the new engine gets: another
-    deployment's unit and a hand-made unit refuse; a process of no unit refuses unless foreignGpuProcesses
-    is stop (the GPU-release guard stops it then)."""
-    held = f"GPU {','.join(map(str, gpus))} is held by {holder_text(holder)}"
-    unit_name = holder.get("unit")
-    if unit is not None and unit.get("managed"):
-        return True, (
-            f"{held}, a unit of deployment {unit.get('owner')}; give {key}.gpus other GPUs or destroy that deployment first"
-        )
-    if unit_name is not None and unit_name.endswith(".service"):
-        return True, f"{held}, which this stack does not manage; {hand_made_fix}"
-    if foreign == "stop":
-        return False, f"{held}; the GPU-release guard will stop it ({key}.foreignGpuProcesses: stop)"
-    return True, (
+# Who may be stopped to free a GPU the deployment's engine gets: the swap's judgement (the preview's too)
+# and the GPU-release guard at every start of the engine, boots and crash restarts included, read this one
+# table. FOREIGN is stopped only with deployments[].foreignGpuProcesses: stop.
+MAY_STOP: dict[Holder, bool] = {
+    Holder.OWN: True,
+    Holder.LEFTOVER: True,
+    Holder.DEPLOYMENT: False,
+    Holder.HAND_MADE: False,
+    Holder.FOREIGN: False,
+}
+
+
+@dataclass(frozen=True)
+class HolderVerdict:
+    holder: Holder
+    may_stop: bool
+
+
+def holder_verdict(unit: ProcessUnit | None, is_own: Callable[[str], bool], foreign: str) -> HolderVerdict:
+    """The one GPU-holder rule: who a process holding one of the deployment's GPUs is, by its systemd unit
+    (None: it runs in none), and whether it may be stopped (MAY_STOP; a FOREIGN one when `foreign` is
+    "stop"). `is_own(unit name)`: whether that unit is the deployment's own or one it takes over."""
+    if unit is None:
+        holder = Holder.FOREIGN
+    elif is_own(unit.name):
+        holder = Holder.OWN
+    elif unit.managed:
+        holder = Holder.DEPLOYMENT if unit.running else Holder.LEFTOVER
+    else:
+        holder = Holder.HAND_MADE if unit.running else Holder.FOREIGN
+    return HolderVerdict(holder, MAY_STOP[holder] or (holder is Holder.FOREIGN and foreign == "stop"))
+
+
+def holder_sentence(
+    holder: GpuHolder, gpus: Sequence[int], verdict: HolderVerdict, key: str, hand_made_fix: str
+) -> str:
+    """What the preview and the swap say of a holder of `gpus` (which the new engine gets) that is not the
+    deployment's own: why it may or may not be stopped, and the fix that names the config key."""
+    held = f"GPU {','.join(map(str, gpus))} is held by {holder.describe()}"
+    unit = holder.unit
+    if verdict.holder is Holder.DEPLOYMENT:
+        owner = unit.owner if unit is not None else None
+        return f"{held}, a unit of deployment {owner}; give {key}.gpus other GPUs or destroy that deployment first"
+    if verdict.holder is Holder.HAND_MADE:
+        return f"{held}, which this stack does not manage; {hand_made_fix}"
+    if verdict.holder is Holder.LEFTOVER:
+        return f"{held}, which no longer runs; the GPU-release guard will stop what it left"
+    if verdict.may_stop:
+        return f"{held}; the GPU-release guard will stop it ({key}.foreignGpuProcesses: stop)"
+    return (
         f"{held}, which belongs to no unit vllm-fleet manages; "
         f"stop it, or set {key}.foreignGpuProcesses: stop to let the GPU-release guard stop it"
     )
 
 
-def enabled_hand_made_units(
-    found: Mapping[str, Any], leaving: Sequence[str] = ()
-) -> Iterator[tuple[Mapping[str, Any], Mapping[str, Any]]]:
+def enabled_hand_made_units(found: Survey, leaving: Sequence[str] = ()) -> Iterator[tuple[Unit, Launch]]:
     """(unit, its launch) of each hand-made vLLM unit that does not run but is enabled: the next boot starts it."""
-    for unit in found.get("units", []):
-        launch = unit.get("launch")
-        if unit.get("managed") or unit["name"] in leaving or not unit.get("enabled") or launch is None:
+    for unit in found.units:
+        launch = unit.launch
+        if unit.managed or unit.name in leaving or not unit.enabled or launch is None:
             continue
-        if unit.get("activeState") not in RUNNING_STATES:
+        if not unit.running:
             yield unit, launch
+
+
+def _owner(unit: Unit | None) -> str | None:
+    return None if unit is None else unit.owner
+
+
+def _is_managed(unit: Unit | None) -> bool:
+    return unit is not None and unit.managed
 
 
 def leaving_units(plan: Plan, old: ActiveRecord | None) -> tuple[str, ...]:
@@ -278,45 +321,39 @@ def leaving_units(plan: Plan, old: ActiveRecord | None) -> tuple[str, ...]:
 
 def judge(
     plan: Plan,
-    found: Mapping[str, Any],
+    found: Survey,
     others: Mapping[str, Claims],
-    is_running: Callable[[str], bool],
     old: ActiveRecord | None,
-    wanted: Mapping[str, Any] | None = None,
+    wanted: Launch | None = None,
 ) -> Judgement:
     """Decide the swap and judge every listener and GPU holder the survey `found` against it.
 
     A holder is the deployment's own when its unit is one the swap stops (`leaving_units`) or a unit
     vllm-fleet made for this deployment; the front door may hold the public port. Anything else on the
-    public or an engine port refuses. On the GPUs the new engine gets: another deployment's unit, a
-    hand-made unit and (unless foreignGpuProcesses is stop) a process of no unit refuse; a process of no
-    unit with `stop` is left to the GPU-release guard. On the deployment's other GPUs they are only said:
-    the engine runs beside them, but a blue/green swap has fewer GPUs to start on.
+    public or an engine port refuses. On the GPUs the new engine gets, the one GPU-holder rule
+    (`holder_verdict`) decides: what may not be stopped refuses, what may is said and left to the
+    GPU-release guard. On the deployment's other GPUs they are only said: the engine runs beside them, but
+    a blue/green swap has fewer GPUs to start on.
 
     `wanted` is the stack's launch (the staged unit as the survey parses units): on a first take-over, a
     hand-made engine that already runs it is adopted in place (`adoption`), and nothing stops."""
     key = plan.config_key
-    units = {u["name"]: u for u in found.get("units", [])}
     leaving = leaving_units(plan, old)
     # Hand-made units it replaces that run: not the deployment's own engine, which a take-over may have put
     # under a replaced unit's name (vllm-minimax-m25.service is the managed unit of MiniMax on the server).
     replaces_running = any(
-        is_running(u)
+        found.running(u)
         for u in plan.replaces
-        if u != (old.unit if old is not None else None) and not (units.get(u) or {}).get("managed")
+        if u != (old.unit if old is not None else None) and not _is_managed(found.unit(u))
     )
-    old_running = old is not None and is_running(old.unit)
+    old_running = old is not None and found.running(old.unit)
 
     def ours(unit: str | None) -> bool:
-        return unit is not None and (unit in leaving or (units.get(unit) or {}).get("owner") == plan.owner)
+        return unit is not None and (unit in leaving or _owner(found.unit(unit)) == plan.owner)
 
     claimed_by_others = frozenset(g for owner, held in others.items() if owner != plan.owner for g in held.gpus)
     busy = frozenset(
-        gpu
-        for holder in found.get("gpuHolders", [])
-        if not ours(holder.get("unit"))
-        for gpu in holder.get("gpus", [])
-        if gpu in plan.gpus
+        gpu for holder in found.gpu_holders if not ours(holder.unit_name) for gpu in holder.gpus if gpu in plan.gpus
     ) | (claimed_by_others & frozenset(plan.gpus))
     decision = decide(plan, old, old_running, busy, replaces_running)
     adopted = adoption(plan, found, wanted, old)
@@ -334,10 +371,10 @@ def judge(
     stopping = {u for u in leaving if decision.mode != "blue-green" or u != plan.unit_name}
 
     def stops(unit: str | None) -> bool:
-        return unit is not None and (unit in stopping or (units.get(unit) or {}).get("owner") == plan.owner)
+        return unit is not None and (unit in stopping or _owner(found.unit(unit)) == plan.owner)
 
-    for listener in found.get("listeners", []):
-        port, unit = listener["port"], listener.get("unit")
+    for listener in found.listeners:
+        port, unit = listener.port, listener.unit
         if port not in (plan.port, *plan.backend_ports) or stops(unit):
             continue
         if port == plan.port and unit == FRONT_DOOR_UNIT:
@@ -347,22 +384,22 @@ def judge(
         what = "its front door's port" if port == plan.port else f"one of its engine ports ({key}.backendPorts)"
         fix = f"add {unit} to {key}.replaces to take it over, or stop it" if unit else "stop it"
         conflicts.append(
-            f"port {port}, {what}, is held by {holder_text(listener)}, which this stack does not manage; {fix}"
+            f"port {port}, {what}, is held by PID {listener.pid} ({listener.cmd or '?'}) of "
+            f"{unit or 'no systemd unit'}, which this stack does not manage; {fix}"
         )
-    for holder in found.get("gpuHolders", []):
-        unit_name = holder.get("unit")
-        if stops(unit_name) or (decision.mode == "blue-green" and ours(unit_name)):
-            continue
-        chosen = sorted(set(holder.get("gpus", [])) & set(decision.placement.gpus))
-        elsewhere = sorted(set(holder.get("gpus", [])) & set(plan.gpus) - set(chosen))
-        unit = units.get(unit_name or "")
+    for holder in found.gpu_holders:
+        verdict = holder_verdict(holder.unit, ours, plan.foreign_gpu_processes)
+        if verdict.holder is Holder.OWN:
+            continue  # stopped by the swap, or (blue/green) the old engine serving beside the new one
+        chosen = sorted(set(holder.gpus) & set(decision.placement.gpus))
+        elsewhere = sorted(set(holder.gpus) & set(plan.gpus) - set(chosen))
         if chosen:
-            fix = f"add {unit_name} to {key}.replaces to take it over, or stop it"
-            refuses, sentence = holder_verdict(holder, chosen, unit, key, plan.foreign_gpu_processes, fix)
-            (conflicts if refuses else notes).append(sentence)
+            fix = f"add {holder.unit_name} to {key}.replaces to take it over, or stop it"
+            sentence = holder_sentence(holder, chosen, verdict, key, fix)
+            (notes if verdict.may_stop else conflicts).append(sentence)
         elif elsewhere:
             notes.append(
-                f"GPU {','.join(map(str, elsewhere))} of {key}.gpus is held by {holder_text(holder)}; the deployment "
+                f"GPU {','.join(map(str, elsewhere))} of {key}.gpus is held by {holder.describe()}; the deployment "
                 "runs on its other GPUs and a swap cannot start the new model there beside the old one"
             )
     conflicts.extend(waiting_units(plan, found, leaving, decision))
@@ -372,7 +409,7 @@ def judge(
     return Judgement(old, decision, leaving, conflicts, notes, replaces_running, old_running, adopted)
 
 
-def waiting_units(plan: Plan, found: Mapping[str, Any], leaving: Sequence[str], decision: Decision) -> list[str]:
+def waiting_units(plan: Plan, found: Survey, leaving: Sequence[str], decision: Decision) -> list[str]:
     """Hand-made vLLM units that do not run now but are enabled, so the next boot starts them: one that
     would claim the deployment's port or the GPUs its engine gets fails there, restarting in a loop, and
     its own clean-up (the reference server's `rm -f /dev/shm/psm_*`) breaks the engines starting beside
@@ -380,11 +417,10 @@ def waiting_units(plan: Plan, found: Mapping[str, Any], leaving: Sequence[str], 
     key = plan.config_key
     problems = []
     for unit, launch in enabled_hand_made_units(found, leaving):
-        name = unit["name"]
         claims = []
-        if launch.get("port") in (plan.port, *plan.backend_ports):
-            claims.append(f"port {launch['port']}")
-        gpus = launch.get("gpus")
+        if launch.port in (plan.port, *plan.backend_ports):
+            claims.append(f"port {launch.port}")
+        gpus = launch.gpus
         shared = sorted(set(decision.placement.gpus) if gpus is None else set(gpus) & set(decision.placement.gpus))
         if shared:
             claims.append(
@@ -392,53 +428,40 @@ def waiting_units(plan: Plan, found: Mapping[str, Any], leaving: Sequence[str], 
             )
         if claims:
             problems.append(
-                f"{name} is a hand-made vLLM unit, enabled but not running: the next boot starts it and it claims "
-                f"{' and '.join(claims)} of this deployment; add {name} to {key}.replaces to take it over "
-                f"(stopped, disabled, its file backed up), or disable it (`systemctl disable {name}`)"
+                f"{unit.name} is a hand-made vLLM unit, enabled but not running: the next boot starts it and it "
+                f"claims {' and '.join(claims)} of this deployment; add {unit.name} to {key}.replaces to take it "
+                f"over (stopped, disabled, its file backed up), or disable it (on host: `systemctl disable {unit.name}`)"
             )
     return problems
 
 
-def judge_node(plan: NodePlan, found: Mapping[str, Any], others: Mapping[str, Claims]) -> list[str]:
+def judge_node(plan: NodePlan, found: Survey, others: Mapping[str, Claims]) -> list[str]:
     """What refuses a swap of a model across hosts on node `plan.rank`, from that node's survey: the same
-    rules as the head's GPUs. The node's GPUs may be held only by the deployment's own node unit (its
-    engine of the model being replaced), or, with foreignGpuProcesses: stop, by processes of no unit; not
-    by another deployment's unit, a hand-made unit, or a claim of another deployment; and no hand-made vLLM
-    unit waits, enabled, to take them at the next boot. Each sentence names the node and the fix."""
+    GPU-holder rule as the head's (`holder_verdict`, the deployment's own node unit being its own), no
+    hand-made vLLM unit waiting, enabled, to take its GPUs at the next boot, and no claim of another
+    deployment. Each sentence names the node and the fix."""
     key = plan.config_key
     where = plan.where
-    units = {u["name"]: u for u in found.get("units", [])}
     wanted = set(plan.gpus)
 
-    def ours(unit: str | None) -> bool:
-        return unit == plan.unit_name or (units.get(unit or "") or {}).get("owner") == plan.deployment_owner
+    def ours(unit: str) -> bool:
+        return unit == plan.unit_name or _owner(found.unit(unit)) == plan.deployment_owner
 
     conflicts = []
-    for holder in found.get("gpuHolders", []):
-        unit_name = holder.get("unit")
-        held = sorted(set(holder.get("gpus", [])) & wanted)
-        if not held or ours(unit_name):
-            continue
-        fix = f"stop and disable it on {plan.host}"
-        refuses, sentence = holder_verdict(
-            holder, held, units.get(unit_name or ""), key, plan.foreign_gpu_processes, fix
-        )
-        if refuses:
-            conflicts.append(f"{where}: {sentence}")
+    for holder in found.gpu_holders:
+        held = sorted(set(holder.gpus) & wanted)
+        verdict = holder_verdict(holder.unit, ours, plan.foreign_gpu_processes)
+        if held and not verdict.may_stop:
+            fix = f"stop and disable it on {plan.host}"
+            conflicts.append(f"{where}: {holder_sentence(holder, held, verdict, key, fix)}")
     for unit, launch in enabled_hand_made_units(found):
-        visible = launch.get("gpus")
-        shared = sorted(wanted if visible is None else set(visible) & wanted)
+        shared = sorted(wanted if launch.gpus is None else set(launch.gpus) & wanted)
         if shared:
             conflicts.append(
-                f"{where}: {unit['name']} is a hand-made vLLM unit, enabled but not running: the next boot starts "
-                f"it on GPU {','.join(map(str, shared))} of this node; disable it (`systemctl disable {unit['name']}`)"
+                f"{where}: {unit.name} is a hand-made vLLM unit, enabled but not running: the next boot starts "
+                f"it on GPU {','.join(map(str, shared))} of this node; disable it (on {plan.host}: "
+                f"`systemctl disable {unit.name}`)"
             )
     claims = Claims(frozenset(plan.gpus), frozenset(), frozenset({plan.unit_name}))
     conflicts.extend(f"{where}: {problem}" for problem in claim_conflicts(plan.owner, claims, others))
     return conflicts
-
-
-def running_in(found: Mapping[str, Any]) -> Callable[[str], bool]:
-    """Whether a unit runs, as the survey saw it."""
-    states = {u["name"]: u.get("activeState") for u in found.get("units", [])}
-    return lambda unit: states.get(unit) in RUNNING_STATES

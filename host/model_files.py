@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from host.console import listed, say
-from host.contract import MANIFEST, MANIFEST_DIR
+from host.contract import (
+    MANIFEST,
+    MANIFEST_DIR,
+    MODEL_CHANGED,
+    MODEL_INCOMPLETE,
+    MODEL_NO_MANIFEST,
+    MODEL_VERIFIED,
+    ModelFiles,
+)
 
 # Where `hf download` keeps its partial files and per-file metadata, inside the model's directory.
 HF_CACHE = Path(".cache") / "huggingface"
@@ -105,11 +113,56 @@ def changed_files(directory: Path, manifest: Mapping[str, Any]) -> list[str]:
 
 
 def changed_since_verified(directory: Path, changed: Sequence[str], most: int | None = None) -> str:
-    """How the tools name files that changed since model-sync verified them, and the command that repairs them."""
+    """How the tools name files that changed since model-sync verified them, and what repairs them: the
+    download step of the stack that keeps this directory, which has the mirror, the token and the revision."""
     return (
         f"{len(changed)} file(s) in {directory} changed since they were verified: {listed(changed, most)}. "
-        f"Run `model-sync verify --repair --dir {directory}`"
+        "Run `pulumi up` where the stack is deployed from: its download step fetches them again and verifies them."
     )
+
+
+# Per stack and model directory, the drift repairs that stack's download step made there: the preview
+# renders one more while files are missing or changed, which re-runs the step, and the step records it here
+# once the files are verified again. Kept in the host's state, not in the model directory, which an operator
+# may delete whole.
+REPAIRS_DIR = "model-repairs"
+
+
+def _repairs_name(directory: Path) -> str:
+    return hashlib.sha256(str(directory).encode()).hexdigest()[:24]
+
+
+def record_repairs(state_root: Path, stack: str, directory: Path, repairs: int) -> None:
+    path = state_root / REPAIRS_DIR / stack / _repairs_name(directory)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(f"{repairs} {directory}\n")
+    os.replace(temporary, path)
+
+
+def recorded_repairs(state_root: Path, directory: Path) -> dict[str, int]:
+    """Per stack, the repairs its download step recorded for `directory`."""
+    found: dict[str, int] = {}
+    for path in (state_root / REPAIRS_DIR).glob(f"*/{_repairs_name(directory)}"):
+        try:
+            count, _, recorded_dir = path.read_text().strip().partition(" ")
+            if recorded_dir == str(directory):
+                found[path.parent.name] = int(count)
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def model_state(directory: Path, state_root: Path) -> ModelFiles:
+    """A model directory against its verified manifest, by sizes and mtimes (no byte read): what the
+    survey, `make status` and the unit's own start check judge it by; with the repairs recorded for it."""
+    manifest = read_manifest(directory)
+    repairs = recorded_repairs(state_root, directory)
+    if manifest is None:
+        return ModelFiles(str(directory), MODEL_NO_MANIFEST, repairs=repairs)
+    changed = tuple(sorted(changed_files(directory, manifest)))
+    state = MODEL_INCOMPLETE if not manifest.get("complete") else MODEL_CHANGED if changed else MODEL_VERIFIED
+    return ModelFiles(str(directory), state, manifest.get("repo"), manifest.get("revision"), changed, repairs)
 
 
 def remove_partials(directory: Path) -> int:

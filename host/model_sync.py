@@ -3,7 +3,7 @@
 
     model-sync sync   --repo ORG/NAME --revision REV --dir DIR [--margin-gb N]
     model-sync check  --dir DIR        # stat-only: have the verified files changed since? (ExecStartPre)
-    model-sync verify --dir DIR [--repair]   # re-hash everything, as a user would before trusting a disk
+    model-sync verify --dir DIR [--repair]   # re-hash everything; --repair removes the bad files for `pulumi up`
 
 A manifest in DIR/.vllm-fleet/manifest.json records `repo@sha` and, per file, its size, mtime and hash
 as checked against the repository's metadata (sha256 for LFS files, git blob sha1 for the rest). Later
@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from host.contract import MANIFEST_DIR
+from host.contract import MANIFEST_DIR, STATE_DIR
 from host.hf_download import Hasher, cancel_hf, prestart_hf, repo_files, run_hf_download
 from host.locks import take_lock
 from host.model_files import (
@@ -36,6 +36,7 @@ from host.model_files import (
     hash_file,
     log,
     read_manifest,
+    record_repairs,
     remove_partials,
     write_manifest,
 )
@@ -47,6 +48,15 @@ def free_bytes(directory: Path) -> int:
 
 
 def sync(args: argparse.Namespace) -> int:
+    """Download and verify, then record the download step's repair count (--stack, --repairs): the files
+    are what the manifest says again, so the preview stops counting this directory as drift."""
+    status = sync_files(args)
+    if status == 0 and args.stack:
+        record_repairs(Path(STATE_DIR), args.stack, Path(args.dir), args.repairs)
+    return status
+
+
+def sync_files(args: argparse.Namespace) -> int:
     directory = Path(args.dir)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / MANIFEST_DIR).mkdir(exist_ok=True)
@@ -155,10 +165,12 @@ def manifest_of(directory: Path, missing: str) -> dict[str, Any]:
 
 def check(args: argparse.Namespace) -> int:
     directory = Path(args.dir)
-    manifest = manifest_of(directory, "verified manifest; run `pulumi up` to download it")
+    manifest = manifest_of(
+        directory, "verified manifest; run `pulumi up` where the stack is deployed from to download it"
+    )
     changed = changed_files(directory, manifest)
     if changed:
-        raise Refused(changed_since_verified(directory, changed) + " to re-check and re-fetch them.")
+        raise Refused(changed_since_verified(directory, changed))
     print(f"model-sync: {manifest['repo']}@{manifest['revision']}: {len(manifest['files'])} files unchanged")
     return 0
 
@@ -180,22 +192,18 @@ def verify(args: argparse.Namespace) -> int:
     print(f"model-sync: corrupt or missing: {', '.join(bad)}", file=sys.stderr)
     if not args.repair:
         return 1
+    # Fetching them again needs what only the stack's download step has (the mirror or endpoint, the token):
+    # the bad files go, so the next `pulumi up` sees the directory incomplete and its download step fetches
+    # exactly these files and verifies them, while the engine keeps serving what it loaded.
     for rel in bad:
         forget_file(directory, rel)
-    files = dict(manifest["files"])
-    for rel in bad:
-        files.pop(rel)
+    files = {rel: entry for rel, entry in manifest["files"].items() if rel not in bad}
     write_manifest(directory, manifest["repo"], manifest["revision"], files, complete=False)
-    return sync(
-        argparse.Namespace(
-            dir=str(directory),
-            repo=manifest["repo"],
-            revision=manifest["revision"],
-            margin_gb=0.0,
-            progress_every=args.progress_every,
-            lock_wait=600.0,
-        )
+    print(
+        f"model-sync: removed {len(bad)} bad file(s) from {directory}; run `pulumi up` where the stack is deployed "
+        "from: its download step fetches them again and verifies them"
     )
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -208,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     p_sync.add_argument("--margin-gb", type=float, default=0.0)
     p_sync.add_argument("--progress-every", type=float, default=10.0)
     p_sync.add_argument("--lock-wait", type=float, default=600.0)
+    p_sync.add_argument("--stack", default="", help="the stack whose download step this is")
+    p_sync.add_argument("--repairs", type=int, default=0, help="its drift-repair count, recorded once verified")
     p_check = sub.add_parser("check")
     p_check.add_argument("--dir", required=True)
     p_verify = sub.add_parser("verify")

@@ -72,9 +72,13 @@ def read_manifest(directory: Path) -> dict[str, Any]:
             f"{directory} has no verified manifest ({path}); download it with `model-sync sync` first"
         ) from None
     except ValueError as error:
-        raise Failure(f"{path} is not valid JSON ({error}); run `model-sync sync` again") from None
+        raise Failure(
+            f"{path} is not valid JSON ({error}); run `pulumi up` where the stack is deployed from: its download step writes it again"
+        ) from None
     if not isinstance(data, dict) or not isinstance(data.get("files"), dict):
-        raise Failure(f"{path} lists no files; run `model-sync sync` again")
+        raise Failure(
+            f"{path} lists no files; run `pulumi up` where the stack is deployed from: its download step writes it again"
+        )
     return data
 
 
@@ -164,7 +168,7 @@ def copy(
     manifest = read_manifest(source)
     changed = changed_files(source, manifest)
     if changed:
-        raise Failure(changed_since_verified(source, changed, 5) + " first; nothing was copied.")
+        raise Failure(changed_since_verified(source, changed, 5) + " Nothing was copied.")
     st = (source / MANIFEST_REL).stat()
     files = [*model_files(source), ModelFile(MANIFEST_REL, st.st_size, st.st_mtime_ns)]  # the manifest last
     with _locked(target):

@@ -1,31 +1,28 @@
 #!/usr/bin/env python3
 """vllm-fleet status: what a host's deployments are doing now, read-only, as one JSON document on stdout.
 
-The controller pipes the host package into the host's python3 over SSH (render/host_bundle.py) (`make status`, scripts/status.py), and
-the post-deploy report step runs it after every deploy (its `--bench` runs the smoke benchmark). It takes
-one JSON argument, {"deployments": [{"owner": "stack.deployment", "unit", "stateDir", "modelDir", "python",
-"frontDoor": "http://addr:port", "gpus": [...], "servedName", "bench": null | {...}}]} and reports, per
-deployment:
-  unit        ActiveState, SubState, since (ActiveEnterTimestamp, or the last state change), enabled, the
-              sha256 of the unit file in /etc/systemd/system and of the staged one, whether the secret
-              environment file still equals the staged one
-  model       the manifest of model-sync (repo, revision, complete) and whether every file still has the
-              size and mtime it was verified with ("verified", "changed: FILES", "no manifest")
+The controller pipes the host package into the host's python3 over SSH (render/host_bundle.py) (`make status`,
+scripts/status.py), and the serving step's swap runs it once the deployment serves (the post-deploy report;
+its `--bench` runs the smoke benchmark). It takes one JSON argument, {"deployments": [StatusRequest...]}
+(host/contract.py; render/report.spec renders each), and answers a StatusReport: per deployment,
+  unit        ActiveState, SubState, since (ActiveEnterTimestamp, or the last state change), enabled
+  model       its directory against the manifest model-sync verified (repo, revision, "verified",
+              "changed: FILES", "incomplete download", "no manifest"), sizes and mtimes only
   metrics     vllm:num_requests_running / waiting from the engine's /metrics on loopback (null when it does not answer)
   vllmVersion the installed vllm distribution of the deployment's python
   lastLoadSeconds  from the journal: the last start job of the unit, from "Starting" to "Started" (the unit's
               ExecStartPost waits until the model serves, so this is the load time)
+  adapters    its LoRA adapters: wanted, loaded, drift
   bench       the smoke benchmark (host/smoke_bench.py: random token-id prompts, streamed) when asked:
               output tokens/s, median TTFT and TPOT in ms
-and once for the host: gpus (nvidia-smi index, memory used/total) and gpuHolders (from the installed survey
-tool: PID, unit, GPUs). Standard library only.
+and once for the host: its GPUs (nvidia-smi index, memory used/total) and, with `--survey` (`make status`),
+the host's survey (host/survey.py, the one the preview reads), from which the controller judges drift with
+the preview's own rules (controller/drift.py). Standard library only.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import re
 import subprocess
 import sys
@@ -35,8 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from host import smoke_bench, survey
-from host.adapters import survey_entry as adapters_survey
-from host.contract import ETC_DIR, MANIFEST_REL, UNIT_DIR
+from host.adapters import adapter_state
+from host.contract import STATE_DIR, DeploymentStatus, GpuUse, StatusReport, StatusRequest
+from host.model_files import model_state
 from host.systemd import parse_show
 
 _METRIC = re.compile(r"^(vllm:num_requests_(?:running|waiting))(?:\{[^}]*\})?\s+([0-9.eE+-]+)$")
@@ -50,53 +48,10 @@ def run(*args: str, timeout: float = 30) -> str:
     return result.stdout if result.returncode == 0 else ""
 
 
-def sha256_of(path: str) -> str | None:
-    try:
-        with open(path, "rb") as handle:
-            return hashlib.sha256(handle.read()).hexdigest()
-    except OSError:
-        return None
-
-
-def unit_facts(unit: str, state_dir: str) -> dict[str, Any]:
-    props = parse_show(
+def unit_facts(unit: str) -> dict[str, str]:
+    return parse_show(
         run("systemctl", "show", unit, "--property=ActiveState,SubState,UnitFileState,ActiveEnterTimestamp,StateChangeTimestamp")
     )  # fmt: skip
-    stem = unit.removesuffix(".service")
-    env, staged_env = f"{ETC_DIR}/{stem}.env", f"{state_dir}/staged/{stem}.env"
-    return {
-        "activeState": props.get("ActiveState", "unknown"),
-        "subState": props.get("SubState", ""),
-        "since": props.get("ActiveEnterTimestamp") or props.get("StateChangeTimestamp") or "",
-        "enabled": props.get("UnitFileState", ""),
-        "fileSha256": sha256_of(f"{UNIT_DIR}/{unit}"),
-        "stagedSha256": sha256_of(f"{state_dir}/staged/{unit}"),
-        "envMatchesStaged": sha256_of(env) == sha256_of(staged_env) if os.path.exists(staged_env) else None,
-    }
-
-
-def model_facts(model_dir: str) -> dict[str, Any]:
-    try:
-        with open(f"{model_dir}/{MANIFEST_REL}", encoding="utf-8") as handle:
-            manifest = json.load(handle)
-    except (OSError, ValueError):
-        return {"dir": model_dir, "repo": None, "revision": None, "state": "no manifest"}
-    changed = []
-    for rel, recorded in (manifest.get("files") or {}).items():
-        try:
-            st = os.stat(f"{model_dir}/{rel}")
-        except OSError:
-            changed.append(rel)
-            continue
-        if st.st_size != recorded.get("size") or st.st_mtime_ns != recorded.get("mtime_ns"):
-            changed.append(rel)
-    if not manifest.get("complete"):
-        state = "incomplete download"
-    elif changed:
-        state = "changed: " + ", ".join(sorted(changed)[:5])
-    else:
-        state = "verified"
-    return {"dir": model_dir, "repo": manifest.get("repo"), "revision": manifest.get("revision"), "state": state}
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -166,7 +121,7 @@ def last_load_seconds(journal_json: str) -> float | None:
     return loaded
 
 
-def bench(base_url: str, served_name: str, model_dir: str, spec: dict[str, Any]) -> dict[str, Any]:
+def bench(base_url: str, served_name: str, model_dir: str, spec: dict[str, int]) -> dict[str, Any]:
     """The smoke benchmark through the serving engine (host/smoke_bench.py says why not `vllm bench serve`)."""
     return smoke_bench.run(
         base_url,
@@ -179,84 +134,84 @@ def bench(base_url: str, served_name: str, model_dir: str, spec: dict[str, Any])
     )
 
 
-def gpus() -> list[dict[str, int]]:
+def gpus() -> tuple[GpuUse, ...]:
     out = []
     for line in run(
         "nvidia-smi", "--query-gpu=index,memory.used,memory.total", "--format=csv,noheader,nounits"
     ).splitlines():
         cells = [c.strip() for c in line.split(",")]
         if len(cells) == 3 and all(c.isdigit() for c in cells):
-            out.append({"index": int(cells[0]), "usedMib": int(cells[1]), "totalMib": int(cells[2])})
-    return out
-
-
-def gpu_holders() -> list[dict[str, Any]]:
-    """The survey's view of GPU processes and their units (the same reading the preview uses)."""
-    return [{k: h.get(k) for k in ("pid", "unit", "gpus", "cmd")} for h in survey.gpu_holders()]
+            out.append(GpuUse(int(cells[0]), int(cells[1]), int(cells[2])))
+    return tuple(out)
 
 
 def measure(spec: dict[str, Any], with_bench: bool) -> dict[str, Any]:
     """What the report asks of the engines themselves: their load (/metrics), then the smoke benchmarks
     (one engine at a time). A swap runs this as soon as its new engine answers, before the front door
     switches to it (host/swap.py), and hands it to `report`."""
-    wanted = spec.get("deployments", [])
-    engines = {d["owner"]: engine_url(d["unit"], d["frontDoor"]) for d in wanted}
+    wanted = requests(spec)
+    engines = {d.owner: engine_url(d.unit, d.front_door) for d in wanted}
     # Read before the smoke benchmark sends requests, which the engine would count as running.
     loads = {owner: metrics(url) for owner, url in engines.items()}
     benched = {
-        d["owner"]: bench(engines[d["owner"]], d["servedName"], d["modelDir"], d["bench"])
-        for d in wanted
-        if with_bench and d.get("bench")
+        d.owner: bench(engines[d.owner], d.served_name, d.model_dir, d.bench) for d in wanted if with_bench and d.bench
     }
     return {"loads": loads, "bench": benched}
 
 
-def report(spec: dict[str, Any], with_bench: bool, measured: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The report of `spec`'s deployments; `measured`: what `measure` found, when it already ran."""
-    wanted = spec.get("deployments", [])
+def requests(spec: dict[str, Any]) -> list[StatusRequest]:
+    return [StatusRequest.from_dict(entry) for entry in spec.get("deployments", [])]
+
+
+def report(
+    spec: dict[str, Any], with_bench: bool, measured: dict[str, Any] | None = None, with_survey: bool = False
+) -> StatusReport:
+    """The report of `spec`'s deployments; `measured`: what `measure` found, when it already ran;
+    `with_survey`: the host's survey beside it (its model directories those of the deployments)."""
+    wanted = requests(spec)
     # The engines' part (the benchmarks) and the reads that wait on other programs (a python for the vLLM
     # version, journalctl, nvidia-smi: ~0.25 s one after another on the sandbox, and up to three times that
     # beside a swap's benchmark and old engine's exit on 2 cores) run side by side: the report is every
     # deploy's last wait.
     with ThreadPoolExecutor(max_workers=3 + 2 * len(wanted)) as pool:
         engines_part = pool.submit(measure, spec, with_bench) if measured is None else None
-        gpus_now, holders = pool.submit(gpus), pool.submit(gpu_holders)
+        gpus_now = pool.submit(gpus)
+        surveyed = pool.submit(survey.survey, [d.model_dir for d in wanted]) if with_survey else None
         waits = {
-            d["owner"]: (
-                pool.submit(vllm_version, d["python"]),
-                pool.submit(run, *start_jobs_journal(d["unit"])),
+            d.owner: (
+                pool.submit(vllm_version, d.python),
+                pool.submit(run, *start_jobs_journal(d.unit)),
             )
             for d in wanted
         }
-        deployments = {}
-        for d in wanted:
-            unit = d["unit"]
-            version, journal = waits[d["owner"]]
-            deployments[d["owner"]] = {
-                "unit": unit,
-                **unit_facts(unit, d["stateDir"]),
-                "model": model_facts(d["modelDir"]),
-                "metrics": None,  # the engines' part, below
-                "vllmVersion": version.result(),
-                # LoRA adapters: wanted, loaded by the serving engine, drift (None: the deployment has none).
-                "adapters": adapters_survey(Path(d["stateDir"])),
-                "lastLoadSeconds": last_load_seconds(journal.result()),
-            }
-        found = {"gpus": gpus_now.result(), "gpuHolders": holders.result()}
         if engines_part is not None:
             measured = engines_part.result()
         assert measured is not None
-        for owner, load in measured["loads"].items():
-            deployments[owner]["metrics"] = load
-        for owner, numbers in measured["bench"].items():
-            deployments[owner]["bench"] = numbers
-    return {"deployments": deployments, **found}
+        deployments = {}
+        for d in wanted:
+            props = unit_facts(d.unit)
+            version, journal = waits[d.owner]
+            deployments[d.owner] = DeploymentStatus(
+                unit=d.unit,
+                active_state=props.get("ActiveState", "unknown"),
+                sub_state=props.get("SubState", ""),
+                since=props.get("ActiveEnterTimestamp") or props.get("StateChangeTimestamp") or "",
+                enabled=props.get("UnitFileState", ""),
+                model=model_state(Path(d.model_dir), Path(STATE_DIR)),
+                metrics=measured["loads"].get(d.owner),
+                vllm_version=version.result(),
+                # LoRA adapters: wanted, loaded by the serving engine, drift (None: the deployment has none).
+                adapters=adapter_state(Path(d.state_dir)),
+                last_load_seconds=last_load_seconds(journal.result()),
+                bench=measured["bench"].get(d.owner),
+            )
+        return StatusReport(deployments, gpus_now.result(), surveyed.result() if surveyed is not None else None)
 
 
 def main(argv: list[str]) -> int:
     with_bench = "--bench" in argv
     spec = json.loads(next(a for a in argv if not a.startswith("--")))
-    json.dump(report(spec, with_bench), sys.stdout, sort_keys=True)
+    json.dump(report(spec, with_bench, with_survey="--survey" in argv).to_dict(), sys.stdout, sort_keys=True)
     sys.stdout.write("\n")
     return 0
 

@@ -1,21 +1,27 @@
 #!/usr/bin/env python3
 """vllm-fleet survey: what already runs on a host, read-only, as one JSON document on stdout.
 
-The controller runs it over SSH while it evaluates the program (`pulumi preview` too), before the tools
-are installed, by piping the host package into the host's python (render/host_bundle.py); the swap transaction runs it again right
-before it stops anything. It reports:
-  units       every vllm-*.service: active state, enabled, whether vllm-fleet manages it (its first line),
-              the sha256 of its unit file (a hand edit shows as drift against the rendered unit), its
-              launch as vLLM reads it (port, GPUs, model, served names) and its restart count
+The controller runs it over SSH in every program run (`pulumi preview` too), before the tools are
+installed, by piping the host package into the host's python (render/host_bundle.py); the swap
+transaction and a node's check run it again right before they stop anything; `make status` reports it.
+Its shape is host/contract.Survey, which both sides parse it into:
+  units       every vllm-*.service: active and sub state, enabled, whether vllm-fleet manages it (its first
+              line), the sha256 of its unit file and, for a managed unit, of the unit its deployment staged
+              (a hand edit shows as drift) and whether its secret environment file is still the staged
+              one, its launch as vLLM reads it (port, GPUs, model, served names), its restarts and main PID
   listeners   TCP listening ports with the PID and systemd unit that holds them (`ss -ltnpH`)
   gpuCount    how many GPUs nvidia-smi lists
   gpuHolders  processes nvidia-smi lists per GPU (`--query-compute-apps=pid,gpu_uuid,...` mapped to indices
-              with `--query-gpu=index,uuid`), with their unit and command line
+              with `--query-gpu=index,uuid`), with their command line and their unit's state and owner
   active      per deployment (stack.deployment), what its last swap left serving: unit, GPUs, engine port,
               and how many drift repairs its activations have made (the `repairs` file)
   claims      per live deployment, the GPUs, ports and unit names its last swap claimed
   memory      MemTotal and MemAvailable of /proc/meminfo, in MiB
+  models      with --model-dir: each directory against its verified manifest (sizes and mtimes, no byte
+              read) and the drift repairs each stack's download step made there
   vllm        with --python: the vLLM version that venv has (what the host runs, pinned or not)
+  hostKeys    per stack, the fingerprint of the SSH host key its steps pinned at their last preflight
+  at          when the host read all this (Unix seconds)
 A process's unit is the last *.service of its cgroup path; a login session's scope or no cgroup means
 it belongs to no unit (host/facts.py reads all of these). Standard library only.
 """
@@ -23,18 +29,32 @@ it belongs to no unit (host/facts.py reads all of these). Standard library only.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import os
-import re
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
-from host.adapters import survey_entry as adapters_survey
-from host.contract import ADOPTED_DROP_IN, MANAGED_MARK, STATE_DIR, ActiveRecord, read_claims
+from host.adapters import adapter_state
+from host.contract import (
+    ADOPTED_DROP_IN,
+    ETC_DIR,
+    STATE_DIR,
+    ActiveRecord,
+    DeploymentState,
+    GpuHolder,
+    Memory,
+    Survey,
+    Unit,
+    is_managed,
+    managed_owner,
+    pinned_host_keys,
+    read_claims,
+)
 from host.facts import (
     APPS_QUERY,
     GPU_UUID_QUERY,
@@ -44,12 +64,12 @@ from host.facts import (
     parse_gpu_uuids,
     parse_meminfo,
     parse_ss,
+    read_process_units,
     unit_launch,
     unit_of,
 )
+from host.model_files import model_state
 from host.systemd import parse_show
-
-MANAGED_BY = re.compile(r"^# Managed by vllm-fleet: stack (\S+?), deployment (\S+?)\. ")
 
 
 def run(*args: str) -> str:
@@ -65,25 +85,32 @@ def gpu_uuids() -> dict[str, int]:
     return parse_gpu_uuids(run("nvidia-smi", *GPU_UUID_QUERY))
 
 
-def gpu_holders(uuids: dict[str, int] | None = None, apps: str | None = None) -> list[dict[str, Any]]:
-    """What nvidia-smi lists per GPU (by UUID, mapped to indices), each with its unit and command line.
-    `apps`: the output of its compute-apps query, when it already ran."""
+def gpu_holders(
+    uuids: dict[str, int] | None = None, apps: str | None = None, known: dict[str, Unit] | None = None
+) -> list[GpuHolder]:
+    """What nvidia-smi lists per GPU (by UUID, mapped to indices), each with its command line and unit, the
+    unit's state and owner read from `known` (the survey's vllm units) or from systemd. `apps`: the output
+    of its compute-apps query, when it already ran."""
     uuids = gpu_uuids() if uuids is None else uuids
     apps = run("nvidia-smi", *APPS_QUERY) if apps is None else apps
+    found = [(app, unit_of(app.pid)) for app in parse_compute_apps(apps, uuids)]
+    known = known or {}
+    others = read_process_units(sorted({name for _, name in found if name is not None and name not in known}))
+    facts = {**others, **{name: unit.process_unit for name, unit in known.items()}}
     return [
-        {
-            "pid": app.pid,
-            "gpus": sorted(app.gpus or ()),
-            "usedMib": app.used_mib,
-            "name": app.name,
-            "unit": unit_of(app.pid),
-            "cmd": command_line(app.pid),
-        }
-        for app in parse_compute_apps(apps, uuids)
+        GpuHolder(
+            pid=app.pid,
+            gpus=tuple(sorted(app.gpus or ())),
+            used_mib=app.used_mib,
+            name=app.name,
+            cmd=command_line(app.pid),
+            unit=facts[name] if name is not None else None,
+        )
+        for app, name in found
     ]
 
 
-UNIT_PROPERTIES = "ActiveState,UnitFileState,FragmentPath,DropInPaths,Environment,NRestarts,MainPID"
+UNIT_PROPERTIES = "ActiveState,SubState,UnitFileState,FragmentPath,DropInPaths,Environment,NRestarts,MainPID"
 
 
 def parse_show_blocks(text: str) -> list[dict[str, str]]:
@@ -105,7 +132,31 @@ def unit_properties(names: list[str]) -> dict[str, dict[str, str]]:
     }
 
 
-def units() -> list[dict[str, Any]]:
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def staged(
+    owner: str | None, name: str, state_root: str = STATE_DIR, etc_dir: str = ETC_DIR
+) -> tuple[str | None, bool | None]:
+    """(the sha256 of a managed unit as its deployment staged it, whether its secret environment file is
+    still the staged one); None where nothing is staged for it. Compared here, so no secret leaves the host."""
+    if owner is None:
+        return None, None
+    stem = name.removesuffix(".service")
+    unit = _read(f"{state_root}/deployments/{owner}/staged/{name}")
+    env = _read(f"{state_root}/deployments/{owner}/staged/{stem}.env")
+    return (
+        hashlib.sha256(unit).hexdigest() if unit is not None else None,
+        None if env is None else _read(f"{etc_dir}/{stem}.env") == env,
+    )
+
+
+def units() -> list[Unit]:
     listing = run("systemctl", "list-units", "--all", "--plain", "--no-legend", "--type=service", "vllm-*")
     files = run("systemctl", "list-unit-files", "--plain", "--no-legend", "--type=service", "vllm-*")
     names = sorted({line.split()[0] for line in (listing + files).splitlines() if line.split()})
@@ -115,52 +166,44 @@ def units() -> list[dict[str, Any]]:
     for name in names:
         props = shown[name]
         fragment = props.get("FragmentPath", "")
-        first_line, digest, text = "", None, ""
-        if fragment:
-            try:
-                with open(fragment, "rb") as raw:
-                    content = raw.read()
-                text = content.decode("utf-8", errors="replace")
-                first_line = text.split("\n", 1)[0] + "\n"
-                digest = hashlib.sha256(content).hexdigest()
-            except OSError:
-                pass
-        owner = MANAGED_BY.match(first_line)
+        content = _read(fragment) if fragment else None
+        text = content.decode("utf-8", errors="replace") if content is not None else ""
+        digest = hashlib.sha256(content).hexdigest() if content is not None else None
+        owner = managed_owner(text)
         # Drop-ins change what starts (an adopted engine's launch runs under the managed unit's name).
-        launch_text = text
-        for drop_in in props.get("DropInPaths", "").split():
-            try:
-                with open(drop_in, encoding="utf-8", errors="replace") as handle:
-                    launch_text += "\n" + handle.read()
-            except OSError:
-                pass
+        drop_ins = props.get("DropInPaths", "").split()
+        staged_sha256, env_matches = staged(owner, name) if is_managed(text) else (None, None)
+        launch_text = text + "".join("\n" + (_read(path) or b"").decode("utf-8", errors="replace") for path in drop_ins)
         out.append(
-            {
-                "name": name,
-                "activeState": props.get("ActiveState", "inactive"),
-                "enabled": props.get("UnitFileState") == "enabled",
-                "managed": first_line.startswith(MANAGED_MARK),
-                # stack.deployment of a vllm-fleet unit, from its first line
-                "owner": f"{owner.group(1)}.{owner.group(2)}" if owner else None,
-                "fragment": fragment,
-                "sha256": digest,
-                # what it serves when it starts: port, GPUs, model, the ids clients send (hand-made units too)
-                "launch": unit_launch(launch_text, parse_environment(props.get("Environment", ""))) if text else None,
-                "restarts": int(props.get("NRestarts", "0") or 0),
-                "mainPid": int(props.get("MainPID", "0") or 0),
-                "adoptedInPlace": any(p.endswith("/" + ADOPTED_DROP_IN) for p in props.get("DropInPaths", "").split()),
-            }
+            Unit(
+                name=name,
+                active_state=props.get("ActiveState", "inactive"),
+                sub_state=props.get("SubState", ""),
+                enabled=props.get("UnitFileState") == "enabled",
+                managed=is_managed(text),
+                owner=owner,
+                fragment=fragment,
+                sha256=digest,
+                launch=unit_launch(launch_text, parse_environment(props.get("Environment", ""))) if text else None,
+                restarts=int(props.get("NRestarts", "0") or 0),
+                main_pid=int(props.get("MainPID", "0") or 0),
+                adopted_in_place=any(p.endswith("/" + ADOPTED_DROP_IN) for p in drop_ins),
+                staged_sha256=staged_sha256,
+                env_matches_staged=env_matches,
+            )
         )
     return out
 
 
-def parse_active(text: str) -> dict[str, Any]:
-    """A deployment's `active` record (KEY=VALUE lines written by the swap) as the survey reports it."""
-    record = ActiveRecord.parse(text)
-    return record.survey_entry() if record is not None else {"unit": "", "gpus": [], "backendPort": None}
+def _number(path: str) -> int:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return int(handle.read().strip() or 0)
+    except (OSError, ValueError):
+        return 0
 
 
-def active_records(state_root: str = STATE_DIR) -> dict[str, Any]:
+def deployment_states(state_root: str = STATE_DIR) -> dict[str, DeploymentState]:
     out = {}
     base = f"{state_root}/deployments"
     try:
@@ -168,39 +211,34 @@ def active_records(state_root: str = STATE_DIR) -> dict[str, Any]:
     except OSError:
         return {}
     for owner in owners:
-        try:
-            with open(f"{base}/{owner}/active", encoding="utf-8") as handle:
-                out[owner] = parse_active(handle.read())
-        except OSError:
+        text = _read(f"{base}/{owner}/active")
+        if text is None:
             continue
-        # The hand-made units its take-over put away (host/transaction.py: put_away_hand_made).
-        out[owner]["adopted"] = sorted(
-            name.removesuffix(".was") for name in _listdir(f"{base}/{owner}/adopted") if name.endswith(".was")
-        )
-        # Its LoRA adapters (host/adapters.py): wanted, loaded by its engine, and their drift.
-        adapters = adapters_survey(Path(base) / owner)
-        if adapters is not None:
-            out[owner]["adapters"] = adapters
-        try:
-            with open(f"{base}/{owner}/repairs", encoding="utf-8") as handle:
-                out[owner]["repairs"] = int(handle.read().strip() or 0)
-        except (OSError, ValueError):
-            out[owner]["repairs"] = 0
         try:
             with open(f"{base}/{owner}/swap-result.json", encoding="utf-8") as handle:
-                timings = json.load(handle).get("timings", {})
-            out[owner]["lastStartSeconds"] = timings.get("start_to_ready")
+                last = json.load(handle).get("timings", {}).get("start_to_ready")
         except (OSError, ValueError, AttributeError):
-            out[owner]["lastStartSeconds"] = None
+            last = None
+        out[owner] = DeploymentState(
+            record=ActiveRecord.parse(text.decode("utf-8", errors="replace")),
+            # The hand-made units its take-over put away (host/transaction.py: put_away_hand_made).
+            put_away=tuple(
+                sorted(n.removesuffix(".was") for n in _listdir(f"{base}/{owner}/adopted") if n.endswith(".was"))
+            ),
+            # Its LoRA adapters (host/adapters.py): wanted, loaded by its engine, and their drift.
+            adapters=adapter_state(Path(base) / owner),
+            repairs=_number(f"{base}/{owner}/repairs"),
+            last_start_seconds=float(last) if isinstance(last, (int, float)) else None,
+        )
     return out
 
 
-def memory() -> dict[str, int]:
+def memory() -> Memory:
     try:
         with open("/proc/meminfo", encoding="utf-8") as handle:
             return parse_meminfo(handle.read())
     except OSError:
-        return {"totalMib": 0, "availableMib": 0}
+        return Memory()
 
 
 def _listdir(path: str) -> list[str]:
@@ -210,34 +248,33 @@ def _listdir(path: str) -> list[str]:
         return []
 
 
-def claims(state_root: str = STATE_DIR) -> dict[str, Any]:
-    """Every live deployment's claims on this host, by owner."""
-    return {owner: json.loads(held.to_json()) for owner, held in sorted(read_claims(Path(state_root)).items())}
-
-
-def survey() -> dict[str, Any]:
+def survey(model_dirs: list[str] | tuple[str, ...] = ()) -> Survey:
     # The units' systemctl calls, the two nvidia-smi queries and ss run side by side (~20-50 ms each on the
     # sandbox, mostly waiting; nvidia-smi alone can take a second on a server without its persistence
-    # daemon): the survey is part of every swap's preview and of the swap itself.
+    # daemon): the survey is part of every program run and of the swap itself.
     with ThreadPoolExecutor(max_workers=3) as pool:
         found_units = pool.submit(units)
         apps = pool.submit(run, "nvidia-smi", *APPS_QUERY)
         sockets = pool.submit(run, "ss", "-ltnpH")
         uuids = gpu_uuids()  # one nvidia-smi query for the holders and the count
-        holders = gpu_holders(uuids, apps.result())
-        listeners = parse_ss(sockets.result())
-        for entry in listeners:
-            entry["unit"] = unit_of(entry["pid"]) if entry["pid"] else None
-            entry["cmd"] = command_line(entry["pid"]) if entry["pid"] else ""
-        return {
-            "units": found_units.result(),
-            "listeners": listeners,
-            "gpuHolders": holders,
-            "gpuCount": len(uuids),
-            "active": active_records(),
-            "claims": claims(),
-            "memory": memory(),
-        }
+        vllm_units = found_units.result()
+        holders = gpu_holders(uuids, apps.result(), {u.name: u for u in vllm_units})
+        listeners = [
+            dataclasses.replace(entry, unit=unit_of(entry.pid), cmd=command_line(entry.pid)) if entry.pid else entry
+            for entry in parse_ss(sockets.result())
+        ]
+        return Survey(
+            units=tuple(vllm_units),
+            listeners=tuple(listeners),
+            gpu_holders=tuple(holders),
+            gpu_count=len(uuids),
+            deployments=deployment_states(),
+            claims=dict(sorted(read_claims(Path(STATE_DIR)).items())),
+            memory=memory(),
+            models={directory: model_state(Path(directory), Path(STATE_DIR)) for directory in model_dirs},
+            host_keys=pinned_host_keys(),
+            at=time.time(),
+        )
 
 
 def vllm_version(python: str) -> str | None:
@@ -253,13 +290,16 @@ def vllm_version(python: str) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="survey", description="what already runs on this host, as JSON")
     parser.add_argument("--python", help="the vLLM venv's python: report its vLLM version as well")
+    parser.add_argument(
+        "--model-dir", action="append", default=[], help="a model directory to check against its manifest"
+    )
     args = parser.parse_args(argv)
     with ThreadPoolExecutor(max_workers=1) as pool:
         version = pool.submit(vllm_version, args.python) if args.python else None
-        found = survey()
+        found = survey(args.model_dir)
         if version is not None:
-            found["vllm"] = {"python": args.python, "version": version.result()}
-    json.dump(found, sys.stdout, sort_keys=True)
+            found = dataclasses.replace(found, vllm_version=version.result())
+    json.dump(found.to_dict(), sys.stdout, sort_keys=True)
     sys.stdout.write("\n")
     return 0
 

@@ -186,7 +186,7 @@ Measurer = Callable[[dict[str, Any], bool], dict[str, Any]]
 def status_report(spec: dict[str, Any], with_bench: bool, measured: dict[str, Any] | None) -> dict[str, Any]:
     from host import status  # the report's reads and its benchmark: only once the transaction serves
 
-    return status.report(spec, with_bench, measured)
+    return status.report(spec, with_bench, measured).to_dict()
 
 
 def status_measure(spec: dict[str, Any], with_bench: bool) -> dict[str, Any]:

@@ -30,15 +30,13 @@ Standard library only.
 from __future__ import annotations
 
 import contextlib
-import json
 import shutil
 import subprocess
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 from host.blue_green import BlueGreen
-from host.contract import ActiveRecord, Placement, Result, adopted_drop_in, is_managed
+from host.contract import ActiveRecord, Placement, Result, Survey, adopted_drop_in, is_managed
 from host.facts import unit_environment, unit_launch
 from host.front_door import front_door_site
 from host.judgement import judge
@@ -101,12 +99,11 @@ class Transaction(BlueGreen, Rollback, TakeOver):
             text=True,
         )
 
-    def survey(self, running: subprocess.Popen[str]) -> dict[str, Any]:
+    def survey(self, running: subprocess.Popen[str]) -> Survey:
         stdout, stderr = running.communicate()
         if running.returncode != 0:
             raise SwapRefused(f"the survey of this host failed: {stderr.strip()[-300:]}")
-        found: dict[str, Any] = json.loads(stdout)
-        return found
+        return Survey.from_json(stdout)
 
     # -- the swap -------------------------------------------------------------------------------------
 
@@ -130,7 +127,7 @@ class Transaction(BlueGreen, Rollback, TakeOver):
             found = self.survey(surveying)
             staged_text = staged_unit.read_text(encoding="utf-8")
             wanted = unit_launch(staged_text, unit_environment(staged_text))
-            judgement = judge(plan, found, self.live_claims(), self.host.running, old, wanted)
+            judgement = judge(plan, found, self.live_claims(), old, wanted)
             if judgement.conflicts:
                 raise SwapRefused("; ".join(judgement.conflicts))
             decision = judgement.decision
@@ -176,9 +173,15 @@ class Transaction(BlueGreen, Rollback, TakeOver):
             or not same_file(staged_unit, unit_path)
             or not same_file(staged_env, env_path)
             or not self.host.running(plan.unit_name)
+            # Failed and waiting to restart (its start refused, say): restarted now, not at the next try.
+            or self.host.show(plan.unit_name, "SubState").get("SubState") == "auto-restart"
             or replaces_running
         ):
             return None
+        # Disabled by hand: the engine serves, but a reboot would not start it. Enabled again, no restart.
+        if not self.host.enabled(plan.unit_name):
+            self.host.run("systemctl", "enable", "--quiet", plan.unit_name)
+            self.log(f"{plan.unit_name} was disabled: enabled again, so a reboot starts it")
         if old.adopted is not None and adopted_drop_in(plan.unit_name, self.unit_dir).is_file():
             return Result(
                 "unchanged",

@@ -29,6 +29,7 @@ from models.types import (
     EnvName,
     EnvValue,
     HfRepo,
+    KnownHostsPath,
     Label,
     Name,
     ParserName,
@@ -400,6 +401,9 @@ class StackConfig(ConfigModel):
     tier: StackTier = StackTier.DEVELOPMENT
     hf_endpoint: Annotated[str, Limits(pattern=r"^https?://[A-Za-z0-9.:\[\]-]+(/[A-Za-z0-9._/-]*)?$")] | None = None
     hosts: tuple[Host, ...]
+    # The hosts' SSH host keys, in OpenSSH's known_hosts format (controller/known_hosts.py reads it); a
+    # host's own hostKey wins. A path beside the stack file (relative to the project) or absolute.
+    known_hosts_file: KnownHostsPath | None = None
     storage: tuple[Storage, ...]
     models: dict[Name, ModelSpec]
     deployments: tuple[Deployment, ...] = ()

@@ -3,15 +3,20 @@
 Blue/green keeps the old engine serving until the new one answers: zero, as long as the deployment's
 GPUs hold both. Stop-then-start is out for the engine's start: a fixed part (engine and worker start,
 compilation, CUDA graph capture) plus reading the weights. The rates are the reference server's own
-lazy load, a published prefetch figure (REFERENCE.md) and a page-cache rate measured on an H200 box
-(tests/device/load_rate.py); the README's "Swap downtime" section tabulates them for the reference
-server's models. Where the deployment has started on this host before, its measured start replaces the
-estimate.
+lazy load, a published prefetch figure (REFERENCE.md) and a page-cache rate: a TP8 load on a machine
+with 8 GPUs where tests/device/ holds such a record (tests/device/tp8_load.py), else the one measured on
+an H200 box (tests/device/load_rate.py); the README's "Swap downtime" section tabulates them for the
+reference server's models. Where the deployment has started on this host before, its measured start
+replaces the estimate.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 # Engine start without the weights on the reference's class of server (init, compile, graph capture):
 # an estimate; MiniMax-M2.5 (215 GB) loaded in 75 s there in all, so it is at most about that.
@@ -36,8 +41,72 @@ PREFETCH_GB_PER_SECOND = 690 / 435
 # cache. 4 workers gave 10.0 (`warm_tp4`; 9.03 in the second run): one constant, the slower TP8
 # figure, serves every TP size. One process: 6.48 (`warm_single.copy_into_params_gbps`). The
 # reference server's CPUs, RAM and PCIe RTX PRO 6000 cards are not that box's, so this is a measured
-# stand-in for the pre-warmed load, not the reference's own.
+# stand-in for the pre-warmed load, not the reference's own. A TP8 record from a machine with 8 GPUs
+# replaces it (warm_rate below).
 WARM_GB_PER_SECOND = 8.41
+WARM_SOURCE = "tests/device/h200-load-2026-12-01.json, `warm_tp8.checkpoint_gbps` (8 workers sharing one H200)"
+
+ROOT = Path(__file__).resolve().parents[1]
+# Where tests/device/tp8_load.py's records are committed, as <gpu>x8-tp8-load-<date>.json.
+DEVICE_RECORDS = ROOT / "tests" / "device"
+TP8_RECORD_GLOB = "*-tp8-load-*.json"
+TP8_MIN_CHECKPOINT_GB = 120.0  # issue 50: a checkpoint this large at least, so the load is not a cache's
+
+
+@dataclass(frozen=True)
+class WarmRate:
+    gb_per_second: float
+    source: str  # the file and key it came from, as the README cites it
+
+
+def _cited(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name
+
+
+def read_tp8_record(path: Path) -> WarmRate:
+    """The pre-warmed TP8 rate of a tests/device/tp8_load.py record: 8 processes on 8 distinct GPUs
+    loaded their slices of a checkpoint the page cache held in full, as vLLM's default loader does, without
+    error; the rate is the checkpoint's size over the time from the first start to the last end (the slower
+    of its passes). ValueError, naming the file, when the record does not say all of that."""
+    record: Any = json.loads(path.read_text())
+    warm: Any = record.get("warm_tp") if isinstance(record, dict) else None
+
+    def require(ok: bool, why: str) -> None:
+        if not ok:
+            raise ValueError(f"{_cited(path)}: {why}; it gives no warm TP8 rate")
+
+    require(isinstance(warm, dict), "no `warm_tp` section")
+    require(record.get("kind") == "tp-load", f"kind {record.get('kind')!r}, not a tp8_load.py record")
+    require(record.get("tp") == 8, f"TP {record.get('tp')}, not 8")
+    require(not any(k in warm for k in ("error", "errors", "skipped")), "its warm load failed or was skipped")
+    gpus = {entry.get("gpu") for entry in warm.get("per_gpu") or [] if isinstance(entry, dict)}
+    require(
+        warm.get("processes") == 8 and len(gpus - {None}) == 8, f"its warm load ran on GPUs {sorted(map(str, gpus))}"
+    )
+    require(warm.get("slices_as_planned") is True, "its processes did not copy the slices planned")
+    resident = warm.get("resident_before")
+    require(isinstance(resident, float | int) and resident >= 0.99, f"the page cache held {resident} of the checkpoint")
+    size = warm.get("checkpoint_gb")
+    require(isinstance(size, float | int) and size >= TP8_MIN_CHECKPOINT_GB, f"a {size} GB checkpoint")
+    rate = warm.get("checkpoint_gbps")
+    require(isinstance(rate, float | int) and rate > 0, f"rate {rate!r}")
+    return WarmRate(float(rate), f"{_cited(path)}, `warm_tp.checkpoint_gbps` (TP8, each process on a GPU of its own)")
+
+
+@functools.cache
+def warm_rate(directory: Path) -> WarmRate:
+    """The pre-warmed rate: the newest TP8 record in `directory` that gives one (by its date_utc), else the
+    H200 box's stand-in. A record that gives none is left out (tests/test_downtime_estimate.py says why)."""
+    found = []
+    for path in sorted(directory.glob(TP8_RECORD_GLOB)):
+        try:
+            rate = read_tp8_record(path)
+        except (ValueError, OSError, KeyError, TypeError, AttributeError):
+            continue
+        found.append((str(json.loads(path.read_text()).get("date_utc", "")), path.name, rate))
+    if not found:
+        return WarmRate(WARM_GB_PER_SECOND, WARM_SOURCE)
+    return max(found, key=lambda item: (item[0], item[1]))[2]
 
 
 @dataclass(frozen=True)
@@ -53,7 +122,7 @@ def load_seconds(size_gb: float, rate_gb_per_second: float) -> float:
 
 def stop_start_estimate(size_gb: float, prefetch: bool, prewarmed: bool) -> DowntimeEstimate:
     if prewarmed:
-        rate, how = WARM_GB_PER_SECOND, "pre-warmed page cache"
+        rate, how = warm_rate(DEVICE_RECORDS).gb_per_second, "pre-warmed page cache"
     elif prefetch:
         rate, how = PREFETCH_GB_PER_SECOND, "prefetch"
     else:
@@ -93,6 +162,8 @@ def reference_table() -> str:
             else "0 s when the other model uses 4 GPUs or fewer"
         )
         lines.append(f"| {name} (TP{tp}) | {size_gb:g} GB | {' | '.join(cells)} | {blue_green} |")
+    warm = warm_rate(DEVICE_RECORDS)
+    lines += ["", f"Pre-warmed: {warm.gb_per_second:.2f} GB/s, {warm.source}."]
     return "\n".join(lines)
 
 

@@ -29,6 +29,7 @@ KNOWN_KEYS = (
     "hfEndpoint",
     "defaults",
     "hosts",
+    "knownHostsFile",
     "storage",
     "models",
     "adapters",

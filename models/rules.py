@@ -12,6 +12,7 @@ from typing import TypeVar
 
 from models.adapters import adapter_download_name
 from models.config import DistributedBackend, StackConfig, StackTier
+from models.host_keys import missing_host_key
 from models.hosts import Host, Storage
 from models.types import MAX_NAME_LENGTH, PINNED_REVISION
 from models.vllm_flags import REMOVED_FLAGS, canonical_flag, vllm_release
@@ -71,14 +72,10 @@ def stack_errors(stack: StackConfig) -> list[str]:
                 f"{host.name!r}; the staging copy belongs on a host-local disk of its own (e.g. /local/vllm-staging)"
             )
     if stack.tier is StackTier.PRODUCTION:
-        for i, host in enumerate(stack.hosts):
-            if host.host_key is None:
-                errors.append(
-                    f"vllm-fleet:hosts[{i}].hostKey: a production stack pins each host's SSH host key, so a "
-                    f"step never runs on a machine that answers in {host.name!r}'s place; paste the "
-                    f"`ssh-ed25519 AAAA...` line of `ssh-keyscan -t ed25519 -p {host.port} {host.address}`, "
-                    "checked against the server's /etc/ssh/ssh_host_ed25519_key.pub"
-                )
+        # With vllm-fleet:knownHostsFile, the hosts without a key of their own are checked once the file is
+        # read (controller/known_hosts.py): its lines are not part of the config.
+        if stack.known_hosts_file is None:
+            errors.extend(missing_host_key(host, None) for host in stack.hosts if host.host_key is None)
         # Models and adapters alike: the key of each revision, and what to pin it to.
         revisions = [
             (

@@ -73,8 +73,12 @@ UNIT_NAME_PATTERN = r"^vllm-[a-z0-9](?:[a-z0-9-]{0,60}[a-z0-9])?$"
 UnitStem = Annotated[str, Limits(pattern=UNIT_NAME_PATTERN)]
 # `type key [comment]`, as ssh-keyscan and the server's *.pub files print it.
 SSH_HOST_KEY_PATTERN = (
-    r"^(ssh-ed25519|ecdsa-sha2-nistp256|ssh-rsa) [A-Za-z0-9+/=]{16,2048}( [\x21-\x7e][\x20-\x7e]{0,200})?$"
+    r"^(ssh-ed25519|ecdsa-sha2-nistp(256|384|521)|ssh-rsa) [A-Za-z0-9+/=]{16,2048}( [\x21-\x7e][\x20-\x7e]{0,200})?$"
 )
+# A known_hosts file on the controller, relative to the project (beside the stack file) or absolute. No
+# spaces: OpenSSH's UserKnownHostsFile takes several files separated by them.
+KNOWN_HOSTS_PATH_PATTERN = r"^[A-Za-z0-9._/+-]{1,255}$"
+KnownHostsPath = Annotated[str, Limits(pattern=KNOWN_HOSTS_PATH_PATTERN)]
 VERSION_PATTERN = r"^[0-9][A-Za-z0-9.+-]{0,63}$"
 VersionString = Annotated[str, Limits(pattern=VERSION_PATTERN)]
 
@@ -93,7 +97,8 @@ PATTERN_WORDS = {
     ATTENTION_BACKEND_PATTERN: "UPPER_CASE letters, digits and '_', as vLLM names its backends (e.g. FLASH_ATTN)",
     UNIX_USER_PATTERN: "a Unix user name: lowercase letters, digits, '_' and '-'",
     UNIT_NAME_PATTERN: "vllm- and then lowercase letters, digits and '-' (e.g. vllm-chat)",
-    SSH_HOST_KEY_PATTERN: "`TYPE KEY [comment]` as `ssh-keyscan -t ed25519` prints it (ssh-ed25519, ecdsa-sha2-nistp256 or ssh-rsa)",
+    SSH_HOST_KEY_PATTERN: "`TYPE KEY [comment]` as `ssh-keyscan -t ed25519` prints it (ssh-ed25519, ecdsa-sha2-nistp256/384/521 or ssh-rsa)",
+    KNOWN_HOSTS_PATH_PATTERN: "a path of letters, digits and . _ / + - (no spaces), beside the stack file or absolute",
     VERSION_PATTERN: "a version starting with a digit, e.g. 0.11.0",
 }
 

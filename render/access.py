@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from host.contract import owner_key
 from models.config import ResolvedDeployment
 from render.paths import FRONT_DOOR_DIR, FRONT_DOOR_UNIT
-from render.scripts import ParamValue, render_script
+from render.scripts import ParamValue, Script, step_script
 
 ACCESS_ROOT = f"{FRONT_DOOR_DIR}/access"
 KEYS_DIR = f"{FRONT_DOOR_DIR}/keys"
@@ -147,7 +147,7 @@ def _files_params(stack: str, name: str) -> dict[str, ParamValue]:
     }
 
 
-def access_script(rd: ResolvedDeployment, stack: str, certificate: str | None) -> str:
+def access_script(rd: ResolvedDeployment, stack: str, certificate: str | None) -> Script:
     name = rd.deployment.name
     for network in rd.access.metrics_from:
         ipaddress.ip_network(network)  # validated by the model; nginx gets nothing else
@@ -160,8 +160,8 @@ def access_script(rd: ResolvedDeployment, stack: str, certificate: str | None) -
         "CERTIFICATE": certificate or "",
         "SUMMARY": describe(rd),
     }
-    return render_script("access.sh", params)
+    return step_script("access", params)
 
 
-def access_delete_script(rd: ResolvedDeployment, stack: str) -> str:
-    return render_script("access-delete.sh", _files_params(stack, rd.deployment.name))
+def access_delete_script(rd: ResolvedDeployment, stack: str) -> Script:
+    return step_script("access-delete", _files_params(stack, rd.deployment.name))

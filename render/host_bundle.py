@@ -49,19 +49,21 @@ TOOLS: dict[str, str] = {
     "status": "host.status",
     "clean-shm": "host.clean_shm",
     "adapters": "host.adapters",
+    "step": "host.step",
 }
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 
 
 @functools.cache
 def archive() -> bytes:
-    """The host package as a zip archive, byte for byte the same for the same sources."""
+    """The host package as a zip archive, byte for byte the same for the same sources: its modules and its
+    steps' scripts (host/steps/, which the `step` tool runs)."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as bundle:
-        for path in sorted(HOST_PACKAGE.glob("*.py")):
+        for path in sorted([*HOST_PACKAGE.glob("*.py"), *HOST_PACKAGE.glob("steps/*.sh")]):
             # Stored, not deflated: the archive travels xz-compressed as a whole (`transported`), which
             # shares what the modules have in common (per-file deflate outgrew one SSH argument).
-            info = zipfile.ZipInfo(f"host/{path.name}", date_time=_FIXED_TIME)
+            info = zipfile.ZipInfo(path.relative_to(HOST_PACKAGE.parent).as_posix(), date_time=_FIXED_TIME)
             info.external_attr = 0o644 << 16
             bundle.writestr(info, path.read_bytes())
     return buffer.getvalue()
@@ -148,6 +150,8 @@ with zipfile.ZipFile(io.BytesIO(sys.stdin.buffer.read())) as src, zipfile.ZipFil
     for info in src.infolist():
         source = src.read(info)
         dst.writestr(info, source)
+        if not info.filename.endswith(".py"):
+            continue  # a step's script: data the `step` tool reads
         try:
             code = compile(source, f"{sys.argv[1]}/{info.filename}", "exec", dont_inherit=True)
         except SyntaxError:

@@ -3,8 +3,9 @@ also a stack output, so `make status` needs only the outputs), the arguments wit
 `swap start` asks it once the deployment serves (`swap_arguments`), and the deployment's outputs read from
 its answer (`numbers`).
 
-components/deploy_report.py reads the answer from the serving step; controller/status.py compares the same
-answer with what the stack applied (`make status`). Nothing here creates a resource or touches a host.
+components/deploy_report.py reads the answer from the serving step; `make status` (scripts/status.py) asks
+about the same entries, with the host's survey, and judges their drift (controller/drift.py). Nothing here
+creates a resource or touches a host.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from host.contract import deployment_state_dir, owner_key
+from host.contract import DeploymentStatus, StatusRequest, deployment_state_dir, owner_key
 from models.base import plain
 from models.config import ResolvedDeployment
 from render.paths import metrics_url, url_host
@@ -22,28 +23,29 @@ from render.units import render_unit
 
 
 def spec(rd: ResolvedDeployment, stack: str) -> dict[str, Any]:
-    """One deployment's entry of host/status.py's argument (plain data: it is a stack output too)."""
+    """One deployment's entry of host/status.py's argument, a StatusRequest as plain data (it is a stack
+    output too)."""
     bench = rd.deployment.smoke_benchmark
-    return {
-        "owner": owner_key(stack, rd.deployment.name),
-        "deployment": rd.deployment.name,
-        "unit": rd.unit_name,
-        "unitSha256": hashlib.sha256(render_unit(rd, stack).text.encode()).hexdigest(),
-        "stateDir": deployment_state_dir(stack, rd.deployment.name),
-        "modelDir": rd.model_path,
-        "python": rd.host.runtime.python,
-        "frontDoor": f"http://{url_host(rd.deployment.readiness_address)}:{rd.deployment.port}",
-        "gpus": list(rd.deployment.gpus),
-        "servedName": rd.served_model_name,
-        "bench": plain(bench, by_alias=True) if bench is not None else None,
-        "host": {
+    return StatusRequest(
+        owner=owner_key(stack, rd.deployment.name),
+        deployment=rd.deployment.name,
+        unit=rd.unit_name,
+        unit_sha256=hashlib.sha256(render_unit(rd, stack).text.encode()).hexdigest(),
+        state_dir=deployment_state_dir(stack, rd.deployment.name),
+        model_dir=rd.model_path,
+        python=rd.host.runtime.python,
+        front_door=f"http://{url_host(rd.deployment.readiness_address)}:{rd.deployment.port}",
+        gpus=tuple(rd.deployment.gpus),
+        served_name=rd.served_model_name,
+        bench=plain(bench, by_alias=True) if bench is not None else None,
+        host={
             "name": rd.host.name,
             "address": rd.host.address,
             "port": rd.host.port,
             "user": rd.host.user,
             "hostKey": rd.host.host_key,
         },
-    }
+    ).to_dict()
 
 
 def swap_arguments(entry: Mapping[str, Any]) -> list[str]:
@@ -64,14 +66,16 @@ def last_json(stdout: str) -> dict[str, Any]:
 
 
 def numbers(endpoint: str, facts: Mapping[str, Any]) -> dict[str, Any]:
-    """The post-deploy outputs of one deployment from host/status.py's facts of it."""
-    model = facts.get("model") or {}
+    """The post-deploy outputs of one deployment from host/status.py's answer about it (a DeploymentStatus
+    as JSON; empty when the step printed none)."""
+    status = DeploymentStatus.from_dict(dict(facts)) if facts else None
+    model = status.model if status is not None else None
     return {
         "endpoint": endpoint,
         "metricsUrl": metrics_url(endpoint),
-        "vllmVersion": facts.get("vllmVersion"),
-        "modelRevision": model.get("revision"),
-        "modelState": model.get("state"),
-        "lastLoadSeconds": facts.get("lastLoadSeconds"),
-        "smokeBenchmark": facts.get("bench"),
+        "vllmVersion": status.vllm_version if status else None,
+        "modelRevision": model.revision if model else None,
+        "modelState": model.describe() if model else None,
+        "lastLoadSeconds": status.last_load_seconds if status else None,
+        "smokeBenchmark": status.bench if status else None,
     }

@@ -11,8 +11,9 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from string import Template
 
-from host.contract import BUNDLE_NAME, Adapter, adapters_json
+from host.contract import BUNDLE_NAME, HOST_KEYS_DIR, Adapter, adapters_json
 from models.config import ModelSpec, ResolvedDeployment
+from models.host_keys import fingerprint
 from models.hosts import Host, Storage
 from render import host_bundle, report
 from render.launch import args_check_spec, node_args_check_spec, node_launch
@@ -25,17 +26,19 @@ from render.paths import (
     node_state_dir,
 )
 from render.plan import node_plan, swap_plan
-from render.scripts import ParamValue, heredoc_file, render_script, script_body
+from render.scripts import ParamValue, Script, render_script, script_body, step_script
 from render.units import RenderedUnit, render_node_unit, render_unit
 
 
 @functools.cache
-def tools_script() -> str:
-    """Install the host package: the archive of host/ that the tools-archive step copied to the host (its
-    version is the archive's digest), unpacked with its bytecode, and a launcher per tool
-    (render/host_bundle.py). A changed host tool changes this step and the copy."""
+def tools_script(archive_urn: str) -> str:
+    """Install the host package: the archive of host/ that the tools-archive step (`archive_urn`, which its
+    advice names to copy it again) copied to the host (its version is the archive's digest), unpacked with
+    its bytecode, and a launcher per tool (render/host_bundle.py). A changed host tool changes this step
+    and the copy."""
     version = host_bundle.version()
     params: dict[str, ParamValue] = {
+        "ARCHIVE_URN": archive_urn,
         "TOOLS_DIR": TOOLS_DIR,
         "BUNDLE": BUNDLE_NAME,
         "VERSION": version,
@@ -56,23 +59,28 @@ def front_door_files() -> dict[str, str]:
     return {conf: nginx, f"{UNIT_DIR}/{FRONT_DOOR_UNIT}": unit}
 
 
-def front_door_script() -> str:
-    params: dict[str, ParamValue] = {"FRONT_DOOR_DIR": FRONT_DOOR_DIR, "FRONT_DOOR_UNIT": FRONT_DOOR_UNIT}
-    script = render_script("frontdoor.sh", params)
-    for path, content in front_door_files().items():
-        script += heredoc_file(path, content, "0644")
-    return script + script_body("frontdoor-finish.sh").split("\n", 2)[2]
+def front_door_script() -> Script:
+    files = front_door_files()
+    unit_file = f"{UNIT_DIR}/{FRONT_DOOR_UNIT}"
+    params: dict[str, ParamValue] = {
+        "FRONT_DOOR_DIR": FRONT_DOOR_DIR,
+        "FRONT_DOOR_UNIT": FRONT_DOOR_UNIT,
+        "NGINX_CONF": files[f"{FRONT_DOOR_DIR}/nginx.conf"].rstrip("\n"),
+        "UNIT_FILE": unit_file,
+        "UNIT_TEXT": files[unit_file].rstrip("\n"),
+    }
+    return step_script("frontdoor", params)
 
 
-def front_door_delete_script() -> str:
-    return render_script("frontdoor-delete.sh", {"FRONT_DOOR_DIR": FRONT_DOOR_DIR, "FRONT_DOOR_UNIT": FRONT_DOOR_UNIT})
+def front_door_delete_script() -> Script:
+    return step_script("frontdoor-delete", {"FRONT_DOOR_DIR": FRONT_DOOR_DIR, "FRONT_DOOR_UNIT": FRONT_DOOR_UNIT})
 
 
 def tools_delete_script() -> str:
     return render_script("tools-delete.sh", {"TOOLS_DIR": TOOLS_DIR})
 
 
-def preflight_script(host: Host) -> str:
+def preflight_script(host: Host, stack: str) -> str:
     return render_script(
         "preflight.sh",
         {
@@ -80,6 +88,9 @@ def preflight_script(host: Host) -> str:
             "PYTHON": host.runtime.python,
             "EXPECTED_GPUS": host.gpus.count,
             "EXPECTED_VLLM_VERSION": host.runtime.vllm_version or "",
+            "STACK": stack,
+            "HOST_KEYS_DIR": HOST_KEYS_DIR,
+            "PINNED_HOST_KEY": fingerprint(host.host_key) if host.host_key is not None else "none",
         },
     )
 
@@ -98,15 +109,15 @@ def keep_list(storage: Storage, stack: str) -> str:
     return f"{storage.path}/.vllm-fleet-keep.{stack}"
 
 
-def storage_script(storage: Storage, kept_dirs: Sequence[str], stack: str) -> str:
+def storage_script(storage: Storage, kept_dirs: Sequence[str], stack: str) -> Script:
     params = {**storage_params(storage), "KEEP_DIRS": sorted(kept_dirs), "KEEP_LIST": keep_list(storage, stack)}
-    return render_script("storage.sh", params)
+    return step_script("storage", params)
 
 
-def storage_delete_script(storage: Storage, stack: str) -> str:
+def storage_delete_script(storage: Storage, stack: str) -> Script:
     params = storage_params(storage)
-    return render_script(
-        "storage-delete.sh",
+    return step_script(
+        "storage-delete",
         {**{k: params[k] for k in ("STORAGE_PATH", "HF_HOME_DIR")}, "KEEP_LIST": keep_list(storage, stack)},
     )
 
@@ -128,24 +139,30 @@ def download_params(
     }
 
 
-def download_script(model_name: str, model: ModelSpec, storage: Storage, host: Host, endpoint: str | None) -> str:
+def download_script(
+    model_name: str, model: ModelSpec, storage: Storage, host: Host, endpoint: str | None, stack: str, repairs: int = 0
+) -> Script:
+    """The download step: REPAIRS is its drift-repair count (controller/drift.download_repairs)."""
     params = download_params(model_name, model, storage, host, endpoint)
-    return render_script("download.sh", {k: v for k, v in params.items() if k != "STORAGE_PATH"})
+    return step_script(
+        "download",
+        {**{k: v for k, v in params.items() if k != "STORAGE_PATH"}, "STACK": stack, "REPAIRS": str(repairs)},
+    )
 
 
-def download_delete_script(model_name: str, model: ModelSpec, storage: Storage, host: Host, stack: str) -> str:
+def download_delete_script(model_name: str, model: ModelSpec, storage: Storage, host: Host, stack: str) -> Script:
     params = download_params(model_name, model, storage, host, None)
-    return render_script(
-        "download-delete.sh",
+    return step_script(
+        "download-delete",
         {**{k: params[k] for k in ("MODEL", "MODEL_DIR", "STORAGE_PATH")}, "KEEP_LIST": keep_list(storage, stack)},
     )
 
 
-def stage_script(rd: ResolvedDeployment, stack: str) -> str:
+def stage_script(rd: ResolvedDeployment, stack: str) -> Script:
     return _stage(rd.deployment.name, render_unit(rd, stack), rd.host.runtime.python, args_check_spec(rd))
 
 
-def node_stage_script(rd: ResolvedDeployment, stack: str, rank: int) -> str:
+def node_stage_script(rd: ResolvedDeployment, stack: str, rank: int) -> Script:
     """Stage node `rank`'s headless unit and its launch of this model like the head's unit, checked by that
     node's own vLLM, and judge the node's GPUs there (host/node.py check)."""
     unit = render_node_unit(rd, stack, rank)
@@ -162,9 +179,9 @@ def node_stage_script(rd: ResolvedDeployment, stack: str, rank: int) -> str:
 
 def _stage(
     deployment: str, unit: RenderedUnit, python: str, spec: str, node_launch_json: str = "", node_plan_json: str = ""
-) -> str:
-    return render_script(
-        "stage.sh",
+) -> Script:
+    return step_script(
+        "stage",
         {
             "DEPLOYMENT": deployment,
             "STATE_DIR": unit.state_dir,
@@ -180,11 +197,11 @@ def _stage(
     )
 
 
-def node_activate_script(rd: ResolvedDeployment, stack: str, rank: int) -> str:
+def node_activate_script(rd: ResolvedDeployment, stack: str, rank: int) -> Script:
     unit = render_node_unit(rd, stack, rank)
     staged = unit.text + node_launch(rd, rank).to_json() + node_plan(rd, stack, rank).to_json()
-    return render_script(
-        "node-activate.sh",
+    return step_script(
+        "node-activate",
         {
             "STATE_DIR": unit.state_dir,
             "PYTHON": rd.node_hosts[rank].runtime.python,
@@ -194,9 +211,9 @@ def node_activate_script(rd: ResolvedDeployment, stack: str, rank: int) -> str:
     )
 
 
-def node_deactivate_script(rd: ResolvedDeployment, stack: str, rank: int) -> str:
-    return render_script(
-        "deactivate.sh",
+def node_deactivate_script(rd: ResolvedDeployment, stack: str, rank: int) -> Script:
+    return step_script(
+        "deactivate",
         {
             "STACK": stack,
             "DEPLOYMENT": f"{rd.deployment.name}.node{rank}",
@@ -210,24 +227,24 @@ def node_deactivate_script(rd: ResolvedDeployment, stack: str, rank: int) -> str
     )
 
 
-def stage_delete_script(rd: ResolvedDeployment, stack: str) -> str:
-    return render_script(
-        "stage-delete.sh",
+def stage_delete_script(rd: ResolvedDeployment, stack: str) -> Script:
+    return step_script(
+        "stage-delete",
         {"DEPLOYMENT": rd.deployment.name, "STATE_DIR": deployment_state_dir(stack, rd.deployment.name)},
     )
 
 
-def node_stage_delete_script(rd: ResolvedDeployment, stack: str, rank: int) -> str:
-    return render_script(
-        "stage-delete.sh",
+def node_stage_delete_script(rd: ResolvedDeployment, stack: str, rank: int) -> Script:
+    return step_script(
+        "stage-delete",
         {"DEPLOYMENT": f"{rd.deployment.name}.node{rank}", "STATE_DIR": node_state_dir(stack, rd, rank)},
     )
 
 
-def activate_script(rd: ResolvedDeployment, stack: str, repairs: int = 0) -> str:
+def activate_script(rd: ResolvedDeployment, stack: str, repairs: int = 0) -> Script:
     plan = swap_plan(rd, stack)
-    return render_script(
-        "activate.sh",
+    return step_script(
+        "activate",
         {
             "STATE_DIR": plan.state_dir,
             "PYTHON": rd.host.runtime.python,
@@ -240,9 +257,9 @@ def activate_script(rd: ResolvedDeployment, stack: str, repairs: int = 0) -> str
     )
 
 
-def deactivate_script(rd: ResolvedDeployment, stack: str) -> str:
-    return render_script(
-        "deactivate.sh",
+def deactivate_script(rd: ResolvedDeployment, stack: str) -> Script:
+    return step_script(
+        "deactivate",
         {
             "STACK": stack,
             "DEPLOYMENT": rd.deployment.name,
@@ -256,7 +273,7 @@ def deactivate_script(rd: ResolvedDeployment, stack: str) -> str:
     )
 
 
-def adapters_script(rd: ResolvedDeployment, stack: str, repairs: int = 0) -> str:
+def adapters_script(rd: ResolvedDeployment, stack: str, repairs: int = 0) -> Script:
     """The deployment's adapters step (host/adapters.py apply): each adapter with its files' path and the
     model directories it fits (and their repos, which its adapter_config.json must name)."""
     entries = [
@@ -272,8 +289,8 @@ def adapters_script(rd: ResolvedDeployment, stack: str, repairs: int = 0) -> str
         for a in rd.adapters
     ]
     lora = rd.serving.lora
-    return render_script(
-        "adapters.sh",
+    return step_script(
+        "adapters",
         {
             "STATE_DIR": deployment_state_dir(stack, rd.deployment.name),
             "PYTHON": rd.host.runtime.python,
@@ -285,9 +302,9 @@ def adapters_script(rd: ResolvedDeployment, stack: str, repairs: int = 0) -> str
     )
 
 
-def adapters_delete_script(rd: ResolvedDeployment, stack: str) -> str:
-    return render_script(
-        "adapters-delete.sh",
+def adapters_delete_script(rd: ResolvedDeployment, stack: str) -> Script:
+    return step_script(
+        "adapters-delete",
         {
             "STATE_DIR": deployment_state_dir(stack, rd.deployment.name),
             "PYTHON": rd.host.runtime.python,

@@ -27,6 +27,10 @@
 #     debootstrap result is cached too, as a tarball. Flavour "plain" (no vLLM): VLLM_FLEET_SANDBOX_SKIP_VLLM=1
 #     or no install-vllm.sh.
 #   * The ssh key pair .sandbox/ssh/id_ed25519 survives `down`; known_hosts and ssh config are rewritten.
+#   * Each host has SSH host keys of its own (ed25519, ECDSA, RSA), made at its first `up` into
+#     .sandbox[-fleet-N]/ssh/host-keys and kept across `down`, as each server of a fleet has its own: never
+#     the base image's, which every sandbox host would share. Its ssh/known_hosts lists them as
+#     `ssh-keyscan` would print them ([127.0.0.1]:PORT), the file the fleet tests' known_hosts is made of.
 #   * `up` mounts overlayfs (lower = base, upper/work in .sandbox/overlay) at .sandbox/root, so `down`
 #     discards every change and the base stays pristine (falls back to a full copy if overlay fails).
 #   * The container gets network namespace vllmfleet-sbx with only loopback. Ports are relayed by socat
@@ -129,6 +133,7 @@ SSH_DIR="$STATE/ssh"
 KEY_DIR="$VLLM_FLEET_ROOT/.sandbox/ssh"
 KEY="$KEY_DIR/id_ed25519"
 KNOWN_HOSTS="$SSH_DIR/known_hosts"
+HOST_KEY_DIR="$SSH_DIR/host-keys"
 LOG="$STATE/nspawn.log"
 # What the steps print, beyond their one line each (scripts/progress.sh): the build's (shared by the
 # hosts of this checkout, which build one after the other) and this host's `up`.
@@ -566,14 +571,32 @@ SSH_OPTS=(-i "$KEY" -p "$SSH_PORT" -o IdentitiesOnly=yes -o "UserKnownHostsFile=
 # shellcheck disable=SC2029
 ssh_run() { ssh "${SSH_OPTS[@]}" root@127.0.0.1 "$@"; }
 
-prepare_ssh_client() { # key (kept across down/up), known_hosts for this base, a config for ssh -F
+# make_host_keys: this host's own SSH host keys, made once (its `down` keeps them, so its known_hosts
+# lines stay valid across down and up).
+make_host_keys() {
+  local type
+  mkdir -p "$HOST_KEY_DIR"
+  chmod 700 "$HOST_KEY_DIR"
+  for type in ed25519 ecdsa rsa; do
+    [[ -f "$HOST_KEY_DIR/ssh_host_${type}_key" ]] ||
+      ssh-keygen -q -t "$type" -N '' -C "root@$MACHINE" -f "$HOST_KEY_DIR/ssh_host_${type}_key"
+  done
+}
+
+install_host_keys() { # install_host_keys ROOT: in place of the base image's keys (the overlay's upper layer)
+  rm -f "$1"/etc/ssh/ssh_host_*
+  install -m 0600 "$HOST_KEY_DIR"/ssh_host_*_key "$1/etc/ssh/"
+  install -m 0644 "$HOST_KEY_DIR"/ssh_host_*_key.pub "$1/etc/ssh/"
+}
+
+prepare_ssh_client() { # key (kept across down/up), known_hosts of this host's keys, a config for ssh -F
   mkdir -p "$SSH_DIR" "$KEY_DIR"
   chmod 700 "$SSH_DIR" "$KEY_DIR"
   [[ -f "$KEY" ]] || ssh-keygen -q -t ed25519 -N '' -C "vllm-fleet-sandbox" -f "$KEY"
   local host="[127.0.0.1]:$SSH_PORT" f
   [[ "$SSH_PORT" == 22 ]] && host=127.0.0.1
   : >"$KNOWN_HOSTS.tmp"
-  for f in "$1"/etc/ssh/ssh_host_*_key.pub; do
+  for f in "$HOST_KEY_DIR"/ssh_host_*_key.pub; do
     printf '%s %s\n' "$host" "$(cut -d' ' -f1,2 "$f")" >>"$KNOWN_HOSTS.tmp"
   done
   mv -f "$KNOWN_HOSTS.tmp" "$KNOWN_HOSTS"
@@ -738,10 +761,12 @@ up() {
   trap up_failed EXIT
   mkdir -p "$STATE" "$PIDS" "$SOCK"
   rm -f "$STATE/stopping"
-  prepare_ssh_client "$lower"
+  make_host_keys
+  prepare_ssh_client
   "$VLLM_FLEET_ROOT/sandbox/tls.sh" >>"$UP_LOG" 2>&1
   echo "$lower" >"$STATE/base"
   mount_root "$lower" >>"$UP_LOG"
+  install_host_keys "$ROOT"
   install -d -m 0700 "$ROOT/root/.ssh"
   install -m 0600 "$KEY.pub" "$ROOT/root/.ssh/authorized_keys"
   if ! mountpoint -q /run/netns 2>/dev/null; then touch "$STATE/created-run-netns"; fi

@@ -13,10 +13,6 @@ if [ -x .tools/bin/pulumi ] && sandbox/host.sh status >/dev/null 2>&1; then
   pulumi destroy --stack dev --yes || echo "==> down: destroy failed; the sandbox is discarded anyway"
 fi
 rm -f .state/dev-sandbox-instance
-# The surveys the program keeps of the sandbox hosts (controller/survey.py, up to an hour when every
-# deployment served): the next sandbox is another host, and a `make up` within the hour read the last one's
-# survey ("converged") instead of the new host's.
-rm -f .cache/survey/dev.*.json .cache/survey/fleet.*.json
 scripts/mirror.sh down
 # The fleet's hosts too (`sandbox/host.sh fleet-up`, the fleet stack): they are thrown away with their state.
 sandbox/host.sh fleet-down

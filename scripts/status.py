@@ -1,11 +1,12 @@
 """`make status`: what each deployment of a stack does now, and its drift from what the stack applied.
 
 Reads the stack's outputs (`pulumi stack output deployments`), asks each host once over SSH (host/status.py
-piped into its python3, read-only), and prints per deployment: the unit's state and since when, the model
-and revision on disk with its verification state, the GPUs and their memory, requests running and waiting
-(vLLM's /metrics, from the engine on the host's loopback), and drift. Exit status: 0 in line, 1 drift, 2 a host did not
-answer or the stack has no deployments. On drift it drops that host's cached survey, so the next
-`pulumi up` looks afresh and activates the stack's unit again.
+piped into its python3, read-only, with the host's survey: the one `pulumi preview` reads), and prints per
+deployment: the unit's state and since when, the model and revision on disk with its verification state,
+the GPUs and their memory, requests running and waiting (vLLM's /metrics, from the engine on the host's
+loopback), and drift, judged by the preview's own rules (controller/drift.py), so what it names the next
+plain `pulumi up` repairs. Exit status: 0 in line, 1 drift, 2 a host did not answer or the stack has no
+deployments.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from controller import status as host_status  # noqa: E402
-from controller.survey import SurveyFailed, ssh_python  # noqa: E402
+from controller.drift import Applied, drift  # noqa: E402
+from controller.transport import STATUS_MODULE, SurveyFailed, ssh_python  # noqa: E402
+from host.contract import DeploymentStatus, StatusReport  # noqa: E402
 from models.base import validate  # noqa: E402
 from models.hosts import Host  # noqa: E402
 from scripts.pulumi_cli import pulumi  # noqa: E402
@@ -37,10 +39,8 @@ def private_key(stack: str) -> str:
     return pulumi("config", "get", "vllm-fleet:sshPrivateKey", "--stack", stack, check=True).stdout
 
 
-def collect(
-    stack: str, deployments: dict[str, Any], key: str, cache: Path = ROOT / ".cache" / "survey"
-) -> dict[str, Any]:
-    """Per deployment: its facts, drift lines and the host's GPUs, asking each host once."""
+def collect(stack: str, deployments: dict[str, Any], key: str) -> dict[str, Any]:
+    """Per deployment: its status, drift lines and the host's GPUs, asking each host once."""
     by_host: dict[str, list[dict[str, Any]]] = {}
     for out in deployments.values():
         by_host.setdefault(json.dumps(out["status"]["host"], sort_keys=True), []).append(out["status"])
@@ -49,34 +49,38 @@ def collect(
         h = json.loads(host_json)
         host = validate(Host, {**h, "gpus": {"count": 1, "model": "-", "memoryGib": 1}})
         try:
-            facts = json.loads(ssh_python(host, key, host_status.STATUS_MODULE, [json.dumps({"deployments": entries})]))
-        except (SurveyFailed, ValueError) as error:
+            answer = ssh_python(host, key, STATUS_MODULE, ["--survey", json.dumps({"deployments": entries})])
+            report = StatusReport.from_json(answer) if answer.strip() else StatusReport()
+        except (SurveyFailed, ValueError, KeyError) as error:
             for entry in entries:
                 result[entry["deployment"]] = {"host": h["name"], "error": str(error)}
             continue
         for entry in entries:
-            mine = facts["deployments"].get(entry["owner"], {})
+            mine = report.deployments.get(entry["owner"])
             result[entry["deployment"]] = {
                 "host": h["name"],
                 "unit": entry["unit"],
-                "facts": mine,
-                "gpus": [g for g in facts.get("gpus", []) if g["index"] in entry["gpus"]],
-                "drift": host_status.drift(entry, mine, facts.get("gpuHolders", [])),
+                "facts": mine.to_dict() if mine is not None else {},
+                "gpus": [
+                    {"index": g.index, "usedMib": g.used_mib, "totalMib": g.total_mib}
+                    for g in report.gpus
+                    if g.index in entry["gpus"]
+                ],
+                "drift": drift(Applied.from_status_entry(entry), report.survey) if report.survey is not None else [],
             }
-        if any(result[e["deployment"]]["drift"] for e in entries):
-            (cache / f"{stack}.{h['name']}.json").unlink(missing_ok=True)
     return result
 
 
 def show(name: str, r: dict[str, Any]) -> str:
     if "error" in r:
         return f"{name} on {r['host']}: NO ANSWER: {r['error']}"
-    f, model = r["facts"], r["facts"].get("model", {})
-    metrics = f.get("metrics")
+    f = DeploymentStatus.from_dict({"unit": r["unit"], **r["facts"]})
+    model = f.model
+    where = f"{model.repo}@{(model.revision or '-')[:12]} in {model.dir}: {model.describe()}" if model else "-"
+    metrics = f.metrics
     lines = [
-        f"{name} on {r['host']}: {r['unit']} {f.get('activeState')} ({f.get('subState')}) since {f.get('since') or '-'}, "
-        f"{f.get('enabled')}",
-        f"  model     {model.get('repo')}@{(model.get('revision') or '-')[:12]} in {model.get('dir')}: {model.get('state')}",
+        f"{name} on {r['host']}: {r['unit']} {f.active_state} ({f.sub_state}) since {f.since or '-'}, {f.enabled}",
+        f"  model     {where}",
         "  gpus      " + (", ".join(f"{g['index']}: {g['usedMib']}/{g['totalMib']} MiB" for g in r["gpus"]) or "-"),
         "  requests  "
         + (
@@ -84,19 +88,22 @@ def show(name: str, r: dict[str, Any]) -> str:
             if metrics
             else "no /metrics answer"
         ),
-        f"  vllm      {f.get('vllmVersion')}, last load {f.get('lastLoadSeconds')} s",
+        f"  vllm      {f.vllm_version}, last load {f.last_load_seconds} s",
     ]
-    adapters = f.get("adapters")
+    adapters = f.adapters
     if adapters is not None:
-        loaded = adapters.get("loaded")
-        listing = ", ".join(f"{n}@{rev[:12]}" for n, rev in sorted(adapters["wanted"].items())) or "none"
-        lines.append(
-            f"  adapters  wanted {listing}; loaded "
-            + (", ".join(loaded) or "none" if loaded is not None else "unknown (the engine does not answer)")
+        listing = ", ".join(f"{n}@{rev[:12]}" for n, rev in sorted(adapters.wanted.items())) or "none"
+        loaded = (
+            ", ".join(adapters.loaded) or "none"
+            if adapters.loaded is not None
+            else "unknown (the engine does not answer)"
         )
+        lines.append(f"  adapters  wanted {listing}; loaded {loaded}")
     lines += [f"  DRIFT     {d}" for d in r["drift"]] or ["  drift     none"]
     if r["drift"]:
-        lines.append("            `pulumi up` puts back what the stack applied (the host's next survey sees this)")
+        lines.append(
+            "            run `pulumi up` where the stack is deployed from: it puts back what the stack applied"
+        )
     return "\n".join(lines)
 
 

@@ -165,9 +165,8 @@ def test_front_door_never_passes_the_load_endpoints(lora: Adapters) -> None:
 
 
 def test_drift_is_reported_and_repaired(lora: Adapters) -> None:
-    cache = lora.work / ".cache" / "survey"
     deployments = lora.stack.outputs()["deployments"].value
-    found = status.collect(STACK, deployments, sandbox_env.SSH_KEY.read_text(), cache)
+    found = status.collect(STACK, deployments, sandbox_env.SSH_KEY.read_text())
     assert found["chat"]["facts"]["adapters"]["loaded"] == ["terse"], found["chat"]["facts"]
     assert found["chat"]["drift"] == [], found["chat"]["drift"]
     backend = on_host("sed -n 's/^VLLM_FLEET_BACKEND_PORT=//p' /etc/vllm-fleet/vllm-lt-tiny-a.placement.env").strip()
@@ -176,9 +175,8 @@ def test_drift_is_reported_and_repaired(lora: Adapters) -> None:
         '-d \'{"lora_name": "terse"}\''
     )
     assert status_of("terse") == 404
-    # make status lists what the engine loaded and the drift (and drops the cached survey, so the
-    # preview sees it too).
-    found = status.collect(STACK, lora.stack.outputs()["deployments"].value, sandbox_env.SSH_KEY.read_text(), cache)
+    # make status lists what the engine loaded and the drift, from the survey the preview reads too.
+    found = status.collect(STACK, lora.stack.outputs()["deployments"].value, sandbox_env.SSH_KEY.read_text())
     print(status.show("chat", found["chat"]))
     assert found["chat"]["facts"]["adapters"]["loaded"] == [], found["chat"]["facts"]
     assert "adapter terse is wanted but not loaded" in found["chat"]["drift"], found["chat"]["drift"]

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from controller import survey as host_survey
-from host.contract import Placement
+from controller import drift
+from host.contract import Placement, Survey
 from host.front_door import front_door_site
 from models.loader import parse_stack_config
 from render.launch import engine_environment, vllm_arguments
@@ -130,18 +130,19 @@ def test_front_door_never_passes_the_runtime_lora_endpoints(dev_raw: dict[str, A
 def test_preview_says_what_changes_and_that_nothing_restarts(dev_raw: dict[str, Any]) -> None:
     rd = parse_stack_config(with_adapters(dev_raw, ["terse"])).resolved_deployments()[0]
     before = {"wanted": {"a-only": "main", "terse": "0" * 40}, "loaded": ["a-only"], "repairs": 2, "drift": []}
-    found = {"active": {"dev.chat": {"adapters": before}}}
-    (line,) = host_survey.adapter_lines("dev", rd, found)
+    found = Survey.from_dict({"active": {"dev.chat": {"adapters": before}}})
+    (line,) = drift.adapter_lines("dev", rd, found)
     assert line == (
         "deployment 'chat': LoRA adapters: updates terse (000000000000 -> main), removes a-only; loaded into the "
         "serving engine at runtime, no restart"
     )
-    assert host_survey.adapter_repairs("dev", rd, found) == 2
+    assert drift.adapter_repairs("dev", rd, found) == 2
     before["drift"] = ["adapter terse is wanted but not loaded"]
-    assert host_survey.adapter_repairs("dev", rd, found) == 3
+    found = Survey.from_dict({"active": {"dev.chat": {"adapters": before}}})
+    assert drift.adapter_repairs("dev", rd, found) == 3
     assert (
         "adapter terse is wanted but not loaded; this update loads the wanted adapters again"
-        in (host_survey.adapter_lines("dev", rd, found)[-1])
+        in (drift.adapter_lines("dev", rd, found)[-1])
     )
-    (added,) = host_survey.adapter_lines("dev", rd, {"active": {}})
+    (added,) = drift.adapter_lines("dev", rd, Survey())
     assert "adds terse (acme/tiny-chat-terse@main)" in added

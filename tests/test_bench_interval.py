@@ -34,33 +34,40 @@ def test_too_few_pairs_to_bound_a_median_are_refused() -> None:
         run.median_interval([1.0, 2.0, 3.0, 4.0, 5.0])
 
 
-def noop_result(pairs: float, interval: tuple[float, float]) -> dict[str, object]:
+def noop_result(extra: float, interval: tuple[float, float]) -> dict[str, object]:
     return {
-        "median": {"up": 1.9, "floor_up": 1.6},
-        "ratio_up": 1.9 / 1.6,
-        "pair_ratio_up": pairs,
-        "pair_ratio_up_interval": list(interval),
+        "median": {"up": 1.6 + extra, "floor_up": 1.6},
+        "ratio_up": (1.6 + extra) / 1.6,
+        "pair_ratio_up": (1.6 + extra) / 1.6,
+        "pair_extra_up": extra,
+        "pair_extra_up_interval": list(interval),
         "config_models_ms": {"models": 7.0, "kept": 1.0, "validation": 52.0},
     }
 
 
 @pytest.mark.parametrize(
-    ("pairs", "interval", "verdict"),
+    ("extra", "interval", "verdict"),
     [
-        (1.19, (1.14, 1.23), "| yes (at the edge: the interval reaches past 1.2x) |"),
-        (1.15, (1.12, 1.18), "| yes |"),
-        (1.2, (1.16, 1.2), "| yes |"),
-        (1.23, (1.18, 1.26), "| no |"),
+        (0.95, (0.8, 1.1), "| yes (at the edge: the interval reaches past +1 s) |"),
+        (0.7, (0.6, 0.8), "| yes |"),
+        (1.0, (0.9, 1.0), "| yes |"),
+        (1.2, (1.05, 1.3), "| no |"),
     ],
 )
 def test_a_median_under_the_target_whose_interval_reaches_past_it_is_said_to_be_at_the_edge(
-    pairs: float, interval: tuple[float, float], verdict: str
+    extra: float, interval: tuple[float, float], verdict: str
 ) -> None:
-    assert run.noop_row(noop_result(pairs, interval), "up", 21).endswith(verdict)
+    assert run.noop_row(noop_result(extra, interval), "up", 21).endswith(verdict)
+
+
+def test_a_noop_from_before_the_pairs_differences_is_judged_on_the_medians() -> None:
+    kept = {"median": {"up": 2.1, "floor_up": 1.6}, "ratio_up": 2.1 / 1.6}
+    row = run.noop_row(kept, "up", 21)
+    assert "+0.50 s (difference of the medians)" in row and row.endswith("| yes |")
 
 
 def test_the_config_share_is_given_per_run_and_per_up() -> None:
-    (text,) = [line for line in run.config_models_lines(noop_result(1.19, (1.14, 1.23))) if line]
+    (text,) = [line for line in run.config_models_lines(noop_result(0.3, (0.2, 0.4))) if line]
     # Two runs of 8 ms per up, against the empty program's 1.6 s; the validation is no part of a no-op.
     assert "the config models' import 7 ms and the kept validated config 1.0 ms per run" in text
     assert "16 ms per no-op `up`" in text
@@ -70,6 +77,6 @@ def test_the_config_share_is_given_per_run_and_per_up() -> None:
 
 def test_a_kept_run_of_the_pydantic_models_gives_no_config_line() -> None:
     """`--keep noop` of a results file from before the models were data classes: its figures were of other code."""
-    noop = noop_result(1.19, (1.14, 1.23))
+    noop = noop_result(0.3, (0.2, 0.4))
     noop["config_models_ms"] = {"pydantic": 30.0, "models": 34.0}
     assert run.config_models_lines(noop) == []

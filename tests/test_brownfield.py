@@ -25,7 +25,7 @@ from tests.support.sandbox_env import E2E_PORT, on_host, serving_root, wait_serv
 from tests.support.sandbox_stack import WatchedStack, module_state
 
 STACK = "brown"
-ENDPOINT = sandbox_env.api_url(E2E_PORT)
+ENDPOINT = sandbox_env.api_url(E2E_PORT)  # the test host's (VLLM_FLEET_SANDBOX_NAME), as every single-host module
 SERVED = "brown"
 PYTHON = "/opt/vllm-env/bin/python3"
 LEGACY = "vllm-legacy.service"

@@ -11,6 +11,7 @@ import pytest
 from components.remote import COMMAND_INPUTS, COPY_INPUTS
 from models.loader import load_stack_file, parse_stack_config, read_stack_file
 from render import host_bundle
+from render.paths import TOOLS_DIR
 from render.plan import activation_timeout
 from tests.support.paths import ROOT
 from tests.support.pulumi_mocks import COMMAND_TYPE, COPY_TYPE, Registered, run_program, unsecret
@@ -83,10 +84,13 @@ def test_every_remote_step_follows_the_rules(prod: dict[str, Registered]) -> Non
         # Nothing through SSH setenv: sshd drops it without AcceptEnv.
         assert step.inputs["addPreviousOutputInEnv"] is False and "environment" not in step.inputs, name
         assert step.inputs["triggers"] == ["10.40.0.11", 22, "root"], name
-        assert (
-            step.inputs["create"].startswith("timeout --kill-after=30 ")
-            and "bash -c \"$(cat <<'VLLM_FLEET_SCRIPT'\n#!/usr/bin/env bash\n" in step.inputs["create"]
-        ), name
+        # Before the host's tools exist (their install, the preflight): the script itself, bounded by
+        # `timeout`; every other step: one call of the host's `step` tool with its parameters.
+        create = step.inputs["create"]
+        if name in ("gpu-01-preflight", "gpu-01-tools"):
+            assert create.startswith("timeout --kill-after=30 ") and "bash -c \"$(cat <<'VLLM_FLEET_SCRIPT'\n" in create
+        else:
+            assert create.startswith(f"{TOOLS_DIR}/step ") and "set -euo pipefail" not in create, name
         assert "hf_mocktoken" not in step.inputs["create"] and "mock\n" not in step.inputs["create"], name
 
 
@@ -124,14 +128,14 @@ def test_singletons_are_deleted_before_replacement_and_long_steps_have_timeouts(
         expected = f"{time_limit(step) + 30}s"
         assert (timeouts.create, timeouts.update, timeouts.delete) == (expected, expected, expected), name
         if "delete" in step.inputs:
-            assert step.inputs["delete"].startswith(f"timeout --kill-after=30 {time_limit(step)} "), name
+            assert time_limit(step, "delete") == time_limit(step), name
 
 
-def time_limit(step: Registered) -> int:
-    """The seconds `timeout` gives the step's script on the host."""
-    match = re.match(r"timeout --kill-after=30 (\d+) bash -c ", step.inputs["create"])
-    assert match, step.inputs["create"][:80]
-    return int(match.group(1))
+def time_limit(step: Registered, command: str = "create") -> int:
+    """The seconds the step's script gets on the host: `timeout`'s, or the `step` tool's --time-limit."""
+    match = re.match(r"timeout --kill-after=30 (\d+) bash -c |\S+/step \S+ --time-limit (\d+) ", step.inputs[command])
+    assert match, step.inputs[command][:80]
+    return int(match.group(1) or match.group(2))
 
 
 def changed(before: dict[str, Registered], after: dict[str, Registered]) -> dict[str, str]:
@@ -193,9 +197,9 @@ def test_dependency_order(prod: dict[str, Registered]) -> None:
     assert deps["gpu-01-preflight"] == []
     assert copies(prod)["gpu-01-tools-archive"].options["depends_on"] == ["gpu-01-preflight"]
     assert deps["gpu-01-tools"] == ["gpu-01-tools-archive"]
-    assert deps["gpu-01-front-door-proxy"] == ["gpu-01-preflight"]
-    # The layout runs no tool: it waits for the preflight alone, beside the tools' install.
-    assert deps["shared-layout"] == ["gpu-01-preflight"]
+    # The host's `step` tool runs them: they wait for the tools (and their deletes run before the tools go).
+    assert deps["gpu-01-front-door-proxy"] == ["gpu-01-tools"]
+    assert deps["shared-layout"] == ["gpu-01-tools"]
     assert deps["shared-kimi-k2.5-int4-files"] == ["gpu-01-tools", "shared-layout"]
     assert deps["shared-minimax-m2.5-files"] == ["gpu-01-tools", "shared-layout"]
     assert deps["primary-unit"] == ["gpu-01-front-door-proxy", "gpu-01-tools", "shared-kimi-k2.5-int4-files"]

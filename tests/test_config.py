@@ -258,9 +258,14 @@ def test_production_pins_each_hosts_ssh_key(prod_raw: dict[str, Any], dev_raw: d
     assert prod_raw["hosts"][0]["hostKey"].endswith(" placeholder-not-the-servers-key")  # a comment is accepted
     del prod_raw["hosts"][0]["hostKey"]
     message = error_of(prod_raw)
-    assert "vllm-fleet:hosts[0].hostKey: a production stack pins each host's SSH host key" in message
+    # The host, and both places its key may come from.
+    assert "vllm-fleet:hosts[gpu-01].hostKey: host 'gpu-01' has no SSH host key" in message
+    assert "no vllm-fleet:knownHostsFile is set" in message
     assert "ssh-keyscan -t ed25519 -p 22 10.40.0.11" in message
     parse_stack_config(dev_raw)  # the sandbox is development: trusted on first sight
+    # With a known_hosts file, the hosts without a key of their own are checked once it is read
+    # (controller/known_hosts.py; tests/test_known_hosts.py).
+    parse_stack_config({**prod_raw, "knownHostsFile": "known_hosts.prod"})
 
 
 @pytest.mark.parametrize("path", ["/", "/etc", "/etc/models", "/usr/local/models", "/proc/x", "/home", "/var"])

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from openai import OpenAI
 from pulumi import automation as auto
 
 from sandbox import tiny_models
 from scripts import status
-from tests.support import sandbox_env
+from scripts.downtime_probe import DowntimeProbe
+from tests.support import engine, sandbox_env
+from tests.support.processes import run_captured
 from tests.support.sandbox_env import on_host, served_ids
 from tests.support.sandbox_stack import SandboxStack, module_state
 
@@ -77,22 +80,92 @@ def test_outputs_say_what_was_deployed(e2e: E2E) -> None:
     print(f"post-deploy numbers: {report}")
 
 
+def main_pid() -> str:
+    return on_host("systemctl show -p MainPID --value vllm-e2e-tiny-a.service").strip()
+
+
+def test_a_stopped_engine_is_started_again_by_the_next_plain_up(e2e: E2E) -> None:
+    """Issue 43: stopped by hand (as after a crash systemd gave up on), the next `pulumi up` sees it. Its
+    preview reads the host (no survey kept from an earlier run decides), and its update judges that survey."""
+    e2e.stack.preview(expect_no_changes=True)  # a survey the stop below makes stale
+    on_host("systemctl stop vllm-e2e-tiny-a.service")
+    preview = e2e.stack.preview()
+    assert "vllm-e2e-tiny-a.service is inactive: it serves nothing" in preview.stdout, preview.stdout[-3000:]
+    assert "facts about the hosts: read now over SSH" in preview.stdout
+    assert preview.change_summary.get(auto.OpType.UPDATE) == 1, preview.change_summary  # the serving step
+    result = e2e.up()  # the Automation API's up runs no preview: it reads the host itself
+    assert result.summary.result == "succeeded"
+    assert "facts about the hosts: read now over SSH" in result.stdout
+    assert on_host("systemctl is-active vllm-e2e-tiny-a.service").strip() == "active"
+    chat("e2e-tiny-a", "acme/tiny-chat-a")
+    e2e.stack.preview(expect_no_changes=True)
+
+
 def test_status_sees_a_hand_edit_and_up_restores_it(e2e: E2E) -> None:
     deployments = e2e.stack.outputs()["deployments"].value
     key = sandbox_env.SSH_KEY.read_text()
-    cache = e2e.work / ".cache" / "survey"
-    assert status.collect(STACK, deployments, key, cache)["chat"]["drift"] == []
+    assert status.collect(STACK, deployments, key)["chat"]["drift"] == []
     unit = "/etc/systemd/system/vllm-e2e-tiny-a.service"
     on_host(f"sed -i 's/^Description=.*/&, edited by hand/' {unit} && systemctl daemon-reload")
-    found = status.collect(STACK, deployments, key, cache)["chat"]
+    found = status.collect(STACK, deployments, key)["chat"]
     assert any("was edited on the host" in line for line in found["drift"]), found["drift"]
     print(status.show("chat", found))
     result = e2e.up()
     assert result.summary.result == "succeeded"
+    assert "vllm-e2e-tiny-a.service was edited on the host" in result.stdout
     assert "edited by hand" not in on_host(f"cat {unit}")
-    assert status.collect(STACK, deployments, key, cache)["chat"]["drift"] == []
+    assert status.collect(STACK, deployments, key)["chat"]["drift"] == []
     chat("e2e-tiny-a", "acme/tiny-chat-a")
     e2e.stack.preview(expect_no_changes=True)
+
+
+def test_a_second_engine_started_by_hand_on_the_gpu_is_named_by_the_preview(e2e: E2E) -> None:
+    """The sandbox's nvidia-smi counts a vLLM process on the GPUs of its CUDA_VISIBLE_DEVICES as soon as it
+    runs: the next preview reads it there and refuses, naming it and the fix."""
+    pid = on_host(
+        "CUDA_VISIBLE_DEVICES=3 setsid nohup /opt/vllm-env/bin/python3 -m vllm.entrypoints.openai.api_server "
+        "--model /shared/e2e-tiny-a --port 8199 >/dev/null 2>&1 < /dev/null & echo $!"
+    ).strip()
+    try:
+        with pytest.raises(auto.CommandError) as refused:
+            e2e.stack.preview()
+        message = str(refused.value)
+        assert f"GPU 3 is held by PID {pid} (" in message, message[-3000:]
+        assert "of no systemd unit, which belongs to no unit vllm-fleet manages; stop it, or set " in message
+        assert "vllm-fleet:deployments[chat].foreignGpuProcesses: stop" in message
+    finally:
+        on_host(f"kill {pid}; while kill -0 {pid} 2>/dev/null; do sleep 0.2; done", timeout=60)
+    e2e.stack.preview(expect_no_changes=True)
+
+
+def test_a_deleted_shard_is_fetched_again_while_the_engine_serves(e2e: E2E) -> None:
+    """An operator frees disk space under a serving model: the next plain `pulumi up` has the download step
+    fetch that shard again and verify it, while the engine keeps serving from memory (same MainPID, no
+    failed request); the unit's own start check passes again, so a reboot serves."""
+    pid = main_pid()
+    client = DowntimeProbe(ENDPOINT, "e2e-tiny-a", timeout=10.0).start()
+    try:
+        on_host("rm /shared/e2e-tiny-a/model-00002-of-00003.safetensors")
+        preview = e2e.stack.preview()
+        assert "model files in /shared/e2e-tiny-a: changed: model-00002-of-00003.safetensors" in preview.stdout, (
+            preview.stdout[-3000:]
+        )
+        assert preview.change_summary.get(auto.OpType.UPDATE) == 1, preview.change_summary  # the download step
+        result = e2e.up()
+        assert result.summary.result == "succeeded"
+        assert "model-sync: acme/tiny-chat-a@" in result.stdout and "complete and verified" in result.stdout
+    finally:
+        client.stop()
+    seen = client.report()
+    assert seen["requests"] > 0 and seen["failed"] == 0, seen
+    assert main_pid() == pid
+    assert "unchanged" in on_host(
+        "/opt/vllm-env/bin/python3 /usr/local/lib/vllm-fleet/model-sync check --dir /shared/e2e-tiny-a"
+    )
+    e2e.stack.preview(expect_no_changes=True)
+    took = sandbox_env.reboot_until(lambda: served_ids(ENDPOINT) == ["e2e-tiny-a"], timeout=300)
+    assert took is not None, "the deployment did not serve again after the reboot"
+    chat("e2e-tiny-a", "acme/tiny-chat-a")
 
 
 def test_swap_to_the_second_model(e2e: E2E) -> None:
@@ -126,6 +199,16 @@ def sshd_errors() -> int:
     return int(on_host("journalctl -u ssh -o cat --no-pager | grep -c kex_exchange_identification || true").strip())
 
 
+def ssh_logins() -> int:
+    """The logins the test host's sshd accepted so far, read without logging in (nsenter)."""
+    return int(
+        sandbox_env.exec_on(
+            sandbox_env.TEST_HOST, "journalctl -u ssh --no-pager -o cat | grep -c 'Accepted publickey' || true"
+        ).strip()
+        or 0
+    )
+
+
 def test_up_again_changes_nothing(e2e: E2E) -> None:
     errors = sshd_errors()
     with e2e.phases.measure("noop_preview"):
@@ -136,6 +219,18 @@ def test_up_again_changes_nothing(e2e: E2E) -> None:
     assert set(changes) == {auto.OpType.SAME}, changes
     # Each program run's reachability probe leaves the host's auth log without an error (controller/probe.py).
     assert sshd_errors() == errors
+    # A plain `pulumi up` runs the program twice, its preview and its update: they judge one survey, read
+    # once over SSH (and no step runs), and it says how old the facts are.
+    before = ssh_logins()
+    up = run_captured(
+        [str(engine.TOOLS / "bin" / "pulumi"), "up", "--yes", "--expect-no-changes", "--stack", STACK],
+        cwd=e2e.work,
+        env=engine.engine_env(e2e.backend),
+        check=True,
+    )
+    assert ssh_logins() - before == 1, up.stdout[-2000:]
+    assert "facts about the hosts: read now over SSH" in up.stdout
+    assert "facts about the hosts: those this `pulumi up`'s preview read from host" in up.stdout
 
 
 def test_swap_back_downloads_nothing(e2e: E2E) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -146,18 +147,42 @@ def test_broken_stack_file_fails_before_any_resource(tmp_path: Path) -> None:
 
 def test_real_engine_previews_a_fleet_written_with_defaults(tmp_path: Path) -> None:
     """vllm-fleet:defaults reaches the program through the engine's config like any structured key, and
-    a bad default stops the preview naming the default's key once."""
-    from scripts.fleet_stack import fleet_stack
+    a bad default stops the preview naming the default's key once. Each host's steps pin its own key from
+    the known_hosts file beside the stack file (their preflight records its fingerprint), and a production
+    host missing from the file stops the preview naming it."""
+    from models.host_keys import fingerprint
+    from scripts.fleet_stack import fleet_files
+    from scripts.host_keys import host_seed, openssh_public_key
 
-    text = fleet_stack(3)
-    work = engine.project_copy(tmp_path / "project", {"Pulumi.fleet3.yaml": text})
+    work = engine.project_copy(tmp_path / "project", fleet_files(3, "fleet3"))
     keys = '{"preview": "0123456789abcdef0123456789abcdef"}'
     fleet = engine.stack(work, tmp_path / "state", "fleet3", secrets={"vllm-fleet:apiKeys": keys}, env=PROD_ENV)
-    result = fleet.preview(diff=True)
+    plan = tmp_path / "plan.json"
+    result = fleet.preview(diff=True, plan=str(plan))
     shown = " ".join(result.stdout.split())
     for name in ("gpu-01", "gpu-02", "gpu-03", "kimi-03-serving", "gpu-03-kimi-k2.5-int4-files"):
         assert name in shown, name
     assert re.search(r'NCCL_BUFFSIZE\s*: "16777216"', shown)
+    assert "of the engine's limit" not in shown  # a small config: no warning
+    # The preview's plan holds each step's inputs whole (its diff shortens scripts).
+    steps = {
+        urn.rsplit("::", 1)[-1]: p["goal"]["inputDiff"]["adds"]
+        for urn, p in json.loads(plan.read_text())["resourcePlans"].items()
+        if "adds" in p["goal"].get("inputDiff", {})
+    }
+    for host in ("gpu-01", "gpu-02", "gpu-03"):
+        assert (
+            f"PINNED_HOST_KEY={fingerprint(openssh_public_key(host_seed(host)))}"
+            in steps[f"{host}-preflight"]["create"]
+        )
+    known_hosts = work / "known_hosts.fleet3"
+    complete = known_hosts.read_text()
+    known_hosts.write_text("".join(line + "\n" for line in complete.splitlines() if not line.startswith("10.40.0.12 ")))
+    with pytest.raises(auto.CommandError) as caught:
+        fleet.preview()
+    assert "vllm-fleet:hosts[gpu-02].hostKey: host 'gpu-02' has no SSH host key" in str(caught.value)
+    assert "vllm-fleet:knownHostsFile (known_hosts.fleet3) has no line for 10.40.0.12" in str(caught.value)
+    known_hosts.write_text(complete)
     (work / "Pulumi.fleet3.yaml").write_text(
         (work / "Pulumi.fleet3.yaml").read_text().replace("memoryGib: 96", "memoryGib: -96")
     )
@@ -167,3 +192,23 @@ def test_real_engine_previews_a_fleet_written_with_defaults(tmp_path: Path) -> N
         "vllm-fleet:defaults.host.gpus.memoryGib: Input should be greater than 0 (got -96) "
         "(inherited by hosts[0] 'gpu-01' and 2 more)" in str(caught.value)
     )
+
+
+def test_real_engine_warns_when_the_config_nears_its_limit(tmp_path: Path) -> None:
+    """The engine hands the program its config in one environment variable, capped at 128 KiB by Linux: a
+    preview past 80% of it warns with the hosts of this shape that fit (past 100%, the engine itself fails
+    before the program runs: 'argument list too long')."""
+    from scripts.fleet_stack import fleet_files
+
+    files = fleet_files(3, "fleet3")
+    # A stack past 80% with three hosts: a long note on a model stands in for a thousand hosts' entries.
+    files["Pulumi.fleet3.yaml"] = files["Pulumi.fleet3.yaml"].replace(
+        "      preset: kimi-k2.5-int4\n", "      preset: kimi-k2.5-int4\n      notes: " + "n" * 106_000 + "\n", 1
+    )
+    work = engine.project_copy(tmp_path / "project", files)
+    keys = '{"preview": "0123456789abcdef0123456789abcdef"}'
+    fleet = engine.stack(work, tmp_path / "state", "fleet3", secrets={"vllm-fleet:apiKeys": keys}, env=PROD_ENV)
+    shown = " ".join(fleet.preview().stdout.split())
+    assert re.search(r"the stack's config is 10\d KiB, 8\d% of the engine's limit of 128 KiB", shown), shown[-2000:]
+    assert re.search(r"one stack holds about \d+ hosts of this shape \(3 now\)", shown)
+    assert "Split the fleet into stacks by site or rack, one PostgreSQL backend for all of them" in shown

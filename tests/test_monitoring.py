@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from controller import status, survey
+from controller import drift
+from host.contract import Survey
 from models.loader import ConfigError, parse_stack_config
 from models.monitoring import Monitoring
 from render import monitoring as render
@@ -314,16 +315,17 @@ def test_a_stopped_unit_is_drift_that_the_next_up_repairs(dev_raw: dict[str, Any
     [rd] = parse_stack_config(dev_raw).resolved_deployments()
     digest = hashlib.sha256(render_unit(rd, "dev").text.encode()).hexdigest()
 
-    def found(state: str) -> dict[str, Any]:
-        unit = {"name": rd.unit_name, "sha256": digest, "activeState": state}
-        return {"active": {"dev.chat": {"unit": rd.unit_name, "repairs": 2}}, "units": [unit]}
+    def found(state: str) -> Survey:
+        unit = {"name": rd.unit_name, "sha256": digest, "activeState": state, "enabled": True, "managed": True}
+        return Survey.from_dict({"active": {"dev.chat": {"unit": rd.unit_name, "repairs": 2}}, "units": [unit]})
 
-    assert survey.repairs("dev", rd, found("active")) == 2
-    assert survey.repairs("dev", rd, found("activating")) == 2  # loading: it serves soon
-    assert survey.repairs("dev", rd, found("inactive")) == 3 and survey.repairs("dev", rd, found("failed")) == 3
-    entry = report.spec(rd, "dev")
-    facts = {"fileSha256": entry["unitSha256"], "enabled": "enabled", "model": {"state": "verified"}}
-    assert status.drift(entry, {**facts, "activeState": "active"}, []) == []
-    assert status.drift(entry, {**facts, "activeState": "inactive"}, []) == [
+    assert drift.activation_repairs("dev", rd, found("active"))[0] == 2
+    assert drift.activation_repairs("dev", rd, found("activating"))[0] == 2  # loading: it serves soon
+    assert drift.activation_repairs("dev", rd, found("inactive"))[0] == 3
+    assert drift.activation_repairs("dev", rd, found("failed"))[0] == 3
+    # `make status` names it from the same survey, against what the stack's outputs say it applied.
+    applied = drift.Applied.from_status_entry(report.spec(rd, "dev"))
+    assert drift.drift(applied, found("active")) == []
+    assert drift.drift(applied, found("inactive")) == [
         "vllm-tiny-chat-a.service is inactive: it serves nothing (stopped by hand, or it failed)"
     ]

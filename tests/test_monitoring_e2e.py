@@ -208,9 +208,9 @@ def test_a_stopped_engine_fires_the_down_alert_and_pulumi_up_resolves_it(monitor
     assert fired <= limit, fired
     [firing] = prom.alerts(DOWN)
     assert firing["labels"]["deployment"] == "chat" and firing["labels"]["model"] == "e2e-tiny-a"
-    # The runbook: `make status` names it (and drops the cached survey), `pulumi up` starts the unit again.
+    # The runbook: `make status` names it, `pulumi up` starts the unit again.
     deployments = monitored.stack.outputs()["deployments"].value
-    found = status.collect(STACK, deployments, sandbox_env.SSH_KEY.read_text(), monitored.work / ".cache" / "survey")
+    found = status.collect(STACK, deployments, sandbox_env.SSH_KEY.read_text())
     assert any("is inactive" in line for line in found["chat"]["drift"]), found["chat"]["drift"]
     repair = time.monotonic()
     assert monitored.up().summary.result == "succeeded"

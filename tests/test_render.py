@@ -29,9 +29,9 @@ from render import access as render_access
 from render import host_bundle, steps
 from render.launch import args_check_spec, engine_environment, vllm_arguments
 from render.paths import FILES, FRONT_DOOR_UNIT, TOOLS_DIR, UNIT_DIR
-from render.scripts import HEREDOC_DELIMITER, MAX_SCRIPT_BYTES, heredoc_file, remote_invocation, render_script
+from render.scripts import MAX_SCRIPT_BYTES, Script, remote_invocation, step_script
 from render.units import render_bridge_unit, render_node_unit, render_unit, systemd_quote
-from tests.support.host_package import install_host_package
+from tests.support.host_package import ARCHIVE_URN, install_host_package
 from tests.support.paths import ROOT
 from tests.support.processes import run_captured
 from tests.support.reference import as_surveyed
@@ -50,20 +50,20 @@ def rendered_scripts(name: str) -> dict[str, str]:
     """Every script a stack runs on its hosts, by a stable file name."""
     config = stack(name)
     scripts = {
-        "tools.sh": steps.tools_script(),
+        "tools.sh": steps.tools_script(ARCHIVE_URN),
         "tools-delete.sh": steps.tools_delete_script(),
         "frontdoor.sh": steps.front_door_script(),
         "frontdoor-delete.sh": steps.front_door_delete_script(),
     }
     for host in config.hosts:
-        scripts[f"preflight-{host.name}.sh"] = steps.preflight_script(host)
+        scripts[f"preflight-{host.name}.sh"] = steps.preflight_script(host, name)
     for store in config.storage:
         scripts[f"storage-{store.name}.sh"] = steps.storage_script(store, config.kept_dirs_on(store.name), name)
         scripts[f"storage-delete-{store.name}.sh"] = steps.storage_delete_script(store, name)
         host = next(h for h in config.hosts if h.name == store.host)
         for model in config.wanted_models_on(store.name):
             spec = config.models[model]
-            scripts[f"download-{model}.sh"] = steps.download_script(model, spec, store, host, config.hf_endpoint)
+            scripts[f"download-{model}.sh"] = steps.download_script(model, spec, store, host, config.hf_endpoint, "dev")
             scripts[f"download-delete-{model}.sh"] = steps.download_delete_script(model, spec, store, host, name)
     for rd in config.resolved_deployments():
         scripts[f"stage-{rd.deployment.name}.sh"] = steps.stage_script(rd, name)
@@ -134,47 +134,23 @@ def _digest(text: str) -> str:
     return f"{lines} lines, {len(data)} bytes, sha256 {hashlib.sha256(data).hexdigest()}"
 
 
-def _installed_files(script: str) -> str:
-    """Files a script writes from sources that live in the repository (host/*.py) as their size and
-    digest, so the golden pins what is installed where, not a second copy of every program."""
-    out: list[str] = []
-    body: list[str] | None = None
-    for line in script.splitlines(keepends=True):
-        if body is not None:
-            if line.rstrip("\n") == HEREDOC_DELIMITER:
-                out.append(f"<{_digest(''.join(body))}>\n{line}")
-                body = None
-            else:
-                body.append(line)
-            continue
-        out.append(line)
-        if line.rstrip("\n").endswith(f"<<'{HEREDOC_DELIMITER}'"):
-            body = []
-    return "".join(out)
-
-
 def _shared_bodies() -> list[tuple[str, str]]:
-    """Each script body of components/files as it stands in a rendered script, with the line that stands
-    for it in a golden file: after its `#!` line (render_script puts the parameters there), or after its
-    first two lines (a body appended to another script's, as the front door's finish is). Longest first."""
+    """Each script body of components/files and of the host package's steps (host/steps) as it stands in a
+    rendered script, with the line that stands for it in a golden file: after its `#!` line (the parameters
+    go there). Longest first."""
     parts: dict[str, str] = {}
-    for path in sorted(FILES.glob("*.sh")):
+    for path in sorted([*FILES.glob("*.sh"), *(ROOT / "host" / "steps").glob("*.sh")]):
         text = path.read_text(encoding="utf-8")
         where = path.relative_to(ROOT)
-        for skip in (1, 2):
-            part = text.split("\n", skip)[skip]
-            if part.strip():
-                parts.setdefault(part, f"# <the body of {where} after line {skip}: {_digest(part)}>\n")
+        part = text.split("\n", 1)[1]
+        parts.setdefault(part, f"# <the body of {where} after line 1: {_digest(part)}>\n")
     return sorted(parts.items(), key=lambda item: -len(item[0]))
 
 
 def pinned_text(script: str, units: dict[str, str]) -> str:
     """What a golden file pins of a script: what a user reads (its parameter header, the files it writes
-    by name), and a digest of each part that is a file of the repository. A script body from
-    components/files becomes one line naming it with its digest; a staged unit that has a golden file of
-    its own becomes its name and digest; a host program a tools group installs, its size and digest."""
-    if script.startswith("#!/usr/bin/env bash\n# vllm-fleet tools ("):
-        return _installed_files(script)
+    by name), and a digest of each part that is a file of the repository. A script body becomes one line
+    naming it with its digest; a staged unit that has a golden file of its own becomes its name and digest."""
     # The host package's version is its archive's digest: it moves with every edit of host/.
     script = script.replace(host_bundle.version(), "<host package version>")
     script = script.replace(
@@ -327,14 +303,28 @@ def test_shellcheck_catches_an_unquoted_parameter(tmp_path: Path) -> None:
 
 
 def test_parameters_are_shell_quoted() -> None:
-    script = render_script("storage.sh", {"STORAGE_PATH": "/x'; reboot; '", "HF_HOME_DIR": "/x", "OWNER": "root"})
+    script = step_script("storage", {"STORAGE_PATH": "/x'; reboot; '", "HF_HOME_DIR": "/x", "OWNER": "root"})
     header = script.split("\n")[2]
     assert header == "readonly STORAGE_PATH='/x'\"'\"'; reboot; '\"'\"''"
+    # The step's command quotes each parameter for the remote shell, which hands it to the step tool whole.
+    command = remote_invocation(script, "layout", 300, 30).replace(f"{TOOLS_DIR}/step", "printf '%s\\n'", 1)
+    words = run_captured(["sh", "-c", command], timeout=10).stdout.splitlines()
+    assert words[:6] == ["storage", "--time-limit", "300", "--kill-after", "30", "STORAGE_PATH=/x'; reboot; '"]
 
 
-def test_heredoc_delimiter_cannot_be_smuggled() -> None:
-    with pytest.raises(ValueError, match="delimiter"):
-        heredoc_file("/x", "a\nVLLM_FLEET_EOF\nrm -rf /\n", "0644")
+@pytest.mark.parametrize("name", STACKS)
+def test_a_steps_command_is_one_call_of_the_step_tool_with_its_parameters(name: str) -> None:
+    """What pulumi-command echoes back whole when a step fails: the step tool, the step's name and its
+    parameters, one to a line (the body, which the host package ships, is not in it)."""
+    for file_name, script in rendered_scripts(name).items():
+        command = remote_invocation(script, file_name, 600, 30)
+        if file_name in ("tools.sh", "tools-delete.sh") or file_name.startswith("preflight-"):
+            assert command.startswith("timeout --kill-after=30 600 bash -c "), file_name  # before the tools exist
+            continue
+        assert isinstance(script, Script) and script.step is not None, file_name
+        head = f"{TOOLS_DIR}/step {script.step} --time-limit 600 --kill-after 30 \\\n"
+        assert command.startswith(head), command[:200]
+        assert "set -euo pipefail" not in command and "readonly " not in command, file_name
 
 
 def test_remote_invocation_passes_stdin_and_stops_at_its_time_limit(tmp_path: Path) -> None:
@@ -390,9 +380,10 @@ def test_the_host_package_installs_and_every_tool_runs_from_it(tmp_path: Path) -
     tools_dir.mkdir()
     install_host_package(tools_dir)
     modules = sorted(f"host/{p.name}" for p in (ROOT / "host").glob("*.py"))
+    bodies = sorted(f"host/steps/{p.name}" for p in (ROOT / "host" / "steps").glob("*.sh"))
     with zipfile.ZipFile(tools_dir / BUNDLE_NAME) as bundle:
-        # Each module with its bytecode, compiled by the python3 that installed it.
-        assert sorted(bundle.namelist()) == sorted([*modules, *(f"{m}c" for m in modules)])
+        # Each module with its bytecode, compiled by the python3 that installed it; the steps' scripts as they are.
+        assert sorted(bundle.namelist()) == sorted([*modules, *(f"{m}c" for m in modules), *bodies])
     assert sorted(p.name for p in tools_dir.iterdir() if p.name not in (BUNDLE_NAME, ".incoming")) == sorted(
         host_bundle.TOOLS
     )
@@ -405,7 +396,7 @@ def test_the_host_package_installs_and_every_tool_runs_from_it(tmp_path: Path) -
         'runpy.run_module("host.swap", run_name="__main__", alter_sys=True)\n'
     )
     assert (tools_dir / "swap").stat().st_mode & 0o777 == 0o755
-    for tool in ("swap", "prewarm", "model-sync", "gpu-release-guard", "node-watch", "clean-shm"):
+    for tool in ("swap", "prewarm", "model-sync", "gpu-release-guard", "node-watch", "clean-shm", "step"):
         # Outside the repository, so nothing but the archive can provide the `host` package.
         result = run_captured([sys.executable, str(tools_dir / tool), "--help"], cwd=tmp_path)
         assert result.returncode == 0 and "usage" in result.stdout.lower(), (tool, result.stderr[-500:])
@@ -416,9 +407,10 @@ def test_the_tools_step_refuses_a_missing_or_different_archive_and_removes_month
     names the step that copies it again; the archives of other versions go once a month old."""
     tools_dir = tmp_path / "tools"
     tools_dir.mkdir()
-    script = steps.tools_script().replace(TOOLS_DIR, str(tools_dir))
+    script = steps.tools_script(ARCHIVE_URN).replace(TOOLS_DIR, str(tools_dir))
     missing = run_captured(["bash", "-c", script], cwd=tmp_path)
-    assert missing.returncode == 1 and "is missing" in missing.stderr and "tools-archive" in missing.stderr
+    assert missing.returncode == 1 and "is missing" in missing.stderr
+    assert f"run `pulumi up --replace '{ARCHIVE_URN}'` where the stack is deployed from" in missing.stderr
     incoming = tools_dir / ".incoming" / f"{host_bundle.version()}.pyz"
     incoming.parent.mkdir()
     incoming.write_bytes(host_bundle.archive()[:-100])  # a copy that stopped short
@@ -540,7 +532,7 @@ def test_preflight_refuses_a_host_whose_sshd_offers_no_sftp(tmp_path: Path) -> N
     python = tmp_path / "python"  # the vLLM runtime: no vllm package, the next check's refusal
     python.write_text("#!/bin/sh\necho\n")
     python.chmod(0o755)
-    script = steps.preflight_script(host).replace(host.runtime.python, str(python))
+    script = steps.preflight_script(host, "dev").replace(host.runtime.python, str(python))
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     fake_sshd.write_text("#!/bin/sh\nprintf 'port 22\\npermitrootlogin without-password\\n'\n")
     fake_sshd.chmod(0o755)

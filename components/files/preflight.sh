@@ -43,6 +43,11 @@ if [ "$EXPECTED_GPUS" -gt 0 ]; then
   driver=$(awk -F, 'NR == 1 { gsub(/ /, "", $7); print $7 }' <<<"$gpu_lines")
 fi
 mem_available_kb=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)
+# The host key this stack's steps pin (its fingerprint, or none): the preview's survey reads it back and
+# says when an update pins another one (a rotated key), since each of the host's steps then runs again.
+install -d -m 0755 "$HOST_KEYS_DIR"
+printf '%s\n' "$PINNED_HOST_KEY" >"$HOST_KEYS_DIR/.$STACK.tmp"
+mv -f "$HOST_KEYS_DIR/.$STACK.tmp" "$HOST_KEYS_DIR/$STACK"
 echo "preflight of host $HOST_NAME: vLLM $vllm_version, ${EXPECTED_GPUS} GPU(s) expected, driver ${driver:-none}"
 
 GPU_LINES="$gpu_lines" VLLM_VERSION="$vllm_version" DRIVER="$driver" MEM_KB="$mem_available_kb" "$PYTHON" - <<'PY'

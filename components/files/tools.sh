@@ -8,13 +8,13 @@ set -euo pipefail
 install -d -m 0755 "$TOOLS_DIR"
 if [[ ! -f $INCOMING ]]; then
   echo "the host package $INCOMING is missing: it was removed after the tools-archive step copied it;" \
-    "run 'pulumi up --replace' with that step's URN (pulumi stack --show-urns) to copy it again" >&2
+    "run \`pulumi up --replace '$ARCHIVE_URN'\` where the stack is deployed from, to copy it again" >&2
   exit 1
 fi
 read -r digest _ < <(sha256sum "$INCOMING")
 if [[ $digest != "$VERSION"* ]]; then
   echo "the host package $INCOMING is not version $VERSION (sha256 $digest): a copy that did not finish" \
-    "or another file; run 'pulumi up --replace' with the tools-archive step's URN to copy it again" >&2
+    "or another file; run \`pulumi up --replace '$ARCHIVE_URN'\` where the stack is deployed from, to copy it again" >&2
   exit 1
 fi
 python3 -c "$UNPACK" "$TOOLS_DIR/$BUNDLE" <"$INCOMING" >"$TOOLS_DIR/.$BUNDLE.tmp"

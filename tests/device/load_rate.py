@@ -46,14 +46,36 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 GB = 1e9
 CHUNK = 64 << 20  # read size for raw and O_DIRECT reads; a multiple of any block size
-# Kimi-K2.5 (DeepSeek-V3 architecture) dimensions.
-HIDDEN, VOCAB, Q_LORA, KV_LORA, ROPE, HEADS, NOPE, V_HEAD = 7168, 163840, 1536, 512, 64, 64, 128, 128
-MOE_INTER, EXPERTS, GROUP = 2048, 384, 32
+
+
+@dataclass(frozen=True)
+class Dims:
+    """A DeepSeek-V3-architecture model's dimensions (KIMI: Kimi-K2.5's). Smaller ones make a checkpoint of
+    the same names and shapes in a few MB (the CPU tests of tp8_load.py)."""
+
+    hidden: int
+    vocab: int
+    q_lora: int
+    kv_lora: int
+    rope: int
+    heads: int
+    nope: int
+    v_head: int
+    moe_inter: int
+    experts: int
+    group: int  # int4 weights' scale group
+
+
+KIMI = Dims(
+    hidden=7168, vocab=163840, q_lora=1536, kv_lora=512, rope=64, heads=64, nope=128, v_head=128,
+    moe_inter=2048, experts=384, group=32,
+)  # fmt: skip
 ITEM = {"BF16": 2, "F32": 4, "I32": 4}
 Tensor = tuple[str, str, list[int]]  # name, safetensors dtype, shape
 
@@ -66,35 +88,35 @@ def safe_open_fn() -> Any:
     return importlib.import_module("safetensors").safe_open
 
 
-def layout() -> Iterator[Tensor]:
+def layout(d: Dims = KIMI) -> Iterator[Tensor]:
     """Tensors in checkpoint order, without end: the embedding, then layer after layer."""
-    yield "model.embed_tokens.weight", "BF16", [VOCAB, HIDDEN]
+    yield "model.embed_tokens.weight", "BF16", [d.vocab, d.hidden]
     layer = 0
     while True:
         p = f"model.layers.{layer}."
-        yield p + "input_layernorm.weight", "BF16", [HIDDEN]
-        yield p + "self_attn.q_a_proj.weight", "BF16", [Q_LORA, HIDDEN]
-        yield p + "self_attn.q_a_layernorm.weight", "BF16", [Q_LORA]
-        yield p + "self_attn.q_b_proj.weight", "BF16", [HEADS * (NOPE + ROPE), Q_LORA]
-        yield p + "self_attn.kv_a_proj_with_mqa.weight", "BF16", [KV_LORA + ROPE, HIDDEN]
-        yield p + "self_attn.kv_a_layernorm.weight", "BF16", [KV_LORA]
-        yield p + "self_attn.kv_b_proj.weight", "BF16", [HEADS * (NOPE + V_HEAD), KV_LORA]
-        yield p + "self_attn.o_proj.weight", "BF16", [HIDDEN, HEADS * V_HEAD]
-        yield p + "post_attention_layernorm.weight", "BF16", [HIDDEN]
-        yield p + "mlp.gate.weight", "BF16", [EXPERTS, HIDDEN]
-        yield p + "mlp.gate.e_score_correction_bias", "F32", [EXPERTS]
+        yield p + "input_layernorm.weight", "BF16", [d.hidden]
+        yield p + "self_attn.q_a_proj.weight", "BF16", [d.q_lora, d.hidden]
+        yield p + "self_attn.q_a_layernorm.weight", "BF16", [d.q_lora]
+        yield p + "self_attn.q_b_proj.weight", "BF16", [d.heads * (d.nope + d.rope), d.q_lora]
+        yield p + "self_attn.kv_a_proj_with_mqa.weight", "BF16", [d.kv_lora + d.rope, d.hidden]
+        yield p + "self_attn.kv_a_layernorm.weight", "BF16", [d.kv_lora]
+        yield p + "self_attn.kv_b_proj.weight", "BF16", [d.heads * (d.nope + d.v_head), d.kv_lora]
+        yield p + "self_attn.o_proj.weight", "BF16", [d.hidden, d.heads * d.v_head]
+        yield p + "post_attention_layernorm.weight", "BF16", [d.hidden]
+        yield p + "mlp.gate.weight", "BF16", [d.experts, d.hidden]
+        yield p + "mlp.gate.e_score_correction_bias", "F32", [d.experts]
         projections = (
-            ("gate_proj", MOE_INTER, HIDDEN),
-            ("up_proj", MOE_INTER, HIDDEN),
-            ("down_proj", HIDDEN, MOE_INTER),
+            ("gate_proj", d.moe_inter, d.hidden),
+            ("up_proj", d.moe_inter, d.hidden),
+            ("down_proj", d.hidden, d.moe_inter),
         )
         for proj, rows, cols in projections:
             yield p + f"mlp.shared_experts.{proj}.weight", "BF16", [rows, cols]
-        for expert in range(EXPERTS):
+        for expert in range(d.experts):
             for proj, rows, cols in projections:
                 q = p + f"mlp.experts.{expert}.{proj}."
                 yield q + "weight_packed", "I32", [rows, cols // 8]
-                yield q + "weight_scale", "BF16", [rows, cols // GROUP]
+                yield q + "weight_scale", "BF16", [rows, cols // d.group]
                 yield q + "weight_shape", "I32", [2]
         layer += 1
 
@@ -538,6 +560,35 @@ def host_facts(directory: Path) -> dict[str, Any]:
     }
 
 
+class Steps:
+    """A device script's record, rewritten to `out` after each step, so a run cut short still says what it
+    measured; a step that would end past the budget is skipped, one that raises is recorded with its
+    traceback (load_rate.py and tp8_load.py)."""
+
+    def __init__(self, record: dict[str, Any], out: Path, began: float, budget_s: float, echo: int = 600) -> None:
+        self.record, self.out, self.began, self.budget_s, self.echo = record, out, began, budget_s, echo
+
+    def left(self) -> float:
+        return self.began + self.budget_s - time.monotonic()
+
+    def save(self) -> None:
+        self.record["elapsed_s"] = round(time.monotonic() - self.began, 1)
+        self.out.write_text(json.dumps(self.record, indent=1) + "\n")
+
+    def step(self, key: str, run: Callable[[], Any], estimate_s: float = 0.0) -> Any:
+        if estimate_s > self.left():
+            self.record[key] = {"skipped": f"past the {self.budget_s:.0f} s budget (estimated {estimate_s:.0f} s)"}
+        else:
+            print(f"[{time.monotonic() - self.began:6.1f} s] {key}", flush=True)
+            try:
+                self.record[key] = run()
+            except Exception:
+                self.record[key] = {"error": traceback.format_exc()}
+        self.save()
+        print(f"    {json.dumps(self.record[key])[: self.echo]}", flush=True)
+        return self.record[key]
+
+
 def rate(copied: int, seconds: float) -> float:
     return round(copied / GB / seconds, 3)
 
@@ -574,22 +625,8 @@ def main() -> int:
     }
     out = Path(args.out)
 
-    def save() -> None:
-        report["elapsed_s"] = round(time.monotonic() - began, 1)
-        out.write_text(json.dumps(report, indent=1) + "\n")
-
-    def step(key: str, run: Callable[[], Any], estimate_s: float = 0.0) -> Any:
-        if time.monotonic() + estimate_s > began + args.budget_s:
-            report[key] = {"skipped": f"past the {args.budget_s:.0f} s budget (estimated {estimate_s:.0f} s)"}
-        else:
-            print(f"[{time.monotonic() - began:6.1f} s] {key}", flush=True)
-            try:
-                report[key] = run()
-            except Exception:
-                report[key] = {"error": traceback.format_exc()}
-        save()
-        print(f"    {json.dumps(report[key])[:600]}", flush=True)
-        return report[key]
+    steps = Steps(report, out, began, args.budget_s)
+    save, step = steps.save, steps.step
 
     step("host", lambda: host_facts(directory))
     step("h2d_ceilings", h2d_ceilings)

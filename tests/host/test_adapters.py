@@ -156,13 +156,13 @@ def test_an_engine_starting_loads_only_what_fits_its_model(tmp_path: Path) -> No
 
 def test_survey_reports_drift_both_ways(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     directory = state(tmp_path)
-    assert adapters.survey_entry(directory) is None  # no adapters file: a deployment without adapters
+    assert adapters.adapter_state(directory) is None  # no adapters file: a deployment without adapters
     adapters.write_wanted(directory / "adapters.json", [wanted(tmp_path, "one")])
     fake = FakeVllm({"by-hand": "/tmp/x"})
     monkeypatch.setattr(adapters, "serving_engine", lambda _state: Engine("http://127.0.0.1:18001", fake.fetch))
-    entry = adapters.survey_entry(directory)
-    assert entry is not None and entry["wanted"] == {"one": "r1"} and entry["loaded"] == ["by-hand"]
-    assert entry["drift"] == [
+    entry = adapters.adapter_state(directory)
+    assert entry is not None and entry.wanted == {"one": "r1"} and entry.loaded == ("by-hand",)
+    assert entry.drift == (
         "adapter by-hand is loaded but not wanted (loaded by hand?)",
         "adapter one is wanted but not loaded",
-    ]
+    )

@@ -15,6 +15,7 @@ import pytest
 
 from host import facts
 from host import gpu_release_guard as guard
+from host.contract import ProcessUnit
 from tests.support.paths import FIXTURES, ROOT
 from tests.support.processes import run_captured
 
@@ -93,11 +94,13 @@ def guard_gpu_0(
     unit: str | None = None,
     gpus: set[int] | None = None,
     running: bool = False,
+    managed: bool = False,
     **options: Any,
 ) -> guard.GuardResult:
     """The guard of vllm-new.service waiting for GPU 0 to fall below 1000 MiB, nvidia-smi answered by `smi`
-    and polled every 10 ms. Every holder is in `unit` (None: no unit), which is `running` or not, and uses
-    `gpus` (None: its environment does not say); `options` are the guard's others (stop, settle, ...)."""
+    and polled every 10 ms. Every holder is in `unit` (None: no unit), which is `running` or not and
+    vllm-fleet's (`managed`) or not, and uses `gpus` (None: its environment does not say); `options` are the
+    guard's others (stop, settle, ...)."""
     return guard.guard(
         [0],
         1000,
@@ -106,7 +109,9 @@ def guard_gpu_0(
         run=smi,
         unit_lookup=lambda pid: unit,
         gpus_of=lambda pid: gpus,
-        is_active=lambda u: running,
+        unit_facts=lambda u: ProcessUnit(
+            u, "active" if running else "inactive", managed, "dev.other" if managed else None
+        ),
         log=lambda m: None,
         poll=0.01,
         is_alive=lambda pid: True,
@@ -251,7 +256,7 @@ def judge(unit: str | None, *, running: bool = False, managed: bool = False, **o
         unit=unit,
         gpus={0},
         running=running,
-        is_managed=lambda u: managed,
+        managed=managed,
         describe=lambda pid: "python3 hold.py",
         stop=stop,
         settle=0.0,
@@ -282,15 +287,18 @@ def test_a_loading_unit_counts_as_running_and_is_never_stopped() -> None:
     assert not result.released and "of running unit vllm-other.service" in result.message
 
 
-def test_unit_state_reads_activating_as_running(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_holders_unit_is_read_from_systemd_with_activating_as_running(monkeypatch: pytest.MonkeyPatch) -> None:
     answers = {"activating": True, "active": True, "reloading": True, "inactive": False, "failed": False}
     for state, running in answers.items():
         monkeypatch.setattr(
             subprocess,
             "run",
-            lambda *a, _s=state, **k: subprocess.CompletedProcess(a, 0, stdout=f"{_s}\n", stderr=""),
+            lambda *a, _s=state, **k: subprocess.CompletedProcess(
+                a, 0, stdout=f"ActiveState={_s}\nFragmentPath=\n", stderr=""
+            ),
         )
-        assert guard.unit_is_active("vllm-x.service") is running, state
+        unit = guard.process_unit("vllm-x.service")
+        assert unit.running is running and not unit.managed, state
 
 
 def test_holders_are_attributed_by_gpu_uuid_and_merged_per_process() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from host.contract import Claims, NodeLaunch, NodePlan
+from host.contract import Claims, NodeLaunch, NodePlan, Survey
 from host.judgement import judge_node
 from host.node import keep_launches
 
@@ -47,7 +47,7 @@ def test_the_nodes_own_engine_on_its_gpus_is_no_conflict() -> None:
         "units": [unit(PLAN.unit_name, owner="prod.across")],
         "gpuHolders": [holder(10, PLAN.unit_name, [0, 1])],
     }
-    assert judge_node(PLAN, found, {}) == []
+    assert judge_node(PLAN, Survey.from_dict(found), {}) == []
 
 
 def test_what_holds_or_waits_for_the_nodes_gpus_refuses_naming_the_node_and_the_fix() -> None:
@@ -66,7 +66,7 @@ def test_what_holds_or_waits_for_the_nodes_gpus_refuses_naming_the_node_and_the_
         ],
     }
     others = {"prod.batch": Claims(frozenset({1}), frozenset(), frozenset())}
-    problems = judge_node(PLAN, found, others)
+    problems = judge_node(PLAN, Survey.from_dict(found), others)
     where = "node 1 of deployment 'across' on host 'gpu-2'"
     assert all(p.startswith(where) for p in problems), problems
     text = "\n".join(problems)
@@ -81,7 +81,7 @@ def test_what_holds_or_waits_for_the_nodes_gpus_refuses_naming_the_node_and_the_
 
 def test_a_process_of_no_unit_is_left_to_the_release_guard_when_the_stack_says_stop() -> None:
     plan = NodePlan(**{**PLAN.__dict__, "foreign_gpu_processes": "stop"})
-    assert judge_node(plan, {"gpuHolders": [holder(13, None, [1])]}, {}) == []
+    assert judge_node(plan, Survey.from_dict({"gpuHolders": [holder(13, None, [1])]}), {}) == []
 
 
 def test_activation_keeps_the_new_launch_and_the_one_the_engine_runs(tmp_path: Path) -> None:

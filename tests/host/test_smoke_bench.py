@@ -148,8 +148,8 @@ def test_the_report_reads_the_load_before_the_benchmark_and_the_rest_while_it_ru
             }
         ]
     }
-    found = status.report(spec, with_bench=True)["deployments"]["dev.chat"]
-    assert found["metrics"] == {"running": 0.0}, "read before the benchmark's own requests"
-    assert found["bench"]["requests"] == 4 and len(StandInEngine.bodies) == 4, found
+    found = status.report(spec, with_bench=True).deployments["dev.chat"]
+    assert found.metrics == {"running": 0.0}, "read before the benchmark's own requests"
+    assert found.bench is not None and found.bench["requests"] == 4 and len(StandInEngine.bodies) == 4, found
     assert seen_while_benchmarking == [True], "the facts are read while the benchmark runs, not after it"
-    assert found["vllmVersion"] == "0.0.0" and found["model"]["state"] == "no manifest"
+    assert found.vllm_version == "0.0.0" and found.model is not None and found.model.describe() == "no manifest"

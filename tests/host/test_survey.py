@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from controller import survey as host_survey
-from host import facts, survey
+from controller import assess, client_ids, forecast
+from host import contract, facts, model_files, survey
+from host.contract import Listener, Memory, Survey
 from models.loader import parse_stack_config
 from tests.support.paths import FIXTURES
 
@@ -20,10 +25,10 @@ LISTEN 0      4096            [::1]:8001         [::]:*
 
 def test_parse_ss_lists_each_listener_with_its_pids() -> None:
     assert facts.parse_ss(SS) == [
-        {"address": "0.0.0.0", "port": 8000, "pid": 812},
-        {"address": "127.0.0.1", "port": 22, "pid": 90},
-        {"address": "127.0.0.1", "port": 22, "pid": 91},
-        {"address": "::1", "port": 8001, "pid": 0},
+        Listener(address="0.0.0.0", port=8000, pid=812),
+        Listener(address="127.0.0.1", port=22, pid=90),
+        Listener(address="127.0.0.1", port=22, pid=91),
+        Listener(address="::1", port=8001, pid=0),
     ]
 
 
@@ -53,10 +58,15 @@ BROWNFIELD: dict[str, Any] = {
 }
 
 
+def survey_of(found: dict[str, Any]) -> Survey:
+    """A survey as the controller parses the host's answer."""
+    return Survey.from_dict(copy.deepcopy(found))
+
+
 def judged(dev_raw: dict[str, Any], **deployment: Any) -> tuple[list[str], list[str]]:
     dev_raw["deployments"][0].update(deployment)
     config = parse_stack_config(dev_raw)
-    return host_survey.assess("dev", config.hosts[0], config.resolved_deployments(), copy.deepcopy(BROWNFIELD))
+    return assess.assess("dev", config.hosts[0], config.resolved_deployments(), survey_of(BROWNFIELD))
 
 
 def test_unnamed_units_and_strays_on_the_deployments_port_and_gpus_are_refused(dev_raw: dict[str, Any]) -> None:
@@ -86,7 +96,7 @@ def test_another_deployments_unit_on_the_gpus_is_a_conflict(dev_raw: dict[str, A
     BROWNFIELD_OTHER["units"][0].update(managed=True, owner="prod.primary")
     dev_raw["deployments"][0]["gpus"] = [0]
     config = parse_stack_config(dev_raw)
-    errors, _ = host_survey.assess("dev", config.hosts[0], config.resolved_deployments(), BROWNFIELD_OTHER)
+    errors, _ = assess.assess("dev", config.hosts[0], config.resolved_deployments(), survey_of(BROWNFIELD_OTHER))
     assert any("a unit of deployment prod.primary" in e for e in errors), errors
 
 
@@ -100,7 +110,7 @@ def test_the_deployments_own_units_are_not_conflicts(dev_raw: dict[str, Any], un
         "gpuHolders": [{"pid": 5, "gpus": [0], "unit": "vllm-old.service"}],
     }
     config = parse_stack_config(dev_raw)
-    assert host_survey.assess("dev", config.hosts[0], config.resolved_deployments(), found) == ([], [])
+    assert assess.assess("dev", config.hosts[0], config.resolved_deployments(), survey_of(found)) == ([], [])
 
 
 def test_gpus_held_by_others_are_a_note_while_enough_of_the_deployments_gpus_are_free(dev_raw: dict[str, Any]) -> None:
@@ -108,7 +118,7 @@ def test_gpus_held_by_others_are_a_note_while_enough_of_the_deployments_gpus_are
     found["listeners"] = []
     dev_raw["deployments"][0]["gpus"] = [0, 1]
     config = parse_stack_config(dev_raw)
-    errors, notes = host_survey.assess("dev", config.hosts[0], config.resolved_deployments(), found)
+    errors, notes = assess.assess("dev", config.hosts[0], config.resolved_deployments(), survey_of(found))
     assert errors == []
     assert any(
         "GPU 0 of vllm-fleet:deployments[chat].gpus is held by PID 901 (VLLM::stray)" in n
@@ -127,7 +137,7 @@ def test_the_front_door_on_the_deployments_port_is_its_own(dev_raw: dict[str, An
         "gpuHolders": [],
     }
     config = parse_stack_config(dev_raw)
-    errors, _ = host_survey.assess("dev", config.hosts[0], config.resolved_deployments(), found)
+    errors, _ = assess.assess("dev", config.hosts[0], config.resolved_deployments(), survey_of(found))
     assert errors == [
         "host 'sandbox', deployment 'chat': port 28000, one of its engine ports "
         "(vllm-fleet:deployments[chat].backendPorts), is held by PID 41 (jupyter) of jupyter.service, which this "
@@ -148,8 +158,8 @@ def serving(unit: str, gpus: list[int], last: float | None = None) -> dict[str, 
 def test_preview_forecasts_blue_green_when_the_other_gpu_is_free(dev_raw: dict[str, Any]) -> None:
     dev_raw["deployments"][0]["model"] = "tiny-chat-b"
     config = parse_stack_config(dev_raw)
-    (line,) = host_survey.forecasts(
-        "dev", config.hosts[0], config.resolved_deployments(), serving("vllm-tiny-chat-a.service", [0])
+    (line,) = forecast.forecasts(
+        "dev", config.hosts[0], config.resolved_deployments(), survey_of(serving("vllm-tiny-chat-a.service", [0]))
     )
     assert "from vllm-tiny-chat-a.service to vllm-tiny-chat-b.service will run blue/green" in line
     assert "GPU 1 free beside vllm-tiny-chat-a.service" in line and line.endswith("expected downtime 0 s")
@@ -160,21 +170,21 @@ def test_preview_forecasts_stop_start_with_the_last_measured_start(dev_raw: dict
     found = serving("vllm-tiny-chat-a.service", [0], last=24.3)
     found["gpuHolders"].append({"pid": 9, "gpus": [1], "unit": "gpu-taker.service"})
     config = parse_stack_config(dev_raw)
-    (line,) = host_survey.forecasts("dev", config.hosts[0], config.resolved_deployments(), found)
+    (line,) = forecast.forecasts("dev", config.hosts[0], config.resolved_deployments(), survey_of(found))
     assert "will run stop-then-start" in line and "GPU 1 held by other processes" in line
     assert "expected downtime about 24 s (the last start of this deployment here took 24.3 s)" in line
     # No swap, no forecast.
     dev_raw["deployments"][0]["model"] = "tiny-chat-a"
     config = parse_stack_config(dev_raw)
-    assert host_survey.forecasts("dev", config.hosts[0], config.resolved_deployments(), found) == []
+    assert forecast.forecasts("dev", config.hosts[0], config.resolved_deployments(), survey_of(found)) == []
 
 
 def test_a_checkpoint_the_ram_cannot_hold_is_named(prod_raw: dict[str, Any]) -> None:
     config = parse_stack_config(prod_raw)
     (rd,) = [r for r in config.resolved_deployments() if r.model.size_gb > 500]
-    notes = host_survey.memory_notes(rd, {"memory": {"totalMib": 512 * 1024, "availableMib": 400 * 1024}})
+    notes = forecast.memory_notes(rd, Survey(memory=Memory(512 * 1024, 400 * 1024)))
     assert len(notes) == 1 and "over 90% of the host's 512 GiB RAM" in notes[0], notes
-    assert host_survey.memory_notes(rd, {"memory": {"totalMib": 2048 * 1024, "availableMib": 1900 * 1024}}) == []
+    assert forecast.memory_notes(rd, Survey(memory=Memory(2048 * 1024, 1900 * 1024))) == []
 
 
 def test_an_enabled_hand_made_unit_that_would_claim_the_port_at_boot_refuses(dev_raw: dict[str, Any]) -> None:
@@ -182,18 +192,18 @@ def test_an_enabled_hand_made_unit_that_would_claim_the_port_at_boot_refuses(dev
     launch = facts.vllm_launch(
         ["/root/ml-env/bin/python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "/shared/glm5"], {}
     )
-    assert launch is not None and launch["port"] == 8000 and launch["gpus"] is None
-    assert launch["servedNames"] == ["/shared/glm5"]
+    assert launch is not None and launch.port == 8000 and launch.gpus is None
+    assert launch.served_names == ("/shared/glm5",)
     found = {
         "units": [
             {"name": "vllm-glm5.service", "activeState": "inactive", "enabled": True, "managed": False,
-             "owner": None, "launch": launch},
+             "owner": None, "launch": launch.to_dict()},
         ],
         "listeners": [],
         "gpuHolders": [],
     }  # fmt: skip
     config = parse_stack_config(dev_raw)
-    errors, _ = host_survey.assess("dev", config.hosts[0], config.resolved_deployments(), found)
+    errors, _ = assess.assess("dev", config.hosts[0], config.resolved_deployments(), survey_of(found))
     assert any(
         "vllm-glm5.service is a hand-made vLLM unit, enabled but not running: the next boot starts it and it "
         "claims port 8000 and GPU 0 (it sets no CUDA_VISIBLE_DEVICES)"
@@ -203,11 +213,11 @@ def test_an_enabled_hand_made_unit_that_would_claim_the_port_at_boot_refuses(dev
     ), errors
     # Disabled, or listed under replaces: no obstacle.
     found["units"][0]["enabled"] = False
-    assert host_survey.assess("dev", config.hosts[0], config.resolved_deployments(), found)[0] == []
+    assert assess.assess("dev", config.hosts[0], config.resolved_deployments(), survey_of(found))[0] == []
     found["units"][0]["enabled"] = True
     dev_raw["deployments"][0]["replaces"] = ["vllm-glm5.service"]
     config = parse_stack_config(dev_raw)
-    assert host_survey.assess("dev", config.hosts[0], config.resolved_deployments(), found)[0] == []
+    assert assess.assess("dev", config.hosts[0], config.resolved_deployments(), survey_of(found))[0] == []
 
 
 def test_a_unit_launch_is_read_as_vllm_reads_it() -> None:
@@ -218,30 +228,36 @@ ExecStart=/root/ml-env/bin/vllm serve /shared/minimax-m2.5 \\
 """
     launch = facts.unit_launch(text, {"CUDA_VISIBLE_DEVICES": "4,5"})
     assert launch is not None
-    assert (launch["model"], launch["servedNames"], launch["port"], launch["gpus"], launch["tensorParallel"]) == (
+    assert (launch.model, launch.served_names, launch.port, launch.gpus, launch.tensor_parallel) == (
         "/shared/minimax-m2.5",
-        ["minimax", "MiniMax-M2.5"],
+        ("minimax", "MiniMax-M2.5"),
         8001,
-        [4, 5],
+        (4, 5),
         2,
     )
     assert facts.unit_launch("[Service]\nExecStart=/usr/bin/jupyter lab\n", {}) is None
+
+
+def launch_dict(argv: list[str]) -> dict[str, Any]:
+    launch = facts.vllm_launch(argv, {})
+    assert launch is not None
+    return launch.to_dict()
 
 
 def test_a_take_over_keeps_the_ids_clients_send_and_the_preview_says_so(dev_raw: dict[str, Any]) -> None:
     """The reference server's engine serves its --model path: after the take-over that id still answers."""
     argv = ["/opt/vllm-env/bin/python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "/shared/legacy-a"]
     legacy = {"name": "vllm-legacy.service", "activeState": "active", "enabled": True, "managed": False,
-              "owner": None, "launch": facts.vllm_launch([*argv, "--port", "8000"], {})}  # fmt: skip
-    found = {"units": [legacy], "listeners": [], "gpuHolders": []}
+              "owner": None, "launch": launch_dict([*argv, "--port", "8000"])}  # fmt: skip
+    found: dict[str, Any] = {"units": [legacy], "listeners": [], "gpuHolders": []}
     dev_raw["deployments"][0]["replaces"] = ["vllm-legacy.service"]
     rd = parse_stack_config(dev_raw).resolved_deployments()[0]
-    assert host_survey.client_ids("dev", rd, found) == (["/shared/legacy-a"], ["/shared/legacy-a"])
-    kept = host_survey.with_client_ids("dev", rd, found)
+    assert client_ids.client_ids("dev", rd, survey_of(found)) == (["/shared/legacy-a"], ["/shared/legacy-a"])
+    kept = client_ids.with_client_ids("dev", rd, survey_of(found))
     assert kept.served_model_names == ("chat", "/shared/legacy-a")
-    info, warnings = host_survey.client_id_lines("dev", kept, found)
+    info, warnings = client_ids.client_id_lines("dev", kept, survey_of(found))
     assert warnings == []  # no API keys: the front door asks for none
-    info, warnings = host_survey.client_id_lines("dev", kept, found, asks_key=True)
+    info, warnings = client_ids.client_id_lines("dev", kept, survey_of(found), asks_key=True)
     assert info == [
         "host 'sandbox', deployment 'chat': model ids clients can send on port 8000: today ['/shared/legacy-a']; "
         "after this update ['chat', '/shared/legacy-a']"
@@ -254,24 +270,25 @@ def test_a_take_over_keeps_the_ids_clients_send_and_the_preview_says_so(dev_raw:
     ]
     # The stack says otherwise: the id goes, and the preview warns with the key that keeps it.
     dev_raw["deployments"][0]["alsoServedAs"] = []
-    only = host_survey.with_client_ids("dev", parse_stack_config(dev_raw).resolved_deployments()[0], found)
+    only = client_ids.with_client_ids("dev", parse_stack_config(dev_raw).resolved_deployments()[0], survey_of(found))
     assert only.served_model_names == ("chat",)
-    _, warnings = host_survey.client_id_lines("dev", only, found)
+    _, warnings = client_ids.client_id_lines("dev", only, survey_of(found))
     assert [w for w in warnings if "404" in w] == [
         "host 'sandbox', deployment 'chat': clients that send model id '/shared/legacy-a' get 404 after this update; "
         "add it to vllm-fleet:deployments[chat].alsoServedAs to keep it"
     ]
     # A replaced unit that does not run serves nobody today: it adds no id.
     legacy["activeState"] = "inactive"
-    assert host_survey.client_ids("dev", rd, found) == ([], [])
+    assert client_ids.client_ids("dev", rd, survey_of(found)) == ([], [])
     # After the take-over the managed unit carries the kept id; its own served name is never kept, so a
     # swap to another served name drops it (and the preview warns).
     managed = {"name": "vllm-tiny-chat-a.service", "activeState": "active", "enabled": True, "managed": True,
-               "owner": "dev.chat", "launch": facts.vllm_launch([*argv, "--served-model-name", "old", "/shared/legacy-a"], {})}  # fmt: skip
-    found = {"units": [managed], "active": {"dev.chat": {"unit": "vllm-tiny-chat-a.service"}}}  # type: ignore[dict-item]
-    assert host_survey.client_ids("dev", rd, found) == (["old", "/shared/legacy-a"], ["/shared/legacy-a"])
-    assert host_survey.with_client_ids("dev", rd, found).served_model_names == ("chat", "/shared/legacy-a")
-    _, warnings = host_survey.client_id_lines("dev", host_survey.with_client_ids("dev", rd, found), found)
+               "owner": "dev.chat", "launch": launch_dict([*argv, "--served-model-name", "old", "/shared/legacy-a"])}  # fmt: skip
+    found = {"units": [managed], "active": {"dev.chat": {"unit": "vllm-tiny-chat-a.service"}}}
+    assert client_ids.client_ids("dev", rd, survey_of(found)) == (["old", "/shared/legacy-a"], ["/shared/legacy-a"])
+    assert client_ids.with_client_ids("dev", rd, survey_of(found)).served_model_names == ("chat", "/shared/legacy-a")
+    kept_ids = client_ids.with_client_ids("dev", rd, survey_of(found))
+    _, warnings = client_ids.client_id_lines("dev", kept_ids, survey_of(found))
     assert [w for w in warnings if "'old' get 404" in w], warnings
 
 
@@ -319,3 +336,89 @@ def test_an_answer_without_a_block_per_unit_is_read_again_unit_by_unit(monkeypat
     monkeypatch.setattr(survey, "run", lambda *args: answers[tuple(a for a in args if a.endswith(".service"))])
     shown = survey.unit_properties(["a.service", "b.service"])
     assert shown["a.service"]["ActiveState"] == "active" and shown["b.service"]["ActiveState"] == "inactive"
+
+
+def test_a_survey_crosses_the_wire_as_it_was_read() -> None:
+    """host/survey.py writes Survey.to_dict(); the controller and the swap read it back with from_dict."""
+    launch = facts.vllm_launch(["/opt/v/bin/python3", "-m", "vllm.entrypoints.openai.api_server", "--port", "9"], {})
+    found = Survey.from_dict(
+        {
+            "units": [
+                {"name": "vllm-a.service", "activeState": "active", "subState": "running", "enabled": True,
+                 "managed": True, "owner": "dev.chat", "sha256": "1" * 64, "stagedSha256": "1" * 64,
+                 "envMatchesStaged": True, "launch": launch.to_dict() if launch else None, "mainPid": 5},
+            ],
+            "listeners": [{"address": "0.0.0.0", "port": 9, "pid": 5, "unit": "vllm-a.service", "cmd": "python3"}],
+            "gpuHolders": [
+                {"pid": 5, "gpus": [0], "usedMib": 10, "unit": "vllm-a.service", "cmd": "python3"},
+                {"pid": 6, "gpus": [1], "unit": "jupyter.service", "unitState": "active", "unitManaged": False},
+            ],
+            "gpuCount": 2,
+            "active": {"dev.chat": {"unit": "vllm-a.service", "gpus": [0], "backendPort": 18000, "repairs": 3,
+                                    "adapters": {"wanted": {"x": "r"}, "loaded": ["x"], "repairs": 1, "drift": []}}},
+            "claims": {"dev.chat": {"gpus": [0], "ports": [9], "units": ["vllm-a.service"]}},
+            "memory": {"totalMib": 100, "availableMib": 50},
+            "models": {"/shared/m": {"dir": "/shared/m", "state": "changed", "changed": ["a"], "repairs": {"dev": 2}}},
+            "vllm": {"version": "0.32.0+cpu"},
+            "hostKeys": {"dev": "none", "prod": "SHA256:abc"},
+            "at": 1.5,
+        }
+    )  # fmt: skip
+    assert Survey.from_dict(json.loads(json.dumps(found.to_dict()))) == found
+    # A holder's unit from the survey's units when the entry does not say; from the entry otherwise.
+    assert found.gpu_holders[0].unit == found.units[0].process_unit
+    assert found.gpu_holders[1].unit is not None and found.gpu_holders[1].unit.running
+    assert found.deployment("dev.chat").record == contract.ActiveRecord("vllm-a.service", gpus=(0,), backend_port=18000)
+    assert found.deployment("dev.other").record is None and found.running("vllm-a.service")
+    assert found.host_keys == {"dev": "none", "prod": "SHA256:abc"}
+
+
+def test_a_managed_units_file_and_environment_are_compared_with_what_was_staged(tmp_path: Path) -> None:
+    state, etc = tmp_path / "state", tmp_path / "etc"
+    staged = state / "deployments" / "dev.chat" / "staged"
+    staged.mkdir(parents=True)
+    etc.mkdir()
+    assert survey.staged("dev.chat", "vllm-a.service", str(state), str(etc)) == (None, None)  # nothing staged
+    (staged / "vllm-a.service").write_text("unit\n")
+    (staged / "vllm-a.env").write_text("HF_TOKEN=x\n")
+    (etc / "vllm-a.env").write_text("HF_TOKEN=x\n")
+    digest = hashlib.sha256(b"unit\n").hexdigest()
+    assert survey.staged("dev.chat", "vllm-a.service", str(state), str(etc)) == (digest, True)
+    (etc / "vllm-a.env").write_text("HF_TOKEN=edited\n")
+    assert survey.staged("dev.chat", "vllm-a.service", str(state), str(etc)) == (digest, False)
+    assert survey.staged(None, "vllm-a.service", str(state), str(etc)) == (None, None)
+
+
+def test_a_model_directory_is_judged_by_its_manifest_and_its_repairs_live_in_the_hosts_state(tmp_path: Path) -> None:
+    model, state = tmp_path / "m", tmp_path / "state"
+    assert model_files.model_state(model, state) == contract.ModelFiles(str(model), contract.MODEL_NO_MANIFEST)
+    model.mkdir()
+    for name in ("a.safetensors", "b.safetensors"):
+        (model / name).write_text(name)
+    entries = {name: model_files.stat_entry(model / name) for name in ("a.safetensors", "b.safetensors")}
+    model_files.write_manifest(model, "acme/m", "f" * 40, entries)
+    assert model_files.model_state(model, state).state == contract.MODEL_VERIFIED
+    (model / "b.safetensors").unlink()
+    model_files.record_repairs(state, "dev", model, 2)
+    model_files.record_repairs(state, "e2e", model, 5)
+    model_files.record_repairs(state, "dev", tmp_path / "other", 9)
+    found = model_files.model_state(model, state)
+    assert (found.state, found.changed, found.repairs) == (
+        contract.MODEL_CHANGED,
+        ("b.safetensors",),
+        {"dev": 2, "e2e": 5},
+    )
+    assert found.describe() == "changed: b.safetensors"
+    # Deleted whole: the manifest goes with it, the repairs stay.
+    shutil.rmtree(model)
+    assert model_files.model_state(model, state).repairs == {"dev": 2, "e2e": 5}
+
+
+def test_the_survey_reports_the_key_each_stack_pinned(tmp_path: Path) -> None:
+    """What each stack's preflight recorded (host/contract.HOST_KEYS_DIR), by stack; a record being written
+    (its dot-named temporary) is not one, and a host without the directory has none."""
+    (tmp_path / "prod").write_text("SHA256:abc\n")
+    (tmp_path / "dev").write_text("none\n")
+    (tmp_path / ".prod.tmp").write_text("SHA256:half")
+    assert contract.pinned_host_keys(str(tmp_path)) == {"dev": "none", "prod": "SHA256:abc"}
+    assert contract.pinned_host_keys(str(tmp_path / "absent")) == {}

@@ -266,9 +266,22 @@ class World:
             front_door_dir=self.front_door_dir,
         )
 
+    def surveyed(self) -> dict[str, object]:
+        """What host/survey.py would report on this host: `found`, its vllm units as systemd holds them now."""
+        units = {u["name"]: dict(u) for u in self.found.get("units", [])}  # type: ignore[attr-defined]
+        for name, fake in self.systemd.units.items():
+            if not name.startswith("vllm-") or name == contract.FRONT_DOOR_UNIT:
+                continue
+            text = self.systemd.on_disk(name) or ""
+            entry = units.setdefault(name, {"name": name, "managed": contract.is_managed(text)})
+            entry.update(activeState=fake.state, enabled=fake.enabled)
+            if contract.is_managed(text):
+                entry["owner"] = contract.managed_owner(text)
+        return {**self.found, "units": list(units.values())}
+
     def run(self, plan: contract.Plan) -> contract.Result:
         # What host/survey.py would report on this host, as the transaction reads it.
-        (self.tools / "survey").write_text(f"import json\nprint(json.dumps({self.found!r}))\n")
+        (self.tools / "survey").write_text(f"import json\nprint(json.dumps({self.surveyed()!r}))\n")
         transaction = self.transaction(plan)
         result = transaction.run()
         transaction.after_result()  # as run_transaction does once the result is written
@@ -469,6 +482,29 @@ def test_a_unit_that_serves_or_loads_this_configuration_is_left_alone(tmp_path: 
     assert world.systemd.verbs("vllm-new.service") == []
     # Nothing to load, so nothing to pre-warm: on the reference server that would read 547 GB again.
     assert not any("prewarm:" in line for line in world.lines), world.lines
+
+
+def test_drift_that_needs_no_restart_is_repaired_in_place_and_a_looping_engine_restarts(tmp_path: Path) -> None:
+    """What the activation does when the preview counted drift: a unit disabled by hand is enabled again
+    while its engine keeps serving; one waiting to restart after its start failed (its model check refused)
+    is started now, not at systemd's next try; one edited by hand restarts with the staged file."""
+    world = World(tmp_path)
+    plan = world.plan()
+    assert world.run(plan).status == "succeeded"
+    unit = world.systemd.units["vllm-new.service"]
+    unit.enabled = False
+    world.systemd.calls.clear()
+    result = world.run(plan)
+    assert result.status == "unchanged" and unit.enabled and unit.state == "active"
+    assert ("systemctl", "enable", "--quiet", "vllm-new.service") in world.systemd.calls
+    assert "stop" not in world.systemd.verbs("vllm-new.service")
+    assert any("was disabled: enabled again" in line for line in world.lines)
+    unit.state, unit.sub_state = "activating", "auto-restart"
+    assert world.run(plan).status == "succeeded" and unit.state == "active"
+    assert "start" in world.systemd.verbs("vllm-new.service")
+    (world.unit_dir / "vllm-new.service").write_text("# edited by hand\n")
+    assert world.run(plan).status == "succeeded"
+    assert (world.unit_dir / "vllm-new.service").read_text().startswith(contract.MANAGED_MARK)
 
 
 def test_claims_of_another_live_deployment_refuse_before_anything_stops(tmp_path: Path) -> None:
@@ -1269,10 +1305,12 @@ def serving_by_hand(world: World, unit: str = "vllm-new.service", argv: list[str
     from host.facts import vllm_launch
 
     world.hand_made(unit)
+    launch = vllm_launch(argv, HAND_MADE_ENV)
+    assert launch is not None
     world.found = {
         "units": [
             {"name": unit, "activeState": "active", "enabled": True, "managed": False, "owner": None,
-             "launch": vllm_launch(argv, HAND_MADE_ENV)},
+             "launch": launch.to_dict()},
         ],
         "listeners": [{"port": 8000, "pid": 4242, "unit": unit, "cmd": "python3 -m vllm..."}],
         "gpuHolders": [{"pid": 4242, "gpus": [0], "unit": unit, "cmd": "python3"}],
@@ -1345,7 +1383,7 @@ def test_a_launch_that_differs_is_taken_over_by_stop_then_start_naming_each_diff
     )
     old = None
     found = world.found
-    judged = judgement.judge(plan, found, {}, lambda u: u == "vllm-new.service", old, launch_of(plan))
+    judged = judgement.judge(plan, contract.Survey.from_dict(found), {}, old, launch_of(plan))
     assert judged.adoption is not None and not judged.adoption.in_place
     assert judged.decision.mode == "stop-start"
     assert "it sets --gpu-memory-utilization 0.95, the stack does not" in judged.adoption.differences
@@ -1354,7 +1392,7 @@ def test_a_launch_that_differs_is_taken_over_by_stop_then_start_naming_each_diff
     assert result.status == "succeeded" and "stop" in world.systemd.verbs("vllm-new.service")
 
 
-def launch_of(plan: contract.Plan) -> dict[str, object] | None:
+def launch_of(plan: contract.Plan) -> contract.Launch | None:
     from host.facts import unit_environment, unit_launch
 
     text = (Path(plan.state_dir) / "staged" / plan.unit_name).read_text()
@@ -1370,14 +1408,14 @@ def test_adoption_judges_unit_name_port_gpus_model_and_flag_spellings(tmp_path: 
     plan = world.plan()
     (Path(plan.state_dir) / "staged" / plan.unit_name).write_text(managed_unit(plan.unit_name))
     wanted = launch_of(plan)
-    judged = judgement.judge(plan, world.found, {}, lambda u: True, None, wanted)
+    judged = judgement.judge(plan, contract.Survey.from_dict(world.found), {}, None, wanted)
     assert judged.adoption is not None and judged.adoption.differences == (), judged.adoption
     assert judged.decision.mode == "adopt" and judged.conflicts == []
     # Another unit name, port, all GPUs (no CUDA_VISIBLE_DEVICES) and other model files each differ.
     serving_by_hand(world, unit="vllm-legacy.service", argv=[*HAND_MADE_ARGV[:4], "/shared/other", "--port", "9000"])
     world.found["units"][0]["launch"]["gpus"] = None  # type: ignore[index]
     other = world.plan(replaces=("vllm-legacy.service",))
-    judged = judgement.judge(other, world.found, {}, lambda u: True, None, wanted)
+    judged = judgement.judge(other, contract.Survey.from_dict(world.found), {}, None, wanted)
     assert judged.adoption is not None
     text = " | ".join(judged.adoption.differences)
     assert "set vllm-fleet:deployments[chat].unitName: vllm-legacy" in text
@@ -1386,7 +1424,7 @@ def test_adoption_judges_unit_name_port_gpus_model_and_flag_spellings(tmp_path: 
     assert "it serves the model files in /shared/other, the stack those in /shared/m" in text
     # Once vllm-fleet serves the deployment there is nothing to adopt.
     record = contract.ActiveRecord("vllm-new.service", "chat", 8000, (0,), 18000)
-    assert judgement.adoption(plan, world.found, wanted, record) is None
+    assert judgement.adoption(plan, contract.Survey.from_dict(world.found), wanted, record) is None
 
 
 def test_after_an_adoption_a_swap_away_and_back_leaves_no_adopted_launch_behind(tmp_path: Path) -> None:

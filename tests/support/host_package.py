@@ -6,6 +6,9 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+# The URN the tools step's advice names for the copy (components/host.py renders the stack's).
+ARCHIVE_URN = "urn:pulumi:dev::vllm-fleet::vllm-fleet:index:GpuHost$command:remote:CopyToRemote::sandbox-tools-archive"
+
 
 def install_host_package(tools_dir: Path) -> subprocess.CompletedProcess[str]:
     """Copy the archive to tools_dir's incoming folder (the tools-archive step's part) and run the tools
@@ -17,5 +20,5 @@ def install_host_package(tools_dir: Path) -> subprocess.CompletedProcess[str]:
     incoming = Path(host_bundle.incoming_path().replace(TOOLS_DIR, str(tools_dir), 1))
     incoming.parent.mkdir(parents=True, exist_ok=True)
     incoming.write_bytes(host_bundle.archive())
-    script = tools_script().replace(TOOLS_DIR, str(tools_dir))
+    script = tools_script(ARCHIVE_URN).replace(TOOLS_DIR, str(tools_dir))
     return subprocess.run(["bash", "-c", script], check=True, capture_output=True, text=True)

@@ -5,18 +5,17 @@ judges against), the way a preview that reaches the server renders it (controlle
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from controller.checks import host_versions
+from host.contract import Survey
 from models.config import StackConfig
 from tests.support.paths import ROOT
 
 SURVEY_FILE = ROOT / "tests" / "fixtures" / "reference-server" / "survey.json"
 
 
-def surveys() -> dict[str, Any]:
-    found: dict[str, Any] = json.loads(SURVEY_FILE.read_text())
-    return found
+def surveys() -> dict[str, Survey]:
+    return {name: Survey.from_dict(found) for name, found in json.loads(SURVEY_FILE.read_text()).items()}
 
 
 def as_surveyed(config: StackConfig) -> StackConfig:

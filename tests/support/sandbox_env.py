@@ -320,7 +320,24 @@ def fleet_config(models: dict[str, Any]) -> dict[str, Any]:
     raw["vllm-fleet:hfEndpoint"] = MIRROR_URL
     raw["vllm-fleet:sshPrivateKeyFile"] = str(SSH_KEY)
     raw["vllm-fleet:models"] = models
+    # The hosts' keys from a known_hosts file, as a fleet keeps them: the steps and the survey refuse a host
+    # whose key is not its own.
+    raw["vllm-fleet:knownHostsFile"] = str(known_hosts_file([h["name"] for h in raw["vllm-fleet:hosts"]]))
     return raw
+
+
+def state_dir(host: str) -> Path:
+    """Where sandbox/host.sh keeps a host's state and its client files (ssh/known_hosts)."""
+    return ROOT / (".sandbox" if host == "sandbox" else f".sandbox-{host}")
+
+
+def known_hosts_file(hosts: Sequence[str], path: Path = ROOT / ".run" / "known_hosts.fleet") -> Path:
+    """One known_hosts file of the sandbox `hosts`' keys (each host's own, as sandbox/host.sh `up` wrote its
+    ssh/known_hosts: `[127.0.0.1]:PORT TYPE KEY`), written at `path` and returned."""
+    text = "".join((state_dir(host) / "ssh" / "known_hosts").read_text() for host in hosts)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
 
 
 def with_tls(config: dict[str, Any], metrics_from: str) -> None:

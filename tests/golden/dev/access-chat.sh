@@ -24,4 +24,4 @@ deny all;
 '
 readonly CERTIFICATE=''
 readonly SUMMARY='TLS off, /metrics from 127.0.0.1/32'
-# <the body of components/files/access.sh after line 1: 59 lines, 2978 bytes, sha256 513c1f43595ee7b364a13ba90f0a09f220b7b0366ac00c40e120ac5d8aa32121>
+# <the body of host/steps/access.sh after line 1: 59 lines, 2978 bytes, sha256 513c1f43595ee7b364a13ba90f0a09f220b7b0366ac00c40e120ac5d8aa32121>

@@ -6,4 +6,4 @@ readonly KEYS_FILE=/etc/vllm-fleet/frontdoor/keys/fleet.chat-1.conf
 readonly FRONT_DOOR_DIR=/etc/vllm-fleet/frontdoor
 readonly FRONT_DOOR_UNIT=vllm-fleet-frontdoor.service
 readonly SITE=/etc/vllm-fleet/frontdoor/sites/fleet.chat-1.conf
-# <the body of components/files/access-delete.sh after line 1: 14 lines, 663 bytes, sha256 92572a80f3086c095d7ed1e7d950445fe32fac9e7e06d65ebe74b769b893c300>
+# <the body of host/steps/access-delete.sh after line 1: 14 lines, 663 bytes, sha256 92572a80f3086c095d7ed1e7d950445fe32fac9e7e06d65ebe74b769b893c300>

@@ -74,4 +74,4 @@ readonly NODE_PLAN='{
   "tools_dir": "/usr/local/lib/vllm-fleet",
   "unit_name": "vllm-across-node1.service"
 }'
-# <the body of components/files/stage.sh after line 1: 49 lines, 2664 bytes, sha256 b23da7d3e665e5acbff0762608d5f9353a6140f0064d55b521164f069c5d47e5>
+# <the body of host/steps/stage.sh after line 1: 49 lines, 2664 bytes, sha256 b23da7d3e665e5acbff0762608d5f9353a6140f0064d55b521164f069c5d47e5>

@@ -6,4 +6,4 @@ readonly OWNER=root
 KEEP_DIRS=()
 readonly KEEP_DIRS
 readonly KEEP_LIST=/shared/.vllm-fleet-keep.fleet
-# <the body of components/files/storage.sh after line 1: 13 lines, 811 bytes, sha256 a503824c0a270c022abd5633fb8451c2c4fc148363148306b03941143151fa5e>
+# <the body of host/steps/storage.sh after line 1: 13 lines, 811 bytes, sha256 a503824c0a270c022abd5633fb8451c2c4fc148363148306b03941143151fa5e>

@@ -9,4 +9,6 @@ readonly ENDPOINT=''
 readonly PYTHON=/root/ml-env/bin/python3
 readonly TOOLS_DIR=/usr/local/lib/vllm-fleet
 readonly MARGIN_GB=100.0
-# <the body of components/files/download.sh after line 1: 13 lines, 742 bytes, sha256 7d8b98fa219206a54bc2cc22a8aa47e96c4fff3777f7a2995caf7f81341f55de>
+readonly STACK=dev
+readonly REPAIRS=0
+# <the body of host/steps/download.sh after line 1: 15 lines, 1018 bytes, sha256 82b7a547c2330a3074790a4e4d6dba3a3aeac2b90e5095d178c7d6291bf65061>
