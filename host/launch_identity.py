@@ -517,10 +517,11 @@ class Layout:
 
 # A take-over in place: the engine moves behind the front door (address, port) and serves the stack's
 # ids beside its own; its GPUs (CUDA_VISIBLE_DEVICES) are compared as GPUs and its scratch and compile
-# cache are the managed unit's own.
+# cache are the managed unit's own. The Hugging Face token is the stack's download credential (its secret
+# file, staged only by the up that takes over): the managed engine loads verified local files offline.
 ADOPTION = Layout(
     frozenset({"model", "model_tag", "host", "port", "served_model_name"}),
-    frozenset({"CUDA_VISIBLE_DEVICES", "VLLM_CACHE_ROOT", "TMPDIR"}),
+    frozenset({"CUDA_VISIBLE_DEVICES", "VLLM_CACHE_ROOT", "TMPDIR", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"}),
 )
 # A unit of the same deployment rewritten: everything the engine reads is compared.
 SAME_UNIT = Layout(there="now", here="in the new unit", other="the new unit")
