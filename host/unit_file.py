@@ -366,33 +366,3 @@ def launch_change(
     if old.comments != new.comments:
         other.append("its comments")
     return LaunchChange(tuple(launch), tuple(other))
-
-
-def read_by_vllm(
-    python: str, variables: Mapping[str, str] | None = None, cache: str | None = None
-) -> EngineDifferences:
-    """`launch_change`'s comparison of the command line and environment by the host's vLLM (host/
-    launch_identity.py): both launches parsed by `python`'s vLLM (from its cache where it read them
-    before), everything it reads compared. `variables`: what systemd expands in ExecStart= (the
-    placement's port). A command line that is not a vLLM server's, or a Python whose vLLM cannot read
-    it, is compared word for word."""
-    from host import launch_identity as identity
-
-    def differences(
-        old: UnitLaunch, old_env: Mapping[str, str], new: UnitLaunch, new_env: Mapping[str, str]
-    ) -> list[str]:
-        literal = literal_differences(old, old_env, new, new_env)
-        if not literal:
-            return []  # the same words: nothing for vLLM to read (a comment changed), no import
-        before = identity.split_launch(old.exec_start or (), old_env, old.user or "root", variables)
-        after = identity.split_launch(new.exec_start or (), new_env, new.user or "root", variables)
-        if before is None or after is None:
-            return literal
-        try:
-            outcome = identity.parse_with(python, [before, after], cache or identity.PARSED_CACHE)
-        except identity.ParseFailed:
-            # Word for word restarts for every difference vLLM's reading would also find, and more.
-            return literal
-        return identity.differences(outcome.parsed[0], outcome.parsed[1], identity.SAME_UNIT)
-
-    return differences

@@ -37,35 +37,39 @@ def serving(tmp_path: Path) -> tuple[World, Rewrite, contract.ActiveRecord, Path
     return world, part, old, staged / UNIT, staged / "vllm-a.env"
 
 
+# The survey's reading of the engine that serves against the staged unit (host/engine_launch.py, tested on
+# its own): the same launch, and what changes outside it.
+SAME = contract.EngineReading(UNIT, pid=4242, unit_changes=("TimeoutStartSec=", "its comments"))
+
+
 def test_a_comment_and_a_timeout_are_installed_and_reloaded_while_the_engine_serves(tmp_path: Path) -> None:
     world, part, old, staged_unit, staged_env = serving(tmp_path)
     staged_unit.write_text(unit(world, "# the engine, reworded", timeout=600))
-    change = part.launch_change(old, staged_unit, staged_env)
-    assert not change.restart and change.other == ("TimeoutStartSec=", "its comments")
-    result = part.rewrite_in_place(old, staged_unit, staged_env, change, now())
+    result = part.rewrite_in_place(old, staged_unit, staged_env, SAME, now())
     assert result.status == "succeeded" and result.message.startswith(KEEPS_RUNNING), result.message
-    assert "PID 4242 of vllm-a.service serves on" in result.message
+    assert "PID 4242 of vllm-a.service serves on; TimeoutStartSec=, its comments changed" in result.message
     assert (world.unit_dir / UNIT).read_text() == staged_unit.read_text()
     assert ("systemctl", "daemon-reload") in world.systemd.calls
     assert {"stop", "start", "restart"} & set(world.systemd.verbs(UNIT)) == set()
 
 
-def test_a_changed_command_line_or_environment_file_is_a_restart(tmp_path: Path) -> None:
-    world, part, old, staged_unit, staged_env = serving(tmp_path)
-    staged_unit.write_text(unit(world, launch=LAUNCH.replace("--port", "--max-model-len 256 --port")))
-    assert part.launch_change(old, staged_unit, staged_env).restart
-    staged_unit.write_text(unit(world))
-    staged_env.write_text("HF_TOKEN=rotated\n")
-    change = part.launch_change(old, staged_unit, staged_env)
-    assert change.launch == ("HF_TOKEN from its environment file changes (not shown)",)
+def test_the_whole_swap_rewrites_when_the_survey_reads_the_same_launch(tmp_path: Path) -> None:
+    world, part, _old, staged_unit, _env = serving(tmp_path)
+    staged_unit.write_text(unit(world, "# the engine, reworded"))
+    world.systemd.units[UNIT].enabled = False  # disabled by hand meanwhile: enabled again, no restart
+    world.found["readings"] = {"dev.chat": {"unit": UNIT, "pid": 4242, "unitChanges": ["its comments"]}}
+    result = world.run(part.plan)
+    assert result.status == "succeeded" and KEEPS_RUNNING in result.message, result.message
+    assert {"stop", "start", "restart"} & set(world.systemd.verbs(UNIT)) == set()
+    assert world.systemd.units[UNIT].enabled
+    assert any(f"rewriting {UNIT}: {KEEPS_RUNNING}: its comments change" in line for line in world.lines), world.lines
 
 
 def test_an_engine_that_systemd_does_not_keep_gets_its_files_of_before_back(tmp_path: Path) -> None:
     world, part, old, staged_unit, staged_env = serving(tmp_path)
     before = (world.unit_dir / UNIT).read_text()
     staged_unit.write_text(unit(world, "# reworded"))
-    change = part.launch_change(old, staged_unit, staged_env)
     world.systemd.units[UNIT].main_pid = 0  # its engine is gone as the files change
-    result = part.rewrite_in_place(old, staged_unit, staged_env, change, now())
+    result = part.rewrite_in_place(old, staged_unit, staged_env, SAME, now())
     assert result.status == "rolled-back" and "its files of before are back" in result.message
     assert (world.unit_dir / UNIT).read_text() == before

@@ -194,25 +194,3 @@ def test_the_bus_answer_is_read_as_the_unit() -> None:
         "nobody",
         "-~",
     )
-
-
-def test_by_vllm_the_same_flag_spelled_otherwise_is_no_restart(monkeypatch: pytest.MonkeyPatch) -> None:
-    from host import launch_identity
-    from tests.host.test_launch_identity import TABLE, vllm_like_parser
-
-    asked: list[list[launch_identity.Launch]] = []
-
-    def parse_with(python: str, launches: list[launch_identity.Launch], cache: str) -> launch_identity.Outcome:
-        asked.append(launches)
-        read = [launch_identity.parse_launch(launch, "0.32.0", vllm_like_parser, TABLE) for launch in launches]
-        return launch_identity.Outcome("0.32.0", tuple(read), len(read), 1.0)
-
-    monkeypatch.setattr(launch_identity, "parse_with", parse_with)
-    compare = unit_file.read_by_vllm("/opt/vllm-env/bin/python3", {"VLLM_FLEET_BACKEND_PORT": "18000"})
-    head = "[Service]\nEnvironment=VLLM_CPU_KVCACHE_SPACE=1\nExecStart=/opt/vllm-env/bin/python3 -m vllm.entrypoints.openai.api_server "
-    before = head + "--model /m --max-model-len 512 --port ${VLLM_FLEET_BACKEND_PORT}\n"
-    spelled = head + "--model=/m --max-model-len=512 --tensor-parallel-size 1 --port ${VLLM_FLEET_BACKEND_PORT}\n"
-    assert not launch_change(before, spelled, engine_differences=compare).restart
-    assert asked[0][0].args[-1] == "18000"  # the placement's port, as systemd expands it
-    other = launch_change(before, before.replace("512", "256"), engine_differences=compare)
-    assert other.launch == ("--max-model-len is 512 now, 256 in the new unit",)
