@@ -95,10 +95,19 @@ def test_real_engine_previews_prod_without_contacting_it(tmp_path: Path) -> None
         ("vllm-minimax-m25.service", "inactive, disabled"),
     ):
         assert f"takes over {unit} ({state})" in said, unit
-    # Were the stack to pin the preset's attention backend, the take-over could not adopt: it would say
-    # why and what the stop-then-start costs.
+    # Were the stack to pin the preset's attention backend, the take-over could not adopt (the server's vLLM
+    # reads the variable the stack adds): it would say why and what the stop-then-start costs, all eight
+    # GPUs serving Kimi.
     pinned = (ROOT / "Pulumi.prod.yaml").read_text().replace("attentionBackend: null", "attentionBackend: TRITON_MLA")
     (work / "Pulumi.prod.yaml").write_text(pinned)
+    answered = json.loads(Path(env["VLLM_FLEET_SURVEY_FILE"]).read_text())
+    answered["gpu-01"]["readings"]["prod.primary"]["differences"] = [
+        "its environment has no VLLM_ATTENTION_BACKEND, the stack's VLLM_ATTENTION_BACKEND=TRITON_MLA"
+    ]
+    (tmp_path / "pinned-survey.json").write_text(json.dumps(answered))
+    prod = engine.stack(
+        work, tmp_path / "state", "prod", env={**env, "VLLM_FLEET_SURVEY_FILE": str(tmp_path / "pinned-survey.json")}
+    )
     said = " ".join(prod.preview(diff=True).stderr.split())
     assert (
         "cannot adopt vllm-kimi-k25-int4.service (PID 4242) in place, so the take-over stops it and starts the "

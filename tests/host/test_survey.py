@@ -15,6 +15,7 @@ from controller import assess, client_ids, forecast
 from host import contract, facts, model_files, survey
 from host.contract import Listener, Memory, Survey
 from models.loader import parse_stack_config
+from render.units import render_unit
 from tests.support.paths import FIXTURES
 
 SS = """LISTEN 0      4096         0.0.0.0:8000      0.0.0.0:*    users:(("python3",pid=812,fd=21))
@@ -173,10 +174,47 @@ def test_preview_forecasts_stop_start_with_the_last_measured_start(dev_raw: dict
     (line,) = forecast.forecasts("dev", config.hosts[0], config.resolved_deployments(), survey_of(found))
     assert "will run stop-then-start" in line and "GPU 1 held by other processes" in line
     assert "expected downtime about 24 s (the last start of this deployment here took 24.3 s)" in line
-    # No swap, no forecast.
+    # No swap (the unit installed is the stack's, and serves), no forecast.
     dev_raw["deployments"][0]["model"] = "tiny-chat-a"
     config = parse_stack_config(dev_raw)
+    (rd,) = config.resolved_deployments()
+    found["units"][0]["sha256"] = hashlib.sha256(render_unit(rd, "dev").text.encode()).hexdigest()
     assert forecast.forecasts("dev", config.hosts[0], config.resolved_deployments(), survey_of(found)) == []
+
+
+def test_preview_forecasts_each_change_of_the_deployments_own_unit(dev_raw: dict[str, Any]) -> None:
+    """The unit that serves changes (its text differs from the stack's): the survey's reading of its engine
+    decides a rewrite, a restart through the bridge on the free GPU, or, with none free, stop-then-start."""
+    config = parse_stack_config(dev_raw)
+    found = serving("vllm-tiny-chat-a.service", [0], last=24.3)
+    found["units"][0]["sha256"] = "0" * 64
+    same = {"unit": "vllm-tiny-chat-a.service", "unitChanges": ["TimeoutStopSec=", "its comments"]}
+    found["readings"] = {"dev.chat": same}
+
+    def line() -> str:
+        (said,) = forecast.forecasts("dev", config.hosts[0], config.resolved_deployments(), survey_of(found))
+        return said
+
+    assert line() == (
+        "host 'sandbox', deployment 'chat': vllm-tiny-chat-a.service: unit updated, the engine keeps running "
+        "(its launch is unchanged): TimeoutStopSec=, its comments change; expected downtime 0 s"
+    )
+    flag = "--max-model-len is 512 now, 256 in the new unit"
+    found["readings"] = {"dev.chat": {**same, "differences": [flag]}}
+    assert line() == (
+        "host 'sandbox', deployment 'chat': vllm-tiny-chat-a.service restarts with its new launch: its launch "
+        f"changes ({flag}): blue/green through vllm-tiny-chat-a-bridge.service on GPU 1 beside "
+        "vllm-tiny-chat-a.service: two loads, 0 s downtime expected"
+    )
+    found["gpuHolders"].append({"pid": 9, "gpus": [1], "unit": "gpu-taker.service"})
+    said = line()
+    assert "vllm-tiny-chat-a.service will run stop-then-start (its launch changes" in said
+    assert "so it restarts in place: the new launch needs 1 GPU(s) beside it on GPU 0" in said
+    assert said.endswith("expected downtime about 24 s (the last start of this deployment here took 24.3 s)")
+    # The first read of a launch waited for the host's vLLM: said once per host.
+    found["readings"]["dev.chat"]["note"] = "read 2 launch(es) with this host's vLLM 0.32.0 argument parser in 7.1 s"
+    notes = forecast.parser_notes("dev", config.hosts[0], config.resolved_deployments(), survey_of(found))
+    assert notes == ["host 'sandbox': read 2 launch(es) with this host's vLLM 0.32.0 argument parser in 7.1 s"]
 
 
 def test_a_checkpoint_the_ram_cannot_hold_is_named(prod_raw: dict[str, Any]) -> None:
