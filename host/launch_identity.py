@@ -131,7 +131,10 @@ def split_launch(
         if word == "-m" and following == [CLI_MODULE, "serve"]:
             return Launch(tuple(words[:index]), "serve", tuple(words[index + 3 :]), env, user)
         if posixpath.basename(word) == "vllm" and following[:1] == ["serve"]:
-            return Launch(tuple(words[: index + 1]), "serve", tuple(words[index + 2 :]), env, user)
+            # Run by its Python (as the kernel runs a script's `#!` line, which a process's command line
+            # shows): that Python is the interpreter, not the script.
+            interpreter = tuple(words[:index]) or (word,)
+            return Launch(interpreter, "serve", tuple(words[index + 2 :]), env, user)
     return None
 
 

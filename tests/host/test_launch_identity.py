@@ -72,6 +72,9 @@ def test_split_launch_knows_the_three_ways_to_start_the_server() -> None:
     )
     script = identity.split_launch(["/opt/vllm-env/bin/vllm", "serve", "/m"])
     assert script is not None and script.interpreter == ("/opt/vllm-env/bin/vllm",) and script.args == ("/m",)
+    # The same script's process, as the kernel ran its `#!` line: its Python is the interpreter.
+    running = identity.split_launch([PYTHON, "/opt/vllm-env/bin/vllm", "serve", "/m"])
+    assert running is not None and running.interpreter == (PYTHON,) and running.args == ("/m",)
     assert identity.split_launch(["/usr/bin/python3", "-m", "http.server"]) is None
     # The placement's port, as systemd expands it when the unit starts; a variable not set stays as written.
     placed = identity.split_launch(
@@ -96,6 +99,11 @@ def test_the_same_engine_spelled_otherwise_has_no_difference() -> None:
          "CUDA_VISIBLE_DEVICES": "3"},
     )  # fmt: skip
     assert identity.differences(by_hand, stack, ADOPTION) == []
+    # Its process, the script run by the Python of its first line, is the same engine too.
+    running = parsed(
+        [PYTHON, "/opt/vllm-env/bin/vllm", "serve", "/shared/m/", "--max-model-len", "512"], by_hand.environment
+    )
+    assert identity.differences(running, stack, ADOPTION) == []
     # A default written out is left out of what it read; vLLM's table read the variable set to its default.
     assert "tensor_parallel_size" not in stack.values and "gpu_memory_utilization" not in stack.values
     assert by_hand.vllm_read == ("VLLM_ENABLE_V1_MULTIPROCESSING",) and by_hand.vllm_env == {}
