@@ -448,9 +448,12 @@ def judge(plan: Plan, found: Survey, others: Mapping[str, Claims], old: ActiveRe
         decision = decide(plan, old, old_running, busy, replaces_running, reading, hand_made)
     conflicts: list[str] = []
     notes: list[str] = []
-    # In blue/green the new unit starts beside the old one: it is not among what stops. Adopted in place,
-    # the hand-made engine becomes the managed unit's: what it holds is the deployment's own.
-    stopping = {u for u in leaving if decision.mode not in ("blue-green", "port-move") or u != plan.unit_name}
+    # In blue/green the new unit starts beside the old one: it is not among what stops; nor in a port move to
+    # another unit. A port move under the managed unit's own name (`then`: its bridge serves first) stops
+    # that unit, the hand-made engine on the public port, at the move. Adopted in place, the hand-made
+    # engine becomes the managed unit's: what it holds is the deployment's own.
+    beside_it = decision.mode == "blue-green" or (decision.mode == "port-move" and decision.then is None)
+    stopping = {u for u in leaving if not beside_it or u != plan.unit_name}
 
     def stops(unit: str | None) -> bool:
         return unit is not None and (unit in stopping or _owner(found.unit(unit)) == plan.owner)

@@ -1413,6 +1413,21 @@ def test_a_launch_that_differs_is_taken_over_by_stop_then_start_naming_each_diff
     assert result.status == "succeeded" and "stop" in world.systemd.verbs("vllm-new.service")
 
 
+def test_a_launch_that_differs_under_the_managed_name_with_a_gpu_free_is_no_conflict_on_the_port(
+    tmp_path: Path,
+) -> None:
+    # The hand-made engine of the managed unit's name holds the public port itself; GPU 1 is free beside it.
+    # The new engine starts first as the bridge, and the hand-made one leaves the port at the move: its
+    # listener is what the swap stops, not a port the stack does not manage (seen on the seed-replica host).
+    world = World(tmp_path)
+    serving_by_hand(world, argv=[*HAND_MADE_ARGV, "--gpu-memory-utilization", "0.95"], differences=DIFFERS)
+    plan = world.plan(gpus=(0, 1))
+    judged = judgement.judge(plan, contract.Survey.from_dict(world.found), {}, None)
+    assert judged.decision.mode == "port-move" and judged.decision.then is not None, judged.decision
+    assert judged.decision.placement.gpus == (1,) and judged.decision.then.gpus == (0,)
+    assert judged.conflicts == [], judged.conflicts
+
+
 def test_adoption_judges_unit_name_port_gpus_and_the_launch_read_on_the_host(tmp_path: Path) -> None:
     world = World(tmp_path)
     # The survey read the same launch, spelled another way (`vllm serve` with --a=b and underscores).
