@@ -14,22 +14,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from host.contract import Survey, owner_key
-from host.facts import unit_environment, unit_launch
 from host.judgement import Judgement, judge, judge_node
 from models.config import ResolvedDeployment
 from models.hosts import Host
 from render.plan import node_plan, swap_plan
-from render.units import render_unit
 
 
 def judgement(stack: str, rd: ResolvedDeployment, found: Survey) -> Judgement:
     """What the host's swap will decide and refuse for this deployment, from the survey: the same call,
     with the same inputs, that host/transaction.py makes there."""
     old = found.deployment(owner_key(stack, rd.deployment.name)).record
-    # The stack's launch as the host reads the staged unit (host/transaction.py parses the same text).
-    unit_text = render_unit(rd, stack).text
-    wanted = unit_launch(unit_text, unit_environment(unit_text))
-    return judge(swap_plan(rd, stack), found, found.claims, old, wanted)
+    # The survey compared the engine that serves with the launch of the rendered unit (controller/survey.py
+    # asked it), as the swap's survey compares it with the staged one.
+    return judge(swap_plan(rd, stack), found, found.claims, old)
 
 
 def node_conflicts(stack: str, rd: ResolvedDeployment, surveys: Mapping[str, Survey]) -> list[str]:
@@ -85,7 +82,8 @@ def assess(
 
 def adoption_lines(rd: ResolvedDeployment, judged: Judgement) -> list[str]:
     """What a first take-over does with the hand-made engine that serves now: adopts it in place, or
-    stops and starts because its launch differs from the stack's (each difference said)."""
+    replaces it, the new engine first where GPUs are free beside it, else stopping it first, because its
+    launch differs from the stack's (each difference said)."""
     adopted = judged.adoption
     if adopted is None:
         return []
@@ -98,7 +96,9 @@ def adoption_lines(rd: ResolvedDeployment, judged: Judgement) -> list[str]:
             f"Until the next swap it keeps its own launch; the managed launch (serving {list(rd.served_model_names)}) "
             "and the front door (API keys, TLS, metrics allow-list) take effect at the next swap of this deployment"
         ]
-    return [
-        f"cannot adopt {who} in place, so the take-over stops it and starts the managed unit: "
-        + "; ".join(adopted.differences)
-    ]
+    how = (
+        "so the managed engine starts first beside it and the port moves to the front door once it answers"
+        if judged.decision.mode == "port-move"
+        else "so the take-over stops it and starts the managed unit"
+    )
+    return [f"cannot adopt {who} in place, {how}: " + "; ".join(adopted.differences)]

@@ -213,6 +213,8 @@ def check_hosts(stack: Stack) -> tuple[Stack, Repairs]:
             pulumi.log.warn(note)
         for line in forecast.forecasts(stack.name, stack.config, host_config, on_host, found, choices):
             pulumi.log.info(line)
+        for line in forecast.parser_notes(stack.name, host_config, on_host, found):
+            pulumi.log.info(line)
         conflicts += errors
     for rd in resolved:
         conflicts += assess.node_conflicts(stack.name, rd, surveys)

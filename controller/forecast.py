@@ -11,6 +11,7 @@ stack renders an unchanged step."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 
 from controller.assess import judgement
@@ -23,6 +24,7 @@ from models.hosts import Host
 from models.load_choice import LoadChoice, LoadFacts, pick_loader
 from models.vllm_flags import vllm_release
 from render.launch import load_choice, load_strategy_flag
+from render.units import render_unit
 
 # vLLM prefetches on its own only when the checkpoint is at most this share of the available RAM.
 PAGE_CACHE_SHARE = 0.9
@@ -84,12 +86,17 @@ def start_forecast(rd: ResolvedDeployment, found: Survey) -> StartForecast:
 
 def start_comes(stack: str, rd: ResolvedDeployment, found: Survey) -> bool:
     """Whether this update starts the deployment's engine: a first start, a take-over that is no adoption
-    in place, a swap to another unit, or its unit changed (as the host has it installed)."""
+    in place, a swap to another unit, or its unit changed (as the host has it installed) in its launch."""
     state = found.deployment(owner_key(stack, rd.deployment.name))
     if state.unit != rd.unit_name:
         return judgement(stack, rd, found).decision.mode != "adopt"
     installed = found.unit(rd.unit_name)
-    return installed is None or installed.sha256 != applied(rd, stack).unit_sha256
+    if installed is None:
+        return True
+    if installed.sha256 == applied(rd, stack).unit_sha256:
+        return False
+    # Its unit changes: no start where the launch stays and the unit is rewritten under the running engine.
+    return judgement(stack, rd, found).decision.mode != "rewrite"
 
 
 def plan_forecast(stack: str, rd: ResolvedDeployment, found: Survey) -> StartForecastRecord | None:
@@ -102,6 +109,17 @@ def plan_forecast(stack: str, rd: ResolvedDeployment, found: Survey) -> StartFor
 
 
 # ---- the preview's lines -------------------------------------------------------------------------------
+
+
+def parser_notes(stack: str, host: Host, deployments: Sequence[ResolvedDeployment], found: Survey) -> list[str]:
+    """Where the survey waited for the host's vLLM to read a launch it had not read before (the first
+    preview after a change): how long, once per host."""
+    notes = {
+        reading.note
+        for rd in deployments
+        if (reading := found.readings.get(owner_key(stack, rd.deployment.name))) is not None and reading.note
+    }
+    return [f"host {host.name!r}: {note}" for note in sorted(notes)]
 
 
 def memory_notes(rd: ResolvedDeployment, found: Survey) -> list[str]:
@@ -185,15 +203,62 @@ def _swap(stack: str, rd: ResolvedDeployment, found: Survey, choice: LoadChoice 
     ]
     if not active_unit and hand_made:
         old_unit = " and ".join(hand_made)
-    elif not active_unit or active_unit == rd.unit_name:
+    elif not active_unit:
         return None, False
+    elif active_unit == rd.unit_name:
+        return restart_forecast(stack, rd, found, choice)
     else:
         old_unit = active_unit
     decision = judgement(stack, rd, found).decision
     if decision.mode == "adopt":
         return f"the take-over of {old_unit} adopts it in place ({decision.reason}); expected downtime 0 s", False
+    if decision.mode == "port-move":
+        head = f"the swap from {old_unit} to {rd.unit_name} will run new engine first ({decision.reason})"
+        return f"{head}; {PORT_MOVE}; the new engine's start: {_start(rd, found, choice)}", True
+    why = NODES if rd.multi_node else decision.reason
     mode = "blue/green" if decision.mode == "blue-green" else "stop-then-start"
-    head = f"the swap from {old_unit} to {rd.unit_name} will run {mode} ({decision.reason})"
+    head = f"the swap from {old_unit} to {rd.unit_name} will run {mode} ({why})"
     if decision.mode == "blue-green":
         return f"{head}; expected downtime 0 s; the new engine's start: {_start(rd, found, choice)}", True
     return f"{head}; expected downtime: the start of {rd.model_name}, {_start(rd, found, choice)}", True
+
+
+# Why a model across hosts restarts stop-then-start (render/plan.py renders its swapMode so).
+NODES = "a model across hosts (deployments[].nodes) stays stop-then-start: its nodes' GPUs hold one engine each"
+# What clients wait through when the new engine starts first: the public port's move to the front door (the
+# old engine lets its socket go as its stop begins, the front door binds it then).
+PORT_MOVE = "expected downtime: the port's move, about 1 s"
+
+
+def unit_changes(stack: str, rd: ResolvedDeployment, found: Survey) -> bool:
+    """Whether this update makes the deployment's own unit change on the host (its text, its secret file as
+    last staged, or an engine that does not serve): the activation then runs and decides how."""
+    unit = found.unit(rd.unit_name)
+    if unit is None:
+        return True
+    rendered = hashlib.sha256(render_unit(rd, stack).text.encode()).hexdigest()
+    return unit.sha256 != rendered or unit.env_matches_staged is False or unit.stopped
+
+
+def restart_forecast(
+    stack: str, rd: ResolvedDeployment, found: Survey, choice: LoadChoice | None = None
+) -> tuple[str | None, bool]:
+    """The deployment's own unit changes: its engine keeps running (a launch that does not change), restarts
+    blue/green through its bridge, or stops then starts, with why and the start to expect (the model's own
+    starts on this host first: models/forecast.py); and whether the line says the engine's start."""
+    if not unit_changes(stack, rd, found):
+        return None, False
+    decision = judgement(stack, rd, found).decision
+    unit = rd.unit_name
+    if decision.mode == "rewrite":
+        return f"{unit}: {decision.reason}; expected downtime 0 s", False
+    if decision.mode == "bridge":
+        return f"{unit} restarts with its new launch: {decision.reason}; each load: {_start(rd, found, choice)}", True
+    if decision.mode == "port-move":
+        line = f"{unit} will run new engine first ({decision.reason}); {PORT_MOVE}; the new engine's start: "
+        return line + _start(rd, found, choice), True
+    why = NODES if rd.multi_node else decision.reason
+    return (
+        f"{unit} will run stop-then-start ({why}); expected downtime: the start of {rd.model_name}, {_start(rd, found, choice)}",
+        True,
+    )

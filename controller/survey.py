@@ -24,10 +24,12 @@ from pathlib import Path
 
 from controller.known_hosts import HostKeys
 from controller.transport import SurveyFailed, ssh_survey
-from host.contract import Survey
+from host.contract import LaunchQuestion, Survey
 from models.config import ResolvedDeployment
 from models.hosts import Host
 from render import host_bundle
+from render.plan import swap_plan
+from render.units import render_unit
 
 # How long the survey of a preview's run may decide the update's run that follows it.
 REUSE_SECONDS = 120.0
@@ -155,7 +157,9 @@ def survey_all(
         started = clock()
         try:
             file = host_keys.survey_file(host) if host_keys is not None else None
-            found = ssh_survey(host, private_key, dirs, known_hosts=file)
+            found = ssh_survey(
+                host, private_key, dirs, known_hosts=file, questions=launch_questions(stack, by_host[host.name])
+            )
         except SurveyFailed as error:
             return error
         if preview and keeps:
@@ -174,6 +178,12 @@ def survey_all(
         facts.surveys[name] = found
         (facts.reused_age if reused else facts.read_seconds)[name] = seconds
     return facts
+
+
+def launch_questions(stack: str, deployments: Sequence[ResolvedDeployment]) -> list[LaunchQuestion]:
+    """What the survey compares for each deployment on a host: the engine that serves it now against the
+    launch of its unit as this run renders it, as the swap compares it with the staged one."""
+    return [LaunchQuestion.of(swap_plan(rd, stack), render_unit(rd, stack).text) for rd in deployments]
 
 
 def _hosts(names: Sequence[str]) -> str:

@@ -10,6 +10,7 @@ no longer shows fails naming the host and the fix (key_refusal)."""
 
 from __future__ import annotations
 
+import json
 import shlex
 import subprocess
 import tempfile
@@ -17,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from controller.known_hosts import key_refusal, known_hosts_options
-from host.contract import Survey
+from host.contract import LaunchQuestion, Survey
 from models.hosts import Host
 from render import host_bundle
 
@@ -74,24 +75,36 @@ def ssh_python(
     return result.stdout
 
 
-def survey_arguments(host: Host, model_dirs: Sequence[str]) -> list[str]:
-    """host/survey.py's arguments: the runtime whose vLLM release it reads, the model directories it checks."""
-    return ["--python", host.runtime.python, *(a for d in model_dirs for a in ("--model-dir", d))]
+def survey_arguments(host: Host, model_dirs: Sequence[str], questions: Sequence[LaunchQuestion] = ()) -> list[str]:
+    """host/survey.py's arguments: the runtime whose vLLM release it reads, the model directories it checks,
+    and per deployment the stack's launch its serving engine is compared with."""
+    return [
+        "--python",
+        host.runtime.python,
+        *(a for d in model_dirs for a in ("--model-dir", d)),
+        *(a for q in questions for a in ("--question", json.dumps(q.to_dict(), sort_keys=True))),
+    ]
+
+
+# The survey's time on the host: ~0.1-0.3 s, and the seconds of vLLM's import when it reads a launch it has
+# not read before (engine_launch.PARSE_TIMEOUT at most).
+SURVEY_TIMEOUT = 180.0
 
 
 def ssh_survey(
     host: Host,
     private_key: str,
     model_dirs: Sequence[str] = (),
-    timeout: float = 60,
+    timeout: float = SURVEY_TIMEOUT,
     known_hosts: Path | None = None,
+    questions: Sequence[LaunchQuestion] = (),
 ) -> Survey:
     """What runs on `host` now (host/survey.py there), parsed once here into the contract's Survey."""
     text = ssh_python(
         host,
         private_key,
         SURVEY_MODULE,
-        survey_arguments(host, model_dirs),
+        survey_arguments(host, model_dirs, questions),
         timeout,
         "the survey of what runs there",
         known_hosts,

@@ -756,6 +756,63 @@ class ModelFiles(Wire):
 
 
 @dataclass(frozen=True)
+class LaunchQuestion(Wire):
+    """What the survey is asked of one deployment (`--question`): how the engine that serves it now was
+    launched against the stack's launch, `unit_text` (the rendered unit in a preview, the staged one in the
+    swap), whose secret environment is the file `env_file` on the host (the staged one: no secret crosses
+    the wire). `python` is the vLLM venv's, whose parser reads both launches when their words differ."""
+
+    owner: str
+    unit: str
+    python: str
+    unit_text: str
+    env_file: str = ""
+    replaces: tuple[str, ...] = ()
+    port: int = 0  # an engine port of the deployment, for the stack's ExecStart (the placement's variable)
+
+    @classmethod
+    def of(cls, plan: Plan, unit_text: str) -> LaunchQuestion:
+        return cls(
+            plan.owner,
+            plan.unit_name,
+            plan.python,
+            unit_text,
+            f"{plan.state_dir}/staged/{plan.unit_stem}.env",
+            plan.replaces,
+            plan.backend_ports[0] if plan.backend_ports else plan.port,
+        )
+
+
+# How an EngineReading compares: the deployment's own unit with the unit that replaces it (every launch
+# setting), or a hand-made engine with the stack's launch at a first take-over (the managed layout left out).
+SAME_UNIT = "same-unit"
+TAKE_OVER = "take-over"
+
+
+@dataclass(frozen=True)
+class EngineReading(Wire):
+    """How the engine that serves a deployment now (`unit`, its main process `pid`) was launched, against
+    the stack's launch (host/engine_launch.py reads it from /proc and compares as the host's vLLM reads
+    both): `differences`, one line each (empty: the same launch); `unit_changes`, the unit's settings outside
+    the launch that change (SAME_UNIT: a rewrite and a reload); `how` the launches were compared; `note`,
+    what a preview says when it waited for vLLM's parser. `readable` False: they could not be compared
+    (`differences` says why), which counts as a launch that differs."""
+
+    unit: str
+    kind: str = SAME_UNIT
+    pid: int = 0
+    differences: tuple[str, ...] = ()
+    unit_changes: tuple[str, ...] = ()
+    how: str = ""
+    note: str | None = None
+    readable: bool = True
+
+    @property
+    def same_launch(self) -> bool:
+        return self.readable and not self.differences
+
+
+@dataclass(frozen=True)
 class Memory:
     """/proc/meminfo's MemTotal and MemAvailable, in MiB (0: not known)."""
 
@@ -921,6 +978,8 @@ class Survey:
     starts: tuple[StartRecord, ...] = ()
     mounts: tuple[Mount, ...] = ()
     at: float = 0.0
+    # Per deployment asked about (LaunchQuestion.owner), how its serving engine was launched against the stack's.
+    readings: dict[str, EngineReading] = field(default_factory=dict)
 
     def unit(self, name: str | None) -> Unit | None:
         return next((u for u in self.units if u.name == name), None) if name else None
@@ -949,6 +1008,7 @@ class Survey:
             "starts": [record.to_dict() for record in self.starts],
             "mounts": [mount.to_dict() for mount in self.mounts],
             "at": self.at,
+            "readings": {owner: reading.to_dict() for owner, reading in sorted(self.readings.items())},
         }
 
     @classmethod
@@ -974,6 +1034,9 @@ class Survey:
             starts=tuple(StartRecord.from_dict(record) for record in data.get("starts") or ()),
             mounts=tuple(Mount.from_dict(mount) for mount in data.get("mounts") or ()),
             at=float(data.get("at") or 0.0),
+            readings={
+                str(owner): EngineReading.from_dict(reading) for owner, reading in (data.get("readings") or {}).items()
+            },
         )
 
     @classmethod

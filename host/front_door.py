@@ -27,14 +27,17 @@ _ENGINE_ONLY_BLOCKS = "".join(f"    location = {path} {{\n        return 404;\n 
 RETRY_AFTER_SECONDS = 10
 
 
-def front_door_site(plan: Plan, placement: Placement | None) -> str:
+def front_door_site(plan: Plan, placement: Placement | None, backend: str | None = None) -> str:
     """The deployment's server block: its public address and port, passed to the engine that serves now.
     With no placement (a stop-then-start swap between its stop and its start) it answers 503 with
     Retry-After, so no request reaches an engine that is stopping (vLLM holds a request caught by its
     shutdown until its graceful timeout, ~10 s) and clients are told, not hung.
 
     With access control (plan.access_dir) the address, TLS, key check and /metrics allow list are files
-    the site includes, which the access step rewrites without the site (or the engine) changing."""
+    the site includes, which the access step rewrites without the site (or the engine) changing.
+
+    `backend`: the unit the placement's engine runs in, which the answers' header names (the deployment's
+    unit, or the bridge that serves while it restarts)."""
     if placement is None:
         proxy = f"        add_header Retry-After {RETRY_AFTER_SECONDS} always;\n        return 503;\n"
     else:
@@ -42,7 +45,7 @@ def front_door_site(plan: Plan, placement: Placement | None) -> str:
             f"        proxy_pass http://127.0.0.1:{placement.port};\n"
             "        proxy_set_header Host $host;\n"
             '        proxy_set_header Connection "";\n'
-            f"        add_header {BACKEND_HEADER} {plan.unit_name} always;\n"
+            f"        add_header {BACKEND_HEADER} {backend or plan.unit_name} always;\n"
         )
     if plan.access_dir:
         text = (

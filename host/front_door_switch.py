@@ -26,15 +26,15 @@ class FrontDoorSwitch(TransactionBase):
         write_file(self.site_path, front_door_site(self.plan, None), 0o644)
         return self.reload_front_door() or self.verify_front_door(None, closed=True, timeout=5.0)
 
-    def switch_front_door(self, placement: Placement | None) -> str | None:
-        """Point the deployment's site at `placement` (None: remove it) with a graceful reload and check
-        through the public port that the new engine answers. None when done; else what failed, the site
-        put back as it was."""
+    def switch_front_door(self, placement: Placement | None, unit: str | None = None) -> str | None:
+        """Point the deployment's site at `placement` (None: remove it), the engine of `unit` (default: the
+        plan's), with a graceful reload and check through the public port that it answers. None when
+        done; else what failed, the site put back as it was."""
         plan = self.plan
         before = file_text(self.site_path)
-        wanted = front_door_site(plan, placement) if placement is not None else None
+        wanted = front_door_site(plan, placement, unit) if placement is not None else None
         if wanted == before and (wanted is None or self.host.running(FRONT_DOOR_UNIT)):
-            return self.verify_front_door(placement)
+            return self.verify_front_door(placement, unit=unit)
         self.site_path.parent.mkdir(parents=True, exist_ok=True)
         if wanted is None:
             self.site_path.unlink(missing_ok=True)
@@ -42,7 +42,7 @@ class FrontDoorSwitch(TransactionBase):
             write_file(self.site_path, wanted, 0o644)
         problem = self.reload_front_door()
         if problem is None:
-            problem = self.verify_front_door(placement)
+            problem = self.verify_front_door(placement, unit=unit)
         if problem is not None:
             restore_file(self.site_path, before)
             self.reload_front_door()
@@ -61,23 +61,25 @@ class FrontDoorSwitch(TransactionBase):
         return None
 
     def verify_front_door(
-        self, placement: Placement | None, *, closed: bool = False, timeout: float = 15.0
+        self, placement: Placement | None, *, closed: bool = False, timeout: float = 15.0, unit: str | None = None
     ) -> str | None:
-        """Within `timeout`, the public port answers /v1/models from the new engine (its header), or with
-        `closed` the closed site's 503. A removed site (no placement) is not checked."""
+        """Within `timeout`, the public port answers /v1/models from the new engine (its header names `unit`,
+        default the plan's), or with `closed` the closed site's 503. A removed site (no placement) is not
+        checked."""
         if placement is None and not closed:
             return None
         host = self.plan.readiness_address
         cafile, headers = self.front_door_credentials()
         scheme = "https" if cafile is not None else "http"
         url = f"{scheme}://{'[' + host + ']' if ':' in host else host}:{self.plan.port}/v1/models"
-        wanted = "answer 503" if closed else f"answer from {self.plan.unit_name}"
+        unit = unit or self.plan.unit_name
+        wanted = "answer 503" if closed else f"answer from {unit}"
         deadline = now() + timeout
         seen = "no answer"
         while True:
             try:
                 backend = self.host.backend_behind(url, headers, cafile)
-                if backend == self.plan.unit_name and not closed:
+                if backend == unit and not closed:
                     return None
                 seen = f"answered by {backend or 'no engine of ours'}"
             except urllib.error.HTTPError as error:

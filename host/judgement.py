@@ -16,8 +16,11 @@ from enum import Enum
 
 from host.contract import (
     FRONT_DOOR_UNIT,
+    SAME_UNIT,
+    TAKE_OVER,
     ActiveRecord,
     Claims,
+    EngineReading,
     GpuHolder,
     Launch,
     NodePlan,
@@ -27,14 +30,26 @@ from host.contract import (
     Survey,
     Unit,
 )
-from host.facts import engine_flags
+from host.unit_file import KEEPS_RUNNING, bridge_stem
 
 
 @dataclass(frozen=True)
 class Decision:
-    mode: str  # blue-green | stop-start | adopt (the engine that serves now keeps serving: nothing restarts)
+    """How a swap runs. `mode`: blue-green (the new unit beside the old one), bridge (the deployment's own
+    unit restarts with a new launch while its bridge serves on `placement`), port-move (the new engine first,
+    on `placement`, beside one that holds the public port; `then`: where the managed unit takes over from
+    its bridge), rewrite (the unit's new text, no restart), adopt (the hand-made engine that serves keeps
+    serving as the managed unit's), stop-start."""
+
+    mode: str
     placement: Placement
     reason: str
+    then: Placement | None = None
+
+    @property
+    def beside(self) -> bool:
+        """The new engine starts while the one that serves keeps serving."""
+        return self.mode in ("blue-green", "bridge", "port-move")
 
 
 @dataclass(frozen=True)
@@ -66,6 +81,8 @@ class Judgement:
     replaces_running: bool = False
     old_running: bool = False
     adoption: Adoption | None = None
+    # The survey's reading of the engine that serves against the stack's launch (None: none was asked or runs).
+    reading: EngineReading | None = None
 
 
 def claim_conflicts(owner: str, wanted: Claims, others: Mapping[str, Claims]) -> list[str]:
@@ -90,65 +107,17 @@ def claim_conflicts(owner: str, wanted: Claims, others: Mapping[str, Claims]) ->
     return problems
 
 
-# What the managed layout changes by design and a take-over in place leaves for the next swap: the engine
-# moves behind the front door (its address and port) and serves the stack's ids beside its own.
-LAYOUT_FLAGS = frozenset({"--host", "--port", "--served-model-name", "--model"})
-# vLLM's defaults the managed launch spells out: a hand-made launch that leaves them out runs the same.
-FLAG_DEFAULTS = {"--tensor-parallel-size": ("1",), "--pipeline-parallel-size": ("1",)}
-# Variables that say where a unit keeps its scratch and caches (the managed unit's own), not what serves;
-# CUDA_VISIBLE_DEVICES is compared as GPUs.
-LAYOUT_VARIABLES = frozenset({"CUDA_VISIBLE_DEVICES", "VLLM_CACHE_ROOT", "TMPDIR"})
-# Variables every managed unit sets (render/launch.engine_environment) that change no answer the engine
-# gives (usage statistics, telemetry, no Hub calls for files that are local, GPU index order): a
-# hand-made launch without them runs the same; one that sets another value differs.
-MANAGED_VARIABLES = frozenset(
-    {"VLLM_NO_USAGE_STATS", "HF_HUB_DISABLE_TELEMETRY", "HF_HUB_OFFLINE", "CUDA_DEVICE_ORDER"}
-)
 # A hand-made engine bound to one of these answers the managed unit's readiness check on loopback.
 LOOPBACK_REACHABLE = frozenset({None, "0.0.0.0", "::", "127.0.0.1", "localhost"})
 
 
-def _norm_path(path: str | None) -> str:
-    return (path or "").rstrip("/") or "/"
-
-
-def launch_differences(have: Launch, wanted: Launch) -> list[str]:
-    """How a running engine's launch (`have`) differs from the stack's (`wanted`), both as the survey parses
-    a unit (host/facts.vllm_launch): the interpreter, the model files, every flag vLLM reads but the ones
-    the managed layout changes by design, and the environment."""
-    differences = []
-    if have.argv[:1] != wanted.argv[:1]:
-        differences.append(f"it runs {have.argv[0]}, the stack {wanted.argv[0]} (hosts[].runtime.python)")
-    if _norm_path(have.model) != _norm_path(wanted.model):
-        differences.append(f"it serves the model files in {have.model}, the stack those in {wanted.model}")
-    flags = {**FLAG_DEFAULTS, **engine_flags(list(have.argv))}
-    stack_flags = {**FLAG_DEFAULTS, **engine_flags(list(wanted.argv))}
-    for flag in sorted(set(flags) | set(stack_flags)):
-        if flag in LAYOUT_FLAGS or flags.get(flag) == stack_flags.get(flag):
-            continue
-        if flag not in stack_flags:
-            differences.append(f"it sets {flag} {' '.join(flags[flag])}".rstrip() + ", the stack does not")
-        elif flag not in flags:
-            differences.append(f"the stack sets {flag} {' '.join(stack_flags[flag])}".rstrip() + ", it does not")
-        else:
-            differences.append(f"{flag} is {' '.join(flags[flag])} there, {' '.join(stack_flags[flag])} in the stack")
-    env, stack_env = have.environment, wanted.environment
-    for name in sorted(set(env) | set(stack_env)):
-        if name in LAYOUT_VARIABLES or name.startswith("VLLM_FLEET_") or env.get(name) == stack_env.get(name):
-            continue
-        if name in MANAGED_VARIABLES and name not in env:
-            continue
-        there = f"{name}={env[name]}" if name in env else f"no {name}"
-        wanted_text = f"{name}={stack_env[name]}" if name in stack_env else f"no {name}"
-        differences.append(f"its environment has {there}, the stack's {wanted_text}")
-    return differences
-
-
-def adoption(plan: Plan, found: Survey, wanted: Launch | None, old: ActiveRecord | None) -> Adoption | None:
+def adoption(plan: Plan, found: Survey, old: ActiveRecord | None) -> Adoption | None:
     """The hand-made engine a first take-over finds serving: the one running vLLM unit of the managed
-    unit's name or of `replaces`, judged against the stack's launch (`wanted`, the staged unit as the
-    survey parses units). None once vllm-fleet serves the deployment (`old`), or when no such engine runs."""
-    if old is not None or wanted is None:
+    unit's name or of `replaces`, judged against the stack's launch: where it listens and on which GPUs
+    (the survey's reading of its unit), and its launch as the host's vLLM reads it and the stack's (the
+    survey's EngineReading, from its process). None once vllm-fleet serves the deployment (`old`), or when
+    no such engine runs."""
+    if old is not None:
         return None
     running = [
         unit
@@ -178,24 +147,85 @@ def adoption(plan: Plan, found: Survey, wanted: Launch | None, old: ActiveRecord
         differences.append(
             f"it runs on GPU {','.join(map(str, gpus)) or 'none'}, the stack on {plan.gpus_needed} of {list(plan.gpus)} ({key}.gpus)"
         )
-    differences += launch_differences(launch, wanted)
+    read = found.readings.get(plan.owner)
+    if read is None or read.unit != unit.name or read.kind != TAKE_OVER:
+        differences.append(
+            "its launch was not read on the host (no survey asked for it), so it is not known to be the stack's"
+        )
+    else:
+        differences += read.differences
     # The unit's main process (a listener's PID may be an engine process that inherited the socket).
     pid = unit.main_pid or next((entry.pid for entry in found.listeners if entry.unit == unit.name), None)
     return Adoption(unit.name, pid, gpus, launch.served_names, launch.argv, tuple(differences))
 
 
+def _gpus(gpus: Sequence[int]) -> str:
+    return ",".join(map(str, gpus)) or "-"
+
+
+def new_engine_first(
+    plan: Plan, free: Sequence[int], serving: str, serving_gpus: Sequence[int], replaces_running: bool
+) -> Decision | None:
+    """The new engine first beside `serving`, which holds the public port itself (a hand-made engine that
+    cannot be adopted in place, or one adopted in place at the first take-over): on GPUs of the deployment
+    neither it nor anything else holds, behind the front door, the port moving to the front door once it
+    answers (host/port_move.py). Where the managed unit is `serving` itself, the stack's launch serves
+    first as its bridge and the unit takes over from it on the GPUs `serving` frees (`then`). None: no room
+    for it (stop-then-start)."""
+    needed = plan.gpus_needed
+    if plan.swap_mode != "auto" or replaces_running or len(plan.backend_ports) < 2:
+        return None
+    spare = [g for g in free if g not in serving_gpus]
+    if len(spare) < needed:
+        return None
+    first = Placement(tuple(spare[:needed]), plan.backend_ports[0])
+    why = (
+        f"new engine first: GPU {_gpus(first.gpus)} free beside {serving}, which keeps serving on port {plan.port} "
+        "until the new engine answers; the gap is the port's move to the front door"
+    )
+    if serving != plan.unit_name:
+        return Decision("port-move", first, why)
+    freed = [g for g in free if g not in first.gpus]
+    freed = [g for g in serving_gpus if g in freed] + [g for g in freed if g not in serving_gpus]
+    if len(freed) < needed:
+        return None
+    then = Placement(tuple(freed[:needed]), plan.backend_ports[1])
+    bridge = f"{bridge_stem(plan.unit_stem)}.service"
+    return Decision(
+        "port-move",
+        first,
+        f"{why}; the stack's launch serves first as {bridge}, then {plan.unit_name} takes over from it on GPU "
+        f"{_gpus(then.gpus)} (two loads)",
+        then,
+    )
+
+
 def decide(
-    plan: Plan, old: ActiveRecord | None, old_running: bool, busy: frozenset[int], replaces_running: bool
+    plan: Plan,
+    old: ActiveRecord | None,
+    old_running: bool,
+    busy: frozenset[int],
+    replaces_running: bool,
+    reading: EngineReading | None = None,
+    hand_made: Adoption | None = None,
 ) -> Decision:
     """How the swap runs and where the new engine goes, from what runs now.
 
     `busy` are GPUs held by processes the swap will not stop (another deployment, a foreign process).
     Blue/green needs a running old engine behind the front door, another unit name for the new one, and
-    enough of the deployment's GPUs that neither the old engine nor anything else holds."""
+    enough of the deployment's GPUs that neither the old engine nor anything else holds; the deployment's
+    own unit restarting with a new launch goes blue/green through its bridge on such GPUs, and one whose
+    launch does not change is rewritten while its engine runs on (`reading`: the survey's comparison of the
+    engine that serves with the stack's launch). An engine on the public port itself (`hand_made`, one that
+    cannot be adopted; or one adopted in place) makes room for the new engine first where GPUs allow."""
     needed = plan.gpus_needed
     free = [g for g in plan.gpus if g not in busy]
     first_port = plan.backend_ports[0]
     if old is None or not old_running:
+        if old is None and hand_made is not None:
+            first = new_engine_first(plan, free, hand_made.unit, hand_made.gpus, False)
+            if first is not None:
+                return first
         gpus = tuple(free[:needed]) if len(free) >= needed else tuple(plan.gpus[:needed])
         why = "hand-made units it replaces stop first" if replaces_running else "nothing of this deployment serves"
         return Decision("stop-start", Placement(gpus, first_port), why)
@@ -204,30 +234,78 @@ def decide(
     keep = [g for g in old.gpus if g in plan.gpus] + [g for g in free if g not in old.gpus]
     keep_port = previous.port if previous is not None and previous.port in plan.backend_ports else first_port
     stop_first = Placement(tuple(keep[:needed]), keep_port)
+    if previous is None:
+        # Adopted in place (or from before the front door): the engine holds the public port itself.
+        first = new_engine_first(plan, free, old.unit, old.gpus, replaces_running)
+        if first is not None:
+            return first
+        return Decision("stop-start", stop_first, f"{old.unit} listens on the public port {plan.port} itself")
     if old.unit == plan.unit_name:
-        return Decision("stop-start", stop_first, f"{plan.unit_name} itself changes, so it restarts in place")
+        return restart(plan, old, previous, free, stop_first, reading)
     if plan.swap_mode != "auto":
         return Decision("stop-start", stop_first, f"deployments[].swapMode is {plan.swap_mode}")
-    if previous is None:
-        return Decision("stop-start", stop_first, f"{old.unit} listens on the public port {plan.port} itself")
     if replaces_running:
         return Decision("stop-start", stop_first, "hand-made units it replaces still run")
     spare = [g for g in free if g not in old.gpus]
     if len(spare) < needed:
-        held = sorted(set(plan.gpus) & busy)
-        return Decision(
-            "stop-start",
-            stop_first,
-            f"the new engine needs {needed} GPU(s) beside {old.unit} on GPU {','.join(map(str, old.gpus))}, and "
-            f"{len(spare)} of deployments[].gpus {list(plan.gpus)} are free"
-            + (f" (GPU {','.join(map(str, held))} held by other processes)" if held else ""),
-        )
+        return Decision("stop-start", stop_first, no_room(plan, old, spare, busy))
     other_port = next(p for p in plan.backend_ports if p != previous.port)
     placement = Placement(tuple(spare[:needed]), other_port)
     return Decision(
         "blue-green",
         placement,
         f"GPU {','.join(map(str, placement.gpus)) or '-'} free beside {old.unit}; it serves until the new engine answers",
+    )
+
+
+def no_room(plan: Plan, old: ActiveRecord, spare: Sequence[int], busy: frozenset[int]) -> str:
+    held = sorted(set(plan.gpus) & busy)
+    return (
+        f"the new engine needs {plan.gpus_needed} GPU(s) beside {old.unit} on GPU {','.join(map(str, old.gpus))}, and "
+        f"{len(spare)} of deployments[].gpus {list(plan.gpus)} are free"
+        + (f" (GPU {','.join(map(str, held))} held by other processes)" if held else "")
+    )
+
+
+def restart(
+    plan: Plan,
+    old: ActiveRecord,
+    own: Placement,
+    free: Sequence[int],
+    stop_first: Placement,
+    reading: EngineReading | None,
+) -> Decision:
+    """The deployment's own unit, serving behind the front door, replaced by its new text: rewritten while
+    its engine runs on when its launch is unchanged; else restarted with the new launch, blue/green through
+    its bridge where the deployment's GPUs hold a second engine, or stop-then-start in place."""
+    if reading is not None and reading.kind == SAME_UNIT and reading.same_launch:
+        changes = f": {', '.join(reading.unit_changes)} change" if reading.unit_changes else ""
+        return Decision("rewrite", own, f"{KEEPS_RUNNING}{changes}")
+    if reading is None or reading.kind != SAME_UNIT:
+        what = f"{plan.unit_name} itself changes"
+    else:
+        what = f"its launch changes ({'; '.join(reading.differences)})"
+    if plan.swap_mode != "auto":
+        return Decision(
+            "stop-start", stop_first, f"{what}; deployments[].swapMode is {plan.swap_mode}, so it restarts in place"
+        )
+    spare = [g for g in free if g not in old.gpus]
+    if len(spare) < plan.gpus_needed:
+        held = [g for g in plan.gpus if g not in free]
+        room = (
+            f"the new launch needs {plan.gpus_needed} GPU(s) beside it on GPU {_gpus(old.gpus)} and "
+            f"{len(spare)} of deployments[].gpus {list(plan.gpus)} are free"
+            + (f" (GPU {_gpus(held)} held by other processes)" if held else "")
+        )
+        return Decision("stop-start", stop_first, f"{what}, so it restarts in place: {room}")
+    other_port = next(p for p in plan.backend_ports if p != own.port)
+    bridge = Placement(tuple(spare[: plan.gpus_needed]), other_port)
+    name = f"{bridge_stem(plan.unit_stem)}.service"
+    return Decision(
+        "bridge",
+        bridge,
+        f"{what}: blue/green through {name} on GPU {_gpus(bridge.gpus)} beside {plan.unit_name}: two loads, "
+        "0 s downtime expected",
     )
 
 
@@ -319,24 +397,20 @@ def leaving_units(plan: Plan, old: ActiveRecord | None) -> tuple[str, ...]:
     return tuple(u for u in dict.fromkeys([old.unit if old else "", plan.unit_name, *plan.replaces]) if u)
 
 
-def judge(
-    plan: Plan,
-    found: Survey,
-    others: Mapping[str, Claims],
-    old: ActiveRecord | None,
-    wanted: Launch | None = None,
-) -> Judgement:
+def judge(plan: Plan, found: Survey, others: Mapping[str, Claims], old: ActiveRecord | None) -> Judgement:
     """Decide the swap and judge every listener and GPU holder the survey `found` against it.
 
     A holder is the deployment's own when its unit is one the swap stops (`leaving_units`) or a unit
     vllm-fleet made for this deployment; the front door may hold the public port. Anything else on the
     public or an engine port refuses. On the GPUs the new engine gets, the one GPU-holder rule
     (`holder_verdict`) decides: what may not be stopped refuses, what may is said and left to the
-    GPU-release guard. On the deployment's other GPUs they are only said: the engine runs beside them, but
-    a blue/green swap has fewer GPUs to start on.
+    GPU-release guard (and counts as room for a new engine beside the old one). On the deployment's other
+    GPUs they are only said: the engine runs beside them, but a blue/green swap has fewer GPUs to start on.
 
-    `wanted` is the stack's launch (the staged unit as the survey parses units): on a first take-over, a
-    hand-made engine that already runs it is adopted in place (`adoption`), and nothing stops."""
+    The survey's reading of the engine that serves (`found.readings`, asked with the stack's launch) decides
+    the rest: on a first take-over, a hand-made engine that already runs the stack's launch is adopted in
+    place (`adoption`), and nothing stops; the deployment's own unit whose launch does not change is
+    rewritten, its engine running on."""
     key = plan.config_key
     leaving = leaving_units(plan, old)
     # Hand-made units it replaces that run: not the deployment's own engine, which a take-over may have put
@@ -352,11 +426,16 @@ def judge(
         return unit is not None and (unit in leaving or _owner(found.unit(unit)) == plan.owner)
 
     claimed_by_others = frozenset(g for owner, held in others.items() if owner != plan.owner for g in held.gpus)
+    # What holds a GPU and may not be stopped; what the GPU-release guard stops makes room.
     busy = frozenset(
-        gpu for holder in found.gpu_holders if not ours(holder.unit_name) for gpu in holder.gpus if gpu in plan.gpus
+        gpu
+        for holder in found.gpu_holders
+        if not ours(holder.unit_name) and not holder_verdict(holder.unit, ours, plan.foreign_gpu_processes).may_stop
+        for gpu in holder.gpus
+        if gpu in plan.gpus
     ) | (claimed_by_others & frozenset(plan.gpus))
-    decision = decide(plan, old, old_running, busy, replaces_running)
-    adopted = adoption(plan, found, wanted, old)
+    reading = found.readings.get(plan.owner)
+    adopted = adoption(plan, found, old)
     if adopted is not None and adopted.in_place:
         who = f"{adopted.unit} (PID {adopted.pid})" if adopted.pid else adopted.unit
         decision = Decision(
@@ -364,11 +443,17 @@ def judge(
             Placement(adopted.gpus, plan.port),
             f"{who} already runs the stack's launch: it keeps serving and nothing restarts",
         )
+    else:
+        hand_made = adopted if adopted is not None and adopted.unit in leaving else None
+        decision = decide(plan, old, old_running, busy, replaces_running, reading, hand_made)
     conflicts: list[str] = []
     notes: list[str] = []
-    # In blue/green the new unit starts beside the old one: it is not among what stops. Adopted in place,
-    # the hand-made engine becomes the managed unit's: what it holds is the deployment's own.
-    stopping = {u for u in leaving if decision.mode != "blue-green" or u != plan.unit_name}
+    # In blue/green the new unit starts beside the old one: it is not among what stops; nor in a port move to
+    # another unit. A port move under the managed unit's own name (`then`: its bridge serves first) stops
+    # that unit, the hand-made engine on the public port, at the move. Adopted in place, the hand-made
+    # engine becomes the managed unit's: what it holds is the deployment's own.
+    beside_it = decision.mode == "blue-green" or (decision.mode == "port-move" and decision.then is None)
+    stopping = {u for u in leaving if not beside_it or u != plan.unit_name}
 
     def stops(unit: str | None) -> bool:
         return unit is not None and (unit in stopping or _owner(found.unit(unit)) == plan.owner)
@@ -403,10 +488,20 @@ def judge(
                 "runs on its other GPUs and a swap cannot start the new model there beside the old one"
             )
     conflicts.extend(waiting_units(plan, found, leaving, decision))
-    both = decision.placement.gpus + (old.gpus if old is not None and decision.mode == "blue-green" else ())
-    claims = Claims(frozenset(both), frozenset({plan.port, *plan.backend_ports}), frozenset({plan.unit_name}))
+    claims = Claims(
+        engines_gpus(decision, old, adopted), frozenset({plan.port, *plan.backend_ports}), frozenset({plan.unit_name})
+    )
     conflicts.extend(claim_conflicts(plan.owner, claims, others))
-    return Judgement(old, decision, leaving, conflicts, notes, replaces_running, old_running, adopted)
+    return Judgement(old, decision, leaving, conflicts, notes, replaces_running, old_running, adopted, reading)
+
+
+def engines_gpus(decision: Decision, old: ActiveRecord | None, adopted: Adoption | None = None) -> frozenset[int]:
+    """The GPUs the deployment's engines hold while the swap runs: the new engine's, and the old one's while
+    the new one starts beside it."""
+    gpus = set(decision.placement.gpus) | set(decision.then.gpus if decision.then is not None else ())
+    if decision.beside:
+        gpus |= set(old.gpus if old is not None else adopted.gpus if adopted is not None else ())
+    return frozenset(gpus)
 
 
 def waiting_units(plan: Plan, found: Survey, leaving: Sequence[str], decision: Decision) -> list[str]:

@@ -26,6 +26,9 @@ Its shape is host/contract.Survey, which both sides parse it into:
               how, and where the start's time went (host/start_records.py)
   mounts      the mount table without pseudo-filesystems: where each filesystem is and its type (the
               filesystem of a model's directory decides how vLLM reads it)
+  readings    with --question (one per deployment): how the engine that serves it now was launched (its
+              process's command line and environment) against the stack's launch, compared word for word
+              and, where the words differ, as the host's vLLM reads both (host/engine_launch.py)
   at          when the host read all this (Unix seconds)
 A process's unit is the last *.service of its cgroup path; a login session's scope or no cgroup means
 it belongs to no unit (host/facts.py reads all of these). Standard library only.
@@ -41,6 +44,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -52,6 +56,7 @@ from host.contract import (
     ActiveRecord,
     DeploymentState,
     GpuHolder,
+    LaunchQuestion,
     Memory,
     Mount,
     Plan,
@@ -63,6 +68,7 @@ from host.contract import (
     pinned_host_keys,
     read_claims,
 )
+from host.engine_launch import reading
 from host.facts import (
     APPS_QUERY,
     GPU_UUID_QUERY,
@@ -167,12 +173,18 @@ def staged(
 
 
 def units() -> list[Unit]:
+    return read_units()[0]
+
+
+def read_units() -> tuple[list[Unit], dict[str, str]]:
+    """The vllm-* units, and each one's file with its drop-ins appended (what systemd starts)."""
     listing = run("systemctl", "list-units", "--all", "--plain", "--no-legend", "--type=service", "vllm-*")
     files = run("systemctl", "list-unit-files", "--plain", "--no-legend", "--type=service", "vllm-*")
     names = sorted({line.split()[0] for line in (listing + files).splitlines() if line.split()})
     names = [n for n in names if n.endswith(".service")]
     shown = unit_properties(names)
     out = []
+    texts: dict[str, str] = {}
     for name in names:
         props = shown[name]
         fragment = props.get("FragmentPath", "")
@@ -184,6 +196,7 @@ def units() -> list[Unit]:
         drop_ins = props.get("DropInPaths", "").split()
         staged_sha256, env_matches = staged(owner, name) if is_managed(text) else (None, None)
         launch_text = text + "".join("\n" + (_read(path) or b"").decode("utf-8", errors="replace") for path in drop_ins)
+        texts[name] = launch_text
         out.append(
             Unit(
                 name=name,
@@ -202,7 +215,7 @@ def units() -> list[Unit]:
                 env_matches_staged=env_matches,
             )
         )
-    return out
+    return out, texts
 
 
 def _number(path: str) -> int:
@@ -274,27 +287,34 @@ def _listdir(path: str) -> list[str]:
         return []
 
 
-def survey(model_dirs: list[str] | tuple[str, ...] = ()) -> Survey:
+def survey(model_dirs: list[str] | tuple[str, ...] = (), questions: Sequence[LaunchQuestion] = ()) -> Survey:
     # The units' systemctl calls, the two nvidia-smi queries and ss run side by side (~20-50 ms each on the
     # sandbox, mostly waiting; nvidia-smi alone can take a second on a server without its persistence
     # daemon): the survey is part of every program run and of the swap itself.
     with ThreadPoolExecutor(max_workers=3) as pool:
-        found_units = pool.submit(units)
+        found_units = pool.submit(read_units)
         apps = pool.submit(run, "nvidia-smi", *APPS_QUERY)
         sockets = pool.submit(run, "ss", "-ltnpH")
         uuids = gpu_uuids()  # one nvidia-smi query for the holders and the count
-        vllm_units = found_units.result()
+        vllm_units, unit_texts = found_units.result()
         holders = gpu_holders(uuids, apps.result(), {u.name: u for u in vllm_units})
         listeners = [
             dataclasses.replace(entry, unit=unit_of(entry.pid), cmd=command_line(entry.pid)) if entry.pid else entry
             for entry in parse_ss(sockets.result())
         ]
+        states = deployment_states()
+        readings = {}
+        for question in questions:
+            # The engine of each deployment asked about, as its process was launched (host/engine_launch.py).
+            answer = reading(question, vllm_units, unit_texts, states.get(question.owner) or DeploymentState())
+            if answer is not None:
+                readings[question.owner] = answer
         return Survey(
             units=tuple(vllm_units),
             listeners=tuple(listeners),
             gpu_holders=tuple(holders),
             gpu_count=len(uuids),
-            deployments=deployment_states(),
+            deployments=states,
             claims=dict(sorted(read_claims(Path(STATE_DIR)).items())),
             memory=memory(),
             models={directory: model_state(Path(directory), Path(STATE_DIR)) for directory in model_dirs},
@@ -302,6 +322,7 @@ def survey(model_dirs: list[str] | tuple[str, ...] = ()) -> Survey:
             starts=tuple(read_records()),
             mounts=tuple(mounts()),
             at=time.time(),
+            readings=readings,
         )
 
 
@@ -331,10 +352,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--model-dir", action="append", default=[], help="a model directory to check against its manifest"
     )
+    parser.add_argument(
+        "--question",
+        action="append",
+        default=[],
+        help="JSON of a host/contract.LaunchQuestion: how a deployment's serving engine was launched against the stack's",
+    )
     args = parser.parse_args(argv)
+    questions = [LaunchQuestion.from_dict(json.loads(text)) for text in args.question]
     with ThreadPoolExecutor(max_workers=1) as pool:
         vllm = pool.submit(vllm_facts, args.python) if args.python else None
-        found = survey(args.model_dir)
+        found = survey(args.model_dir, questions)
         if vllm is not None:
             version, extras = vllm.result()
             found = dataclasses.replace(found, vllm_version=version, vllm_extras=extras)

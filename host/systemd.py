@@ -116,6 +116,16 @@ class SystemdHost:
         result = subprocess.run(args, capture_output=True, text=True, check=False)
         return result.returncode, (result.stdout + result.stderr).strip()
 
+    def listens(self, address: str, port: int) -> bool:
+        """Whether something accepts TCP connections on `address`:`port` now (refused or silent: no)."""
+        import socket
+
+        try:
+            with socket.create_connection((address, port), timeout=0.2):
+                return True
+        except OSError:
+            return False
+
     def backend_behind(self, url: str, headers: Mapping[str, str] | None = None, cafile: str | None = None) -> str:
         """The engine unit the front door says answered a GET of `url` (its header); "" when none did.
 

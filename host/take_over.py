@@ -40,8 +40,8 @@ class TakeOver(TransactionBase):
             if backup.unit != plan.unit_name and backup.was_enabled:
                 self.host.run("systemctl", "disable", "--quiet", backup.unit, check=False)
         self.host.run("systemctl", "enable", "--quiet", plan.unit_name)
-        props = self.host.show(plan.unit_name, "ActiveState", "MainPID")
-        if props.get("ActiveState") != "active" or props.get("MainPID") != pid_before:
+        problem = self.engine_kept(plan.unit_name, int(pid_before or 0))
+        if problem is not None:
             # systemd did not keep the engine under the managed unit: put the hand-made files back.
             for backup in backups:
                 if backup.saved is not None and backup.file is not None:
@@ -50,13 +50,8 @@ class TakeOver(TransactionBase):
                     self.host.run("systemctl", "enable", "--quiet", backup.unit, check=False)
             remove_drop_in(adopted_drop_in(plan.unit_name, self.unit_dir))
             self.host.run("systemctl", "daemon-reload")
-            return Result(
-                "rolled-back",
-                f"adopting {adopted.unit} in place failed: after the managed unit was installed it is "
-                f"{props.get('ActiveState')} with PID {props.get('MainPID')} (was {pid_before}); its files are back",
-                plan.digest,
-                self.timings,
-            )
+            message = f"adopting {adopted.unit} in place failed: after the managed unit was installed {problem}; its files are back"
+            return Result("rolled-back", message, plan.digest, self.timings)
         self.put_away_hand_made(backups)
         self.write_active(
             ActiveRecord(

@@ -16,6 +16,16 @@ port behind the front door) and how:
                hand-made ones away, and the engine keeps serving, nothing restarts. A drop-in of the
                managed unit keeps that engine's own launch (on the public port, its own model ids) until
                the next swap, which starts the stack's launch behind the front door.
+  rewrite      the deployment's own unit changes outside its launch (a comment, a timeout, a tool of its
+               ExecStartPre), or was edited by hand while its engine runs the stack's launch (the survey
+               reads the engine's process: host/engine_launch.py): the new files go in place and systemd
+               reloads; the engine keeps its process (host/rewrite.py).
+  bridge       the deployment's own unit restarts with a new launch (a flag, a variable, LoRA turned on)
+               and its GPUs hold a second engine: the new launch serves first as <unit-stem>-bridge.service
+               on the spare GPUs, then the unit restarts with it and takes over again (host/bridge.py).
+  port-move    the engine that serves holds the public port itself (a hand-made one that cannot be
+               adopted, or one adopted in place at the first take-over) and GPUs are free beside it: the
+               new engine starts there behind the front door, then the port moves (host/port_move.py).
   stop-start   otherwise: back up the units it replaces (the previous managed unit, a hand-made unit
                of the same name, and the hand-made units the stack names in `replaces`), install the
                new unit, stop and disable the old ones, start the new one and wait until it serves
@@ -30,28 +40,30 @@ Standard library only.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import shutil
 import subprocess
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from host.blue_green import BlueGreen
-from host.contract import ActiveRecord, Placement, Result, Survey, adopted_drop_in, is_managed
-from host.facts import unit_environment, unit_launch
+from host.contract import ActiveRecord, LaunchQuestion, Placement, Result, Survey, adopted_drop_in, is_managed
 from host.front_door import front_door_site
-from host.judgement import judge
+from host.judgement import Decision, engines_gpus, judge
 from host.locks import take_lock
 from host.page_cache import Failure, Residency, residency
+from host.port_move import PortMove
+from host.rewrite import Rewrite
 from host.rollback import Rollback
 from host.swap_files import file_text, same_file
 from host.systemd import now
-from host.take_over import TakeOver
 from host.transaction_base import STATE_ROOT, SwapRefused
+from host.unit_file import bridge_stem
 
 __all__ = ["STATE_ROOT", "SwapRefused", "Transaction", "host_lock"]
 
 
-class Transaction(BlueGreen, Rollback, TakeOver):
+class Transaction(PortMove, Rewrite, Rollback):
     """One swap of one deployment (host/swap.py runs it in a transient unit, under the host lock)."""
 
     def check_model(self) -> None:
@@ -148,11 +160,14 @@ class Transaction(BlueGreen, Rollback, TakeOver):
             "or set it to null to swap anyway; nothing was stopped"
         )
 
-    def start_survey(self) -> subprocess.Popen[str]:
+    def start_survey(self, staged_text: str) -> subprocess.Popen[str]:
         """The host's survey, started before the model check and read after it: two tools of some 0.1-0.3 s
-        each that need nothing of each other, both before the judgement, while the old model serves."""
+        each that need nothing of each other, both before the judgement, while the old model serves. It is
+        asked how the engine that serves was launched against the staged unit (host/engine_launch.py), as
+        the preview's survey was asked with the rendered one."""
+        question = json.dumps(LaunchQuestion.of(self.plan, staged_text).to_dict())
         return subprocess.Popen(
-            self.tool_command("survey"),
+            self.tool_command("survey", "--question", question),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -171,11 +186,12 @@ class Transaction(BlueGreen, Rollback, TakeOver):
         started = now()
         staged_unit = self.state_dir / "staged" / plan.unit_name
         staged_env = self.state_dir / "staged" / f"{plan.unit_stem}.env"
+        staged_bridge = self.state_dir / "staged" / f"{bridge_stem(plan.unit_stem)}.service"
         try:
             self.claim(write=False)  # ports and unit name first, before anything is read
             if not staged_unit.is_file():
                 raise SwapRefused(f"nothing staged at {staged_unit}; run pulumi up again")
-            surveying = self.start_survey()
+            surveying = self.start_survey(staged_unit.read_text(encoding="utf-8"))
             try:
                 self.check_model()
             except SwapRefused:
@@ -184,18 +200,20 @@ class Transaction(BlueGreen, Rollback, TakeOver):
                 raise
             old = self.active_record()
             found = self.survey(surveying)
-            staged_text = staged_unit.read_text(encoding="utf-8")
-            wanted = unit_launch(staged_text, unit_environment(staged_text))
-            judgement = judge(plan, found, self.live_claims(), old, wanted)
+            judgement = judge(plan, found, self.live_claims(), old)
             if judgement.conflicts:
                 raise SwapRefused("; ".join(judgement.conflicts))
             decision = judgement.decision
+            if (decision.mode == "bridge" or decision.then is not None) and not staged_bridge.is_file():
+                # Staged by a program from before bridges: it restarts in place, as it did then.
+                own = decision.then or (old.placement if old is not None else None) or decision.placement
+                decision = Decision("stop-start", own, f"{decision.reason}; but no bridge unit is staged")
+                judgement = dataclasses.replace(judgement, decision=decision)
             replaces_running = judgement.replaces_running
             for note in judgement.notes:
                 self.log(note)
-            # While a blue/green swap runs, both engines hold their GPUs.
-            both = decision.placement.gpus + (old.gpus if old is not None and decision.mode == "blue-green" else ())
-            self.claim(frozenset(both))
+            # While the new engine starts beside the one that serves, both hold their GPUs.
+            self.claim(engines_gpus(decision, old, judgement.adoption))
         except SwapRefused as refusal:
             return Result("refused", f"refused: {refusal}", plan.digest)
 
@@ -208,18 +226,36 @@ class Transaction(BlueGreen, Rollback, TakeOver):
             self.log(f"adopting in place: {decision.reason}")
             return self.adopt_in_place(judgement, staged_unit, staged_env, started)
         self.mode = decision.mode
+        if decision.mode == "rewrite":  # nothing loads either: the engine keeps its process
+            assert old is not None and judgement.reading is not None
+            self.log(f"rewriting {plan.unit_name}: {decision.reason}")
+            return self.rewrite_in_place(old, staged_unit, staged_env, judgement.reading, started)
         try:
             self.prewarm()
             # Only a stop-then-start that stops a serving engine makes clients wait for the load.
-            stops = decision.mode != "blue-green" and any(self.host.running(unit) for unit in judgement.leaving)
+            stops = decision.mode == "stop-start" and any(self.host.running(unit) for unit in judgement.leaving)
             self.check_resident(stops_first=stops)
         except SwapRefused as refusal:
             return Result("refused", f"refused: {refusal}", plan.digest)
         self.log(f"swap mode: {decision.mode}: {decision.reason}; new engine on {decision.placement.describe()}")
-        self.timings["blue_green"] = 1.0 if decision.mode == "blue-green" else 0.0
+        self.timings["blue_green"] = 1.0 if decision.beside else 0.0
         if decision.mode == "blue-green":
             assert old is not None
             return self.blue_green(old, decision.placement, staged_unit, staged_env, started)
+        if decision.mode == "bridge":
+            assert old is not None
+            return self.bridge_restart(old, decision.placement, staged_unit, staged_env, staged_bridge, started)
+        if decision.mode == "port-move":
+            return self.new_engine_first(
+                judgement.leaving,
+                decision.placement,
+                decision.then,
+                staged_unit,
+                staged_env,
+                staged_bridge,
+                old,
+                started,
+            )
         return self.stop_start(judgement.leaving, decision.placement, old, staged_unit, staged_env, started)
 
     def unchanged(

@@ -241,6 +241,14 @@ class TransactionBase:
         if self.host.reload_needed(plan.unit_name):
             self.host.run("systemctl", "daemon-reload")
 
+    def engine_kept(self, unit: str, pid: int) -> str | None:
+        """None while `unit` is active with the main process `pid` it had before its files changed; else
+        what it is now (systemd never restarts a unit on a reload, but its engine may have gone meanwhile)."""
+        props = self.host.show(unit, "ActiveState", "MainPID")
+        if props.get("ActiveState") == "active" and pid != 0 and int(props.get("MainPID") or 0) == pid:
+            return None
+        return f"it is {props.get('ActiveState')} with PID {props.get('MainPID')} (was {pid})"
+
     def remove_unit_files(self, unit: str) -> None:
         (self.unit_dir / unit).unlink(missing_ok=True)
         remove_drop_in(adopted_drop_in(unit, self.unit_dir))
@@ -264,19 +272,24 @@ class TransactionBase:
         for unit in self.removed_units:
             self.host.run("systemctl", "reset-failed", unit, check=False)
 
-    def start_new(self, what: str) -> tuple[bool, str]:
-        """Start the new unit and wait until it serves: (ready, the journal cursor from before its start)."""
+    def start_new(self, what: str, unit: str | None = None, timing: str = "start_to_ready") -> tuple[bool, str]:
+        """Start the new unit (or `unit`, the bridge of a restart) and wait until it serves: (ready, the
+        journal cursor from before its start). Its time goes to `timing` (`<timing>_failed` when it did
+        not serve)."""
         plan = self.plan
-        self.log(f"starting {plan.unit_name} ({what}; up to {plan.ready_timeout} s)")
+        unit = unit or plan.unit_name
+        self.log(f"starting {unit} ({what}; up to {plan.ready_timeout} s)")
         cursor = self.host.journal_cursor()
         self.starting_after = cursor
         start = now()
-        job = StartJob(self.host, plan.unit_name)
-        ready = self.wait_active(plan.unit_name, plan.ready_timeout, job)
-        self.timings["start_to_ready" if ready else "start_failed_after"] = now() - start
+        job = StartJob(self.host, unit)
+        ready = self.wait_active(unit, plan.ready_timeout, job)
+        failed = "start_failed_after" if timing == "start_to_ready" else f"{timing}_failed"
+        self.timings[timing if ready else failed] = now() - start
         if ready:
-            write_file(self.state_dir / ENGINE_READY_FILE, f"{plan.unit_name}\n", 0o644)
-            self.started_after = cursor
+            write_file(self.state_dir / ENGINE_READY_FILE, f"{unit}\n", 0o644)
+            if unit == plan.unit_name:  # the deployment's own engine, not a bridge: its start is recorded
+                self.started_after = cursor
         return ready, cursor
 
     def record_start(self) -> str | None:
@@ -308,8 +321,9 @@ class TransactionBase:
                 loaded,
                 phases,
                 forecast=forecast_of_this_start(plan, read_records(self.state_root)),
-                # Stop-then-start: clients wait from the old engine's stop to the new one's answer.
-                downtime_seconds=self.timings.get("stop", 0.0) + seconds if self.mode != "blue-green" else None,
+                # Stop-then-start: clients wait from the old engine's stop to the new one's answer (the other
+                # modes keep an engine serving while this one starts).
+                downtime_seconds=self.timings.get("stop", 0.0) + seconds if self.mode == "stop-start" else None,
             )
             write_record(self.state_root, record)
         except (OSError, ValueError) as error:

@@ -27,7 +27,7 @@ from render.paths import (
 )
 from render.plan import node_plan, swap_plan
 from render.scripts import ParamValue, Script, render_script, script_body, step_script
-from render.units import RenderedUnit, render_node_unit, render_unit
+from render.units import RenderedUnit, render_bridge_unit, render_node_unit, render_unit
 
 
 @functools.cache
@@ -159,7 +159,11 @@ def download_delete_script(model_name: str, model: ModelSpec, storage: Storage, 
 
 
 def stage_script(rd: ResolvedDeployment, stack: str) -> Script:
-    return _stage(rd.deployment.name, render_unit(rd, stack), rd.host.runtime.python, args_check_spec(rd))
+    """The deployment's unit staged, and its bridge where its GPUs hold a second engine (blue/green)."""
+    bridge = render_bridge_unit(rd, stack) if rd.blue_green_possible else None
+    return _stage(
+        rd.deployment.name, render_unit(rd, stack), rd.host.runtime.python, args_check_spec(rd), bridge=bridge
+    )
 
 
 def node_stage_script(rd: ResolvedDeployment, stack: str, rank: int) -> Script:
@@ -178,7 +182,13 @@ def node_stage_script(rd: ResolvedDeployment, stack: str, rank: int) -> Script:
 
 
 def _stage(
-    deployment: str, unit: RenderedUnit, python: str, spec: str, node_launch_json: str = "", node_plan_json: str = ""
+    deployment: str,
+    unit: RenderedUnit,
+    python: str,
+    spec: str,
+    node_launch_json: str = "",
+    node_plan_json: str = "",
+    bridge: RenderedUnit | None = None,
 ) -> Script:
     return step_script(
         "stage",
@@ -188,6 +198,8 @@ def _stage(
             "UNIT_NAME": unit.name,
             "UNIT_STEM": unit.name.removesuffix(".service"),
             "UNIT_TEXT": unit.text,
+            "BRIDGE_NAME": bridge.name if bridge is not None else "",
+            "BRIDGE_TEXT": bridge.text if bridge is not None else "",
             "PYTHON": python,
             "TOOLS_DIR": TOOLS_DIR,
             "ARGS_CHECK_SPEC": spec,

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from string import Template
 
 from host.contract import ADAPTERS_FILE
+from host.unit_file import bridge_stem
 from models.config import ResolvedDeployment
 from render.launch import ENGINE_PORT_VARIABLE, engine_environment, node_watch_command, vllm_arguments
 from render.paths import ETC_DIR, FILES, TOOLS_DIR, deployment_state_dir, node_state_dir
@@ -39,10 +40,14 @@ class RenderedUnit:
     state_dir: str
 
 
-def render_unit(rd: ResolvedDeployment, stack: str) -> RenderedUnit:
+def render_unit(rd: ResolvedDeployment, stack: str, stem: str | None = None) -> RenderedUnit:
+    """The deployment's engine unit; under the name `stem` instead of its own for the bridge of a restart
+    (render_bridge_unit): the same launch, its own placement and environment file."""
+    stem = stem or rd.unit_stem
+    unit = f"{stem}.service"
     python = rd.host.runtime.python
     state_dir = deployment_state_dir(stack, rd.deployment.name)
-    env_file = f"{ETC_DIR}/{rd.unit_stem}.env"
+    env_file = f"{ETC_DIR}/{stem}.env"
     release_timeout = rd.deployment.gpu_release_timeout_seconds
     start_timeout = rd.start_timeout_seconds
     start_timeout_total = start_timeout + release_timeout + 60
@@ -59,13 +64,13 @@ def render_unit(rd: ResolvedDeployment, stack: str) -> RenderedUnit:
         env_file=env_file,
         python=python,
         tools_dir=TOOLS_DIR,
-        placement_file=placement_file(rd),
+        placement_file=placement_file(stem),
         release_threshold=rd.deployment.gpu_release_threshold_mib,
         release_timeout=release_timeout,
         foreign=rd.deployment.foreign_gpu_processes.value,
         adopt="".join(f" --adopt {systemd_quote(unit)}" for unit in rd.deployment.replaces),
-        unit=rd.unit_name,
-        unit_stem=rd.unit_stem,
+        unit=unit,
+        unit_stem=stem,
         exec_start=" ".join(
             a if a == ENGINE_PORT_VARIABLE else systemd_quote(a) for a in [python, *vllm_arguments(rd)]
         ),
@@ -76,7 +81,13 @@ def render_unit(rd: ResolvedDeployment, stack: str) -> RenderedUnit:
         start_timeout=start_timeout,
         start_timeout_total=start_timeout_total,
     )
-    return RenderedUnit(name=rd.unit_name, text=text, state_dir=state_dir)
+    return RenderedUnit(name=unit, text=text, state_dir=state_dir)
+
+
+def render_bridge_unit(rd: ResolvedDeployment, stack: str) -> RenderedUnit:
+    """The unit that serves the deployment's new launch on its spare GPUs while its own unit restarts with
+    it (host/bridge.py): a managed unit of the same deployment, named after it."""
+    return render_unit(rd, stack, bridge_stem(rd.unit_stem))
 
 
 def render_node_unit(rd: ResolvedDeployment, stack: str, rank: int) -> RenderedUnit:
@@ -116,8 +127,8 @@ def adapters_file(state_dir: str) -> str:
     return f"{state_dir}/{ADAPTERS_FILE}"
 
 
-def placement_file(rd: ResolvedDeployment) -> str:
-    return f"{ETC_DIR}/{rd.unit_stem}.placement.env"
+def placement_file(stem: str) -> str:
+    return f"{ETC_DIR}/{stem}.placement.env"
 
 
 def secret_env_file(hf_token: str | None) -> str:

@@ -112,15 +112,30 @@ def test_real_engine_previews_prod_without_contacting_it(tmp_path: Path) -> None
         ("vllm-minimax-m25.service", "inactive, disabled"),
     ):
         assert f"takes over {unit} ({state})" in said, unit
+    # Were the stack to pin the preset's attention backend, the take-over could not adopt (the server's vLLM
+    # reads the variable the stack adds): it would say why and what the stop-then-start costs, all eight
+    # GPUs serving Kimi. The canned survey answers as the server's vLLM would (its `readings`).
+    answered = json.loads(Path(env["VLLM_FLEET_SURVEY_FILE"]).read_text())
 
-    # Were the stack to pin the preset's attention backend, the take-over could not adopt: it would say
-    # why and what the stop-then-start costs.
-    def said_with(old: str, new: str) -> str:
-        """What the preview says of Pulumi.prod.yaml with `old` replaced by `new`."""
+    def said_with(old: str, new: str, difference: str) -> str:
+        """What the preview says of Pulumi.prod.yaml with `old` replaced by `new`, the serving engine's
+        launch read against it as differing by `difference`."""
         (work / "Pulumi.prod.yaml").write_text((ROOT / "Pulumi.prod.yaml").read_text().replace(old, new))
-        return " ".join(prod.preview(diff=True).stderr.split())
+        answered["gpu-01"]["readings"]["prod.primary"]["differences"] = [difference]
+        (tmp_path / "changed-survey.json").write_text(json.dumps(answered))
+        changed = engine.stack(
+            work,
+            tmp_path / "state",
+            "prod",
+            env={**env, "VLLM_FLEET_SURVEY_FILE": str(tmp_path / "changed-survey.json")},
+        )
+        return " ".join(changed.preview(diff=True).stderr.split())
 
-    said = said_with("attentionBackend: null", "attentionBackend: TRITON_MLA")
+    said = said_with(
+        "attentionBackend: null",
+        "attentionBackend: TRITON_MLA",
+        "its environment has no VLLM_ATTENTION_BACKEND, the stack's VLLM_ATTENTION_BACKEND=TRITON_MLA",
+    )
     assert (
         "cannot adopt vllm-kimi-k25-int4.service (PID 4242) in place, so the take-over stops it and starts the "
         "managed unit: its environment has no VLLM_ATTENTION_BACKEND, the stack's VLLM_ATTENTION_BACKEND=TRITON_MLA"
@@ -129,7 +144,11 @@ def test_real_engine_previews_prod_without_contacting_it(tmp_path: Path) -> None
     assert "will run stop-then-start (hand-made units it replaces stop first); expected downtime: the start of" in said
     # Switched to MiniMax, the swap forecasts MiniMax's own 75 s (not the 14 minutes of one lazy rate for
     # every model, nor Kimi's half hour).
-    said = said_with("      model: kimi-k2.5-int4\n", "      model: minimax-m2.5\n")
+    said = said_with(
+        "      model: kimi-k2.5-int4\n",
+        "      model: minimax-m2.5\n",
+        "its model is /shared/kimi-k2.5-int4, the stack's /shared/minimax-m2.5",
+    )
     assert (
         "will run stop-then-start (hand-made units it replaces stop first); expected downtime: the start of "
         "minimax-m2.5, about 75 s (from the catalog's reference load of minimax-m2.5: 75 s on the reference server"

@@ -75,7 +75,12 @@ def test_surveys_run_at_once_and_every_failure_is_named(monkeypatch: pytest.Monk
     checked_against: dict[str, Path | None] = {}
 
     def fake_ssh_survey(
-        h: Host, private_key: str, model_dirs: Any = (), timeout: float = 60, known_hosts: Path | None = None
+        h: Host,
+        private_key: str,
+        model_dirs: Any = (),
+        timeout: float = 60,
+        known_hosts: Path | None = None,
+        questions: Any = (),
     ) -> Survey:
         checked_against[h.name] = known_hosts
         time.sleep(DELAY)
@@ -113,9 +118,7 @@ def test_no_survey_older_than_the_reuse_window_decides_anything(
     reads: list[float] = []
     clock = [1_000_000.0]
 
-    def fake_ssh_survey(
-        h: Host, private_key: str, model_dirs: Any = (), timeout: float = 60, known_hosts: Path | None = None
-    ) -> Survey:
+    def fake_ssh_survey(h: Host, *_: Any, **__: Any) -> Survey:
         reads.append(clock[0])
         return Survey.from_dict({"units": [{"name": rd.unit_name, "activeState": state[0]}]})
 

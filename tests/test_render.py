@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import lzma
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 
 from host.contract import BUNDLE_NAME
+from host.unit_file import read_unit
 from models.config import StackConfig
 from models.loader import load_stack_file, parse_stack_config
 from render import access as render_access
@@ -28,7 +30,7 @@ from render import host_bundle, steps
 from render.launch import args_check_spec, engine_environment, vllm_arguments
 from render.paths import FILES, FRONT_DOOR_UNIT, TOOLS_DIR, UNIT_DIR
 from render.scripts import MAX_SCRIPT_BYTES, Script, remote_invocation, step_script
-from render.units import render_node_unit, render_unit, systemd_quote
+from render.units import render_bridge_unit, render_node_unit, render_unit, systemd_quote
 from tests.support.host_package import ARCHIVE_URN, install_host_package
 from tests.support.paths import ROOT
 from tests.support.processes import run_captured
@@ -251,6 +253,26 @@ def test_units_pass_systemd_analyze_verify(name: str, tmp_path: Path) -> None:
     root = _verify_root(tmp_path, units)
     for unit in units:
         result = run_captured(["systemd-analyze", "verify", f"--root={root}", f"/etc/systemd/system/{unit}"])
+        assert result.returncode == 0 and not result.stderr.strip(), result.stderr
+
+
+@pytest.mark.parametrize("name", STACKS)
+def test_a_bridge_unit_runs_the_same_launch_under_its_own_name(name: str, tmp_path: Path) -> None:
+    """The unit that serves a restart's new launch on the spare GPUs (host/bridge.py): what systemd starts
+    is the deployment unit's launch; only its name, its placement and its environment file are its own."""
+    for rd in stack(name).resolved_deployments():
+        unit, bridge = render_unit(rd, name), render_bridge_unit(rd, name)
+        assert bridge.name == f"{rd.unit_stem}-bridge.service" and bridge.text.startswith(unit.text.split("\n")[0])
+        own = read_unit(unit.text).launch
+        assert read_unit(bridge.text).launch == dataclasses.replace(
+            own,
+            environment_files=tuple(
+                (path.replace(rd.unit_stem, f"{rd.unit_stem}-bridge"), o) for path, o in own.environment_files
+            ),
+        )
+        assert f"--unit {bridge.name}" in bridge.text and f"--unit {unit.name}" not in bridge.text
+        root = _verify_root(tmp_path / rd.deployment.name, {bridge.name: bridge.text})
+        result = run_captured(["systemd-analyze", "verify", f"--root={root}", f"/etc/systemd/system/{bridge.name}"])
         assert result.returncode == 0 and not result.stderr.strip(), result.stderr
 
 

@@ -9,8 +9,12 @@ on the deployment's port, with the seeds' own `rm -f /dev/shm/psm_*` clean-up in
 second hand-made unit enabled but stopped on the same port (`vllm-glm5`); a third stopped and disabled
 whose name is the managed unit of the stack's other model (`vllm-seed-b`, as `vllm-minimax-m25` is on
 the server). The stack is shaped like Pulumi.prod.yaml: every hand-made unit under `replaces`, open
-access, no vLLM version pinned. A client sends the old model id every 100 ms through every phase; each
-phase's requests, failures and longest gap go to .run/seed-replica-phases.json.
+access, no vLLM version pinned. The serving unit spells the stack's launch otherwise (issue 44), so the
+take-over adopts it in place; the first swap after it and, once the destroy has put the hand-made units
+back, a take-over of one tuned by hand (another --max-model-len) start the new engine first on the free
+GPU, the port's move to the front door all clients wait through. A client sends the old model id every
+100 ms through every phase; each phase's requests, failures and longest gap go to
+.run/seed-replica-phases.json.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ SERVING = "vllm-seed-a.service"  # hand-made, running, and the managed unit's na
 WAITING = "vllm-glm5.service"  # hand-made, enabled but stopped, on the same port
 SPARE = "vllm-seed-b.service"  # hand-made, stopped and disabled, the managed unit's name of model seed-b
 HAND_MADE = (SERVING, WAITING, SPARE)
+BRIDGE = "vllm-seed-a-bridge.service"  # the managed unit's temporary name while a new engine starts first
 MODELS = {
     "seed-a": {"preset": "tiny-chat-a", "dir": "seed-a", "revision": "main", "keep": True},
     "seed-b": {"preset": "tiny-chat-b", "dir": "seed-b", "revision": "main", "keep": True},
@@ -73,6 +78,31 @@ def by_hand(unit: str, model_dir: str, env: dict[str, str], argv: list[str]) -> 
     )
 
 
+# How the serving unit spells the stack's launch otherwise, each as vLLM's parser reads it the same
+# (issue 44; tests/test_launch_identity.py reads each alone): `vllm serve <path>` with the model positional,
+# --a_b=c beside --a-b c, -tp 1 for --tensor-parallel-size 1, a default the stack leaves out written out
+# (--seed 0), HF_HOME without the TRANSFORMERS_CACHE the stack spells (its default under HF_HOME).
+SPELLED = {
+    "--max-model-len": "--max_model_len=",
+    "--gpu-memory-utilization": "--gpu_memory_utilization=",
+    "--tensor-parallel-size": "-tp ",
+}
+
+
+def spelled_otherwise(argv: list[str]) -> list[str]:
+    """A hand-made launch (`argv`, the stack's without its served names) as SPELLED says."""
+    python, _m, _module, _model, model, *rest = argv
+    words = [python.replace("python3", "vllm"), "serve", model]
+    for index, word in enumerate(rest):
+        if index and rest[index - 1] in SPELLED:
+            continue
+        if word in SPELLED:
+            words += (SPELLED[word] + rest[index + 1]).split(" ")
+        else:
+            words.append(word)
+    return [*words[:-4], "--seed", "0", *words[-4:]]
+
+
 def hand_made_units() -> dict[str, str]:
     """The seeds' units, their launch the one the stack renders for model seed-a on this host's vLLM, as a
     hand-made unit spells it: the engine on the public port itself, on GPU 3, its path as the model id."""
@@ -99,7 +129,10 @@ def hand_made_units() -> dict[str, str]:
         argv.append(word)
     argv += ["--host", "127.0.0.1", "--port", str(E2E_PORT)]
     env = {k: v for k, v in engine_environment(rd).items() if k not in MANAGED_ONLY}
-    serving = by_hand(SERVING, MODEL_DIR, {**env, "CUDA_VISIBLE_DEVICES": "3", "TMPDIR": "/tmp/seed-a"}, argv)
+    spelled = spelled_otherwise(argv)
+    assert "--max_model_len=512" in spelled and "-tp" in spelled and spelled[:2] == ["/opt/vllm-env/bin/vllm", "serve"]
+    own = {k: v for k, v in env.items() if k != "TRANSFORMERS_CACHE"}
+    serving = by_hand(SERVING, MODEL_DIR, {**own, "CUDA_VISIBLE_DEVICES": "3", "TMPDIR": "/tmp/seed-a"}, spelled)
     other = [a if a != MODEL_DIR else "/shared/glm-5" for a in argv]
     waiting = by_hand(WAITING, "/shared/glm-5", {**env, "TMPDIR": "/tmp/glm5"}, other)
     spare = by_hand(
@@ -215,6 +248,7 @@ def test_first_up_adopts_the_serving_engine_in_place_and_no_client_notices(seed:
     assert f"adopted {SERVING} in place" in output, output[-3000:]
     assert stats["failed"] == 0 and stats["requests"] > 0, repr(stats)
     assert unit_props(SERVING, "MainPID", "NRestarts") == before, "the take-over restarted the engine"
+    print(f"[seed-replica-phases] take-over: MainPID {before['MainPID']} before and after")
     # The managed unit (enabled) runs the adopted launch through its drop-in; the hand-made files are put away.
     assert on_host(f"head -n 1 /etc/systemd/system/{SERVING}").startswith("# Managed by vllm-fleet")
     assert on_host(f"systemctl is-enabled {SERVING}").strip() == "enabled"
@@ -231,6 +265,13 @@ def test_a_swap_to_the_model_whose_unit_a_replaced_unit_named_and_back_keeps_the
     output = seed.up("seed-b")
     stats = seed.record("swap-to-b", start)
     assert "is a hand-made unit" not in output
+    # The adopted engine holds the public port itself and GPU 2 is free: the new engine first, then the
+    # port's move to the front door is all clients wait through (issue 44).
+    assert "will run new engine first (new engine first: GPU 2 free beside vllm-seed-a.service" in output, output[
+        -3000:
+    ]
+    assert "swap mode: port-move" in output and "moved to the front door in" in output, output[-3000:]
+    assert stats["longest_gap_s"] <= 2.0, repr(stats)
     assert set(served_ids(ENDPOINT)) == {"seed-b", OLD_ID}
     assert on_host(f"test -e /etc/systemd/system/{SERVING}.d/50-vllm-fleet-adopted.conf || echo gone").strip() == "gone"
     assert stats["requests"] > 0
@@ -286,3 +327,33 @@ def test_destroy_puts_the_hand_made_units_back_as_they_were(seed: Seed) -> None:
     ]
     assert on_host(f"test -e /etc/systemd/system/{SERVING}.d || echo gone").strip() == "gone"
     assert served_ids(ENDPOINT) == [OLD_ID]
+
+
+def test_a_hand_made_launch_that_really_differs_moves_to_the_new_engine_first(seed: Seed) -> None:
+    # The hand-made unit the destroy put back, tuned by hand (another --max-model-len): vLLM reads another
+    # engine, so it cannot be adopted in place; GPU 2 is free beside it on GPU 3. Under the managed unit's own
+    # name the stack's launch serves first as the bridge, then the unit takes over from it (issue 44).
+    tuned = seed.units[SERVING].replace("--max_model_len=512", "--max_model_len=256")
+    assert tuned != seed.units[SERVING]
+    on_host(
+        f"cat > /etc/systemd/system/{SERVING} <<'UNIT'\n{tuned}UNIT\n"
+        f"systemctl daemon-reload && systemctl restart {SERVING}"
+    )
+    wait_serving(ENDPOINT, MODEL_DIR, 300)
+    preview = seed.stack_of().preview(diff=True)
+    said = " ".join((preview.stdout + preview.stderr).split())
+    pid = unit_props(SERVING, "MainPID")["MainPID"]
+    assert f"cannot adopt {SERVING} (PID {pid}) in place, so the managed engine starts first beside it" in said, said[
+        -4000:
+    ]
+    assert "--max-model-len is 256 there, 512 in the stack" in said, said[-4000:]
+    assert "will run new engine first (new engine first: GPU 2 free beside vllm-seed-a.service" in said
+    start = time.monotonic()
+    output = seed.up("seed-a")
+    stats = seed.record("take-over-differs", start)
+    assert "swap mode: port-move" in output and "moved to the front door in" in output, output[-3000:]
+    assert stats["longest_gap_s"] <= 2.0 and stats["requests"] > 0, repr(stats)
+    assert unit_props(SERVING, "MainPID")["MainPID"] != pid
+    assert "--max-model-len 512" in on_host(f"systemctl status --no-pager --lines=0 {SERVING}")
+    assert on_host(f"systemctl is-active {BRIDGE} || true").strip() == "inactive"
+    assert set(served_ids(ENDPOINT)) == {"seed-a", OLD_ID}

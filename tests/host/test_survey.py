@@ -17,6 +17,7 @@ from host import contract, facts, model_files, survey
 from host.contract import Listener, Memory, Survey
 from models.config import StackConfig
 from models.loader import parse_stack_config
+from render.units import render_unit
 from tests.support.paths import FIXTURES
 
 SS = """LISTEN 0      4096         0.0.0.0:8000      0.0.0.0:*    users:(("python3",pid=812,fd=21))
@@ -203,6 +204,8 @@ def test_preview_forecasts_stop_start_from_the_incoming_models_own_start(dev_raw
     # No swap, no forecast of one; with a kept model, what a swap to it costs, beside the next start of its own.
     dev_raw["deployments"][0]["model"] = "tiny-chat-a"
     config = parse_stack_config(dev_raw)
+    (rd,) = config.resolved_deployments()
+    found["units"][0]["sha256"] = hashlib.sha256(render_unit(rd, "dev").text.encode()).hexdigest()
     assert forecast.forecasts("dev", config, config.hosts[0], config.resolved_deployments(), survey_of(found)) == []
     dev_raw["models"]["tiny-chat-b"]["keep"] = True
     config = parse_stack_config(dev_raw)
@@ -217,6 +220,43 @@ def start_record(config: StackConfig, model: str, at: float, seconds: float) -> 
     loaded = contract.Loaded(model, f"/shared/{model}", spec.repo, spec.revision, size_bytes=1_000_000)
     unit = f"vllm-{model}.service"
     return contract.StartRecord(at, "dev.chat", unit, "stop-start", seconds, loaded).to_dict()
+
+
+def test_preview_forecasts_each_change_of_the_deployments_own_unit(dev_raw: dict[str, Any]) -> None:
+    """The unit that serves changes (its text differs from the stack's): the survey's reading of its engine
+    decides a rewrite, a restart through the bridge on the free GPU, or, with none free, stop-then-start."""
+    config = parse_stack_config(dev_raw)
+    found = serving("vllm-tiny-chat-a.service", [0], last=24.3)
+    found["units"][0]["sha256"] = "0" * 64
+    same = {"unit": "vllm-tiny-chat-a.service", "unitChanges": ["TimeoutStopSec=", "its comments"]}
+    found["readings"] = {"dev.chat": same}
+
+    def line() -> str:
+        (said,) = forecast.forecasts("dev", config, config.hosts[0], config.resolved_deployments(), survey_of(found))
+        return said
+
+    assert line() == (
+        "host 'sandbox', deployment 'chat': vllm-tiny-chat-a.service: unit updated, the engine keeps running "
+        "(its launch is unchanged): TimeoutStopSec=, its comments change; expected downtime 0 s"
+    )
+    flag = "--max-model-len is 512 now, 256 in the new unit"
+    found["readings"] = {"dev.chat": {**same, "differences": [flag]}}
+    bridged = line()
+    assert bridged.startswith(
+        "host 'sandbox', deployment 'chat': vllm-tiny-chat-a.service restarts with its new launch: its launch "
+        f"changes ({flag}): blue/green through vllm-tiny-chat-a-bridge.service on GPU 1 beside "
+        "vllm-tiny-chat-a.service: two loads, 0 s downtime expected; each load: about "
+    ), bridged
+    found["gpuHolders"].append({"pid": 9, "gpus": [1], "unit": "gpu-taker.service"})
+    said = line()
+    assert "vllm-tiny-chat-a.service will run stop-then-start (its launch changes" in said
+    assert "so it restarts in place: the new launch needs 1 GPU(s) beside it on GPU 0" in said
+    # Its downtime: the start of its model, from that model's own starts here (none yet: the rates).
+    assert "; expected downtime: the start of tiny-chat-a, about 60 s (from the rates of models/downtime.py" in said
+    # The first read of a launch waited for the host's vLLM: said once per host.
+    found["readings"]["dev.chat"]["note"] = "read 2 launch(es) with this host's vLLM 0.32.0 argument parser in 7.1 s"
+    notes = forecast.parser_notes("dev", config.hosts[0], config.resolved_deployments(), survey_of(found))
+    assert notes == ["host 'sandbox': read 2 launch(es) with this host's vLLM 0.32.0 argument parser in 7.1 s"]
 
 
 def test_a_checkpoint_the_ram_cannot_hold_is_named(prod_raw: dict[str, Any]) -> None:

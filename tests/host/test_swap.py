@@ -16,12 +16,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from email.message import Message
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 from host import contract, front_door, judgement, swap, systemd
 from host.transaction import Transaction
+from host.transaction_base import TransactionBase
+
+# A transaction, or one of the parts it is assembled from (host/blue_green.py, host/bridge.py, ...).
+Part = TypeVar("Part", bound=TransactionBase)
 
 
 @dataclass
@@ -126,6 +130,11 @@ class RecordingSystemd(systemd.SystemdHost):
 
     def enabled(self, unit: str) -> bool:
         return self.units.get(unit, FakeUnit()).enabled
+
+    def listens(self, address: str, port: int) -> bool:
+        """Nothing of this world listens on a host's port (its engines stop at once)."""
+        self.calls.append(("listens", address, str(port)))
+        return False
 
     def retiring_workers(self, unit: str, before_reload: frozenset[int] = frozenset()) -> int:
         self.calls.append(("retiring-workers", unit, *map(str, sorted(before_reload))))
@@ -242,7 +251,11 @@ class World:
 
     def transaction(self, plan: contract.Plan, host: RecordingSystemd | None = None) -> Transaction:
         """A transaction on this world's host (or `host`), whose own sleeps return at once."""
-        return Transaction(
+        return self.part(Transaction, plan, host)
+
+    def part(self, kind: type[Part], plan: contract.Plan, host: RecordingSystemd | None = None) -> Part:
+        """One part of a transaction (`kind`: the whole, or the class of one of its files) on this world's host."""
+        return kind(
             plan,
             host or self.systemd,
             log=self.lines.append,
@@ -1194,8 +1207,12 @@ def plan_for_decide(gpus: tuple[int, ...] = (0, 1, 2, 3), needed: int = 2, mode:
         (contract.ActiveRecord("vllm-old.service", gpus=(2, 3), backend_port=28000), True, frozenset(), "blue-green", (0, 1), 18000, "free beside"),
         (contract.ActiveRecord("vllm-old.service", gpus=(0, 1), backend_port=18000), True, frozenset({3}), "stop-start", (0, 1), 18000, "1 of deployments[].gpus"),
         (contract.ActiveRecord("vllm-old.service", gpus=(0, 1), backend_port=18000), False, frozenset(), "stop-start", (0, 1), 18000, "nothing"),
-        (contract.ActiveRecord("vllm-old.service", gpus=(0, 1), backend_port=None), True, frozenset(), "stop-start", (0, 1), 18000, "listens on the public port 8000 itself"),
-        (contract.ActiveRecord("vllm-new.service", gpus=(0, 1), backend_port=28000), True, frozenset(), "stop-start", (0, 1), 28000, "itself changes"),
+        (contract.ActiveRecord("vllm-old.service", gpus=(0, 1), backend_port=None), True, frozenset(), "port-move", (2, 3), 18000, "new engine first: GPU 2,3 free beside vllm-old.service"),
+        (contract.ActiveRecord("vllm-old.service", gpus=(0, 1), backend_port=None), True, frozenset({3}), "stop-start", (0, 1), 18000, "listens on the public port 8000 itself"),
+        (contract.ActiveRecord("vllm-new.service", gpus=(0, 1), backend_port=28000), True, frozenset(), "bridge", (2, 3), 18000, "itself changes: blue/green through vllm-new-bridge.service on GPU 2,3"),
+        (contract.ActiveRecord("vllm-new.service", gpus=(0, 1), backend_port=28000), True, frozenset({2}), "stop-start", (0, 1), 28000, "itself changes, so it restarts in place: the new launch needs 2 GPU(s)"),
+        (contract.ActiveRecord("vllm-new.service", gpus=(0, 1), backend_port=28000), True, frozenset(), "rewrite", (0, 1), 28000, "unit updated, the engine keeps running (its launch is unchanged): TimeoutStopSec= change"),
+        (contract.ActiveRecord("vllm-new.service", gpus=(0, 1), backend_port=28000), True, frozenset(), "bridge", (2, 3), 18000, "its launch changes (--max-model-len is 512 now, 256 in the new unit): blue/green"),
     ],
 )  # fmt: skip
 def test_decide(
@@ -1207,7 +1224,12 @@ def test_decide(
     port: int,
     why: str,
 ) -> None:
-    decision = judgement.decide(plan_for_decide(), old, running, busy, replaces_running=False)
+    # The survey's reading of the unit that serves: no launch change, or one (only the last two cases read).
+    changes = why.startswith(("unit updated", "its launch"))
+    differences = ("--max-model-len is 512 now, 256 in the new unit",) if "its launch changes" in why else ()
+    reading = contract.EngineReading("vllm-new.service", differences=differences, unit_changes=("TimeoutStopSec=",))
+    given = reading if changes else None
+    decision = judgement.decide(plan_for_decide(), old, running, busy, replaces_running=False, reading=given)
     assert (decision.mode, decision.placement) == (mode, contract.Placement(gpus, port)), decision
     assert why in decision.reason
 
@@ -1287,8 +1309,14 @@ def managed_unit(unit: str, extra_args: str = "", environment: str = "NCCL_PROTO
     )
 
 
-def serving_by_hand(world: World, unit: str = "vllm-new.service", argv: list[str] = HAND_MADE_ARGV) -> None:
-    """A hand-made engine serving /shared/m under its path on the deployment's port, as the survey sees it."""
+def serving_by_hand(
+    world: World,
+    unit: str = "vllm-new.service",
+    argv: list[str] = HAND_MADE_ARGV,
+    differences: tuple[str, ...] = (),
+) -> None:
+    """A hand-made engine serving /shared/m under its path on the deployment's port, as the survey sees it,
+    its launch read against the stack's with `differences` (host/engine_launch.py, tested on its own)."""
     from host.facts import vllm_launch
 
     world.hand_made(unit)
@@ -1302,6 +1330,7 @@ def serving_by_hand(world: World, unit: str = "vllm-new.service", argv: list[str
         "listeners": [{"port": 8000, "pid": 4242, "unit": unit, "cmd": "python3 -m vllm..."}],
         "gpuHolders": [{"pid": 4242, "gpus": [0], "unit": unit, "cmd": "python3"}],
         "gpuCount": 4,
+        "readings": {"dev.chat": {"unit": unit, "kind": "take-over", "pid": 4242, "differences": list(differences)}},
     }  # fmt: skip
 
 
@@ -1361,57 +1390,78 @@ def test_a_swap_that_fails_after_adoption_puts_the_adopted_launch_back(tmp_path:
     assert contract.adopted_drop_in("vllm-new.service", world.unit_dir).read_text() == drop_in
 
 
+# What the survey's reading (host/engine_launch.py) says of a launch that differs, one line each.
+DIFFERS = (
+    "--gpu-memory-utilization is 0.95 there, 0.92 (vLLM's default) in the stack",
+    "its environment has NCCL_PROTO=LL, the stack's NCCL_PROTO=Simple",
+)
+
+
 def test_a_launch_that_differs_is_taken_over_by_stop_then_start_naming_each_difference(tmp_path: Path) -> None:
     world = World(tmp_path)
-    serving_by_hand(world, argv=[*HAND_MADE_ARGV, "--gpu-memory-utilization", "0.95"])
+    serving_by_hand(world, argv=[*HAND_MADE_ARGV, "--gpu-memory-utilization", "0.95"], differences=DIFFERS)
     plan = world.plan()
     (Path(plan.state_dir) / "staged" / plan.unit_name).write_text(
         managed_unit(plan.unit_name, environment="NCCL_PROTO=Simple")
     )
-    old = None
-    found = world.found
-    judged = judgement.judge(plan, contract.Survey.from_dict(found), {}, old, launch_of(plan))
+    judged = judgement.judge(plan, contract.Survey.from_dict(world.found), {}, None)
     assert judged.adoption is not None and not judged.adoption.in_place
+    # Its one GPU is the deployment's only one: nothing beside it to start the new engine on first.
     assert judged.decision.mode == "stop-start"
-    assert "it sets --gpu-memory-utilization 0.95, the stack does not" in judged.adoption.differences
-    assert "its environment has NCCL_PROTO=LL, the stack's NCCL_PROTO=Simple" in judged.adoption.differences
+    assert judged.adoption.differences == DIFFERS
     result = world.run(plan)
     assert result.status == "succeeded" and "stop" in world.systemd.verbs("vllm-new.service")
 
 
-def launch_of(plan: contract.Plan) -> contract.Launch | None:
-    from host.facts import unit_environment, unit_launch
-
-    text = (Path(plan.state_dir) / "staged" / plan.unit_name).read_text()
-    return unit_launch(text, unit_environment(text))
-
-
-def test_adoption_judges_unit_name_port_gpus_model_and_flag_spellings(tmp_path: Path) -> None:
+def test_a_launch_that_differs_under_the_managed_name_with_a_gpu_free_is_no_conflict_on_the_port(
+    tmp_path: Path,
+) -> None:
+    # The hand-made engine of the managed unit's name holds the public port itself; GPU 1 is free beside it.
+    # The new engine starts first as the bridge, and the hand-made one leaves the port at the move: its
+    # listener is what the swap stops, not a port the stack does not manage (seen on the seed-replica host).
     world = World(tmp_path)
-    # The same launch spelled another way (`vllm serve` with --a=b and underscores): nothing differs.
+    serving_by_hand(world, argv=[*HAND_MADE_ARGV, "--gpu-memory-utilization", "0.95"], differences=DIFFERS)
+    plan = world.plan(gpus=(0, 1))
+    judged = judgement.judge(plan, contract.Survey.from_dict(world.found), {}, None)
+    assert judged.decision.mode == "port-move" and judged.decision.then is not None, judged.decision
+    assert judged.decision.placement.gpus == (1,) and judged.decision.then.gpus == (0,)
+    assert judged.conflicts == [], judged.conflicts
+
+
+def test_adoption_judges_unit_name_port_gpus_and_the_launch_read_on_the_host(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    # The survey read the same launch, spelled another way (`vllm serve` with --a=b and underscores).
     spelled = [PYTHON, "-m", "vllm.entrypoints.cli.main", "serve", "/shared/m/", "--port=8000",
                "--max_model_len=256", "--trust-remote-code", "-tp", "1"]  # fmt: skip
     serving_by_hand(world, argv=spelled)
     plan = world.plan()
-    (Path(plan.state_dir) / "staged" / plan.unit_name).write_text(managed_unit(plan.unit_name))
-    wanted = launch_of(plan)
-    judged = judgement.judge(plan, contract.Survey.from_dict(world.found), {}, None, wanted)
+    judged = judgement.judge(plan, contract.Survey.from_dict(world.found), {}, None)
     assert judged.adoption is not None and judged.adoption.differences == (), judged.adoption
     assert judged.decision.mode == "adopt" and judged.conflicts == []
-    # Another unit name, port, all GPUs (no CUDA_VISIBLE_DEVICES) and other model files each differ.
-    serving_by_hand(world, unit="vllm-legacy.service", argv=[*HAND_MADE_ARGV[:4], "/shared/other", "--port", "9000"])
+    # Another unit name, port and all GPUs (no CUDA_VISIBLE_DEVICES) each differ, besides its launch.
+    other_files = ("it serves the model files in /shared/other, the stack those in /shared/m",)
+    serving_by_hand(
+        world,
+        unit="vllm-legacy.service",
+        argv=[*HAND_MADE_ARGV[:4], "/shared/other", "--port", "9000"],
+        differences=other_files,
+    )
     world.found["units"][0]["launch"]["gpus"] = None  # type: ignore[index]
     other = world.plan(replaces=("vllm-legacy.service",))
-    judged = judgement.judge(other, contract.Survey.from_dict(world.found), {}, None, wanted)
+    judged = judgement.judge(other, contract.Survey.from_dict(world.found), {}, None)
     assert judged.adoption is not None
     text = " | ".join(judged.adoption.differences)
     assert "set vllm-fleet:deployments[chat].unitName: vllm-legacy" in text
     assert "it listens on port 9000, the deployment on 8000" in text
     assert "it runs on GPU 0,1,2,3, the stack on 1 of [0]" in text
-    assert "it serves the model files in /shared/other, the stack those in /shared/m" in text
+    assert other_files[0] in text
+    # A launch no survey read is not known to be the stack's: no adoption in place.
+    del world.found["readings"]
+    unread = judgement.judge(other, contract.Survey.from_dict(world.found), {}, None).adoption
+    assert unread is not None and "its launch was not read on the host" in " | ".join(unread.differences)
     # Once vllm-fleet serves the deployment there is nothing to adopt.
     record = contract.ActiveRecord("vllm-new.service", "chat", 8000, (0,), 18000)
-    assert judgement.adoption(plan, contract.Survey.from_dict(world.found), wanted, record) is None
+    assert judgement.adoption(plan, contract.Survey.from_dict(world.found), record) is None
 
 
 def test_after_an_adoption_a_swap_away_and_back_leaves_no_adopted_launch_behind(tmp_path: Path) -> None:

@@ -129,6 +129,11 @@ class PhaseResults(dict[str, dict[str, Any]]):
     def record(self, phase: str, seen: dict[str, Any]) -> dict[str, Any]:
         self[phase] = seen
         save_results(self.name, self)
+        # The closing notes quote these three for every phase (seen with pytest -s).
+        print(
+            f"\n[{self.name}] {phase}: {seen.get('requests')} requests, {seen.get('failed')} failed, "
+            f"longest gap {seen.get('longest_gap_s')} s"
+        )
         return seen
 
 
