@@ -728,7 +728,7 @@ def measure_preview(project: Path, stack: str, env: dict[str, str]) -> dict[str,
     }
 
 
-# What fleet operators run (README "Previewing a fleet"): a preview persists no state, yet this engine's
+# What fleet operators run (docs/fleets.md, "Previewing a fleet"): a preview persists no state, yet this engine's
 # file backend serializes the whole snapshot after every step of one and throws it away, which makes a
 # preview quadratic in its resources; PULUMI_SKIP_CHECKPOINTS keeps only the final one. Never for `up`.
 PREVIEW_ENV = {"PULUMI_SKIP_CHECKPOINTS": "true"}
@@ -1237,6 +1237,19 @@ def report(results: dict[str, Any], files: list[str], measured: dict[str, dict[s
     return "\n".join(lines) + "\n"
 
 
+# RESULTS.md's hand-written part: the figures of earlier commits, which a new run must not overwrite.
+HISTORY_HEADING = "## History"
+
+
+def with_history(generated: str, previous: str) -> str:
+    """The report this run generated, followed by the History section of the RESULTS.md it replaces
+    (everything from its `## History` heading on, as it was written), if that file had one."""
+    at = previous.find(f"\n{HISTORY_HEADING}\n")
+    if at < 0:
+        return generated
+    return generated.rstrip("\n") + "\n\n" + previous[at + 1 :]
+
+
 def main() -> int:
     args = sys.argv[1:]
     # --keep: a partial run keeps the other sections of the last results.json, each with its date and commit.
@@ -1286,8 +1299,10 @@ def main() -> int:
     results = {n: results[n] for n in steps if n in results}
     for stale in ("noop.png", "fleet.png"):
         (OUT / stale).unlink(missing_ok=True)
-    (OUT / "RESULTS.md").write_text(report(results, plot(results), measured, fresh))
-    print((OUT / "RESULTS.md").read_text())
+    results_md = OUT / "RESULTS.md"
+    generated = report(results, plot(results), measured, fresh)
+    results_md.write_text(with_history(generated, results_md.read_text() if results_md.is_file() else ""))
+    print(generated)
     return 0
 
 
