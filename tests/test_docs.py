@@ -141,3 +141,16 @@ def test_the_key_check_tells_a_key_from_a_typo() -> None:
     assert not is_known_key("hosts[].gpus.cores")
     assert not is_known_key("deployments[].swapmode")
     assert not is_known_key("acess.open")
+
+
+def test_the_two_commands_are_on_the_first_screen_and_ci_runs_the_readme_s_test_command() -> None:
+    first_screen = text_of(README).splitlines()[:40]
+    block = first_screen[first_screen.index("```sh") + 1 :]
+    commands = [line.split("#", 1)[0].strip() for line in block[: block.index("```")]]
+    assert commands == ["make up", "make test"]
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert ci[-1] == "exec make test"
+
+
+def test_the_readme_stays_a_front_door() -> None:
+    assert len(text_of(README).splitlines()) <= 250
