@@ -257,18 +257,21 @@ class Reference:
         parts: list[str] = []
         if "enum" in target:
             parts.append("one of " + ", ".join(f"`{value}`" for value in target["enum"]))
-        for key, word in (
-            ("minimum", "≥"),
-            ("exclusiveMinimum", "more than"),
-            ("maximum", "≤"),
-            ("exclusiveMaximum", "less than"),
-            ("minLength", "length ≥"),
-            ("maxLength", "length ≤"),
-            ("minItems", "items ≥"),
-            ("maxItems", "items ≤"),
+        # JSON schema's names, and pydantic's own where a validator runs before the constraint (the models'
+        # Int and Float refuse YAML's true and false first): pydantic then writes `ge`, not `minimum`.
+        for keys, word in (
+            (("minimum", "ge"), "≥"),
+            (("exclusiveMinimum", "gt"), "more than"),
+            (("maximum", "le"), "≤"),
+            (("exclusiveMaximum", "lt"), "less than"),
+            (("minLength", "min_length"), "length ≥"),
+            (("maxLength", "max_length"), "length ≤"),
+            (("minItems",), "items ≥"),
+            (("maxItems",), "items ≤"),
         ):
-            if key in node:
-                parts.append(f"{word} {node[key]}")
+            for key in keys:
+                if key in node:
+                    parts.append(f"{word} {node[key]}")
         if "pattern" in node:
             parts.append(f"matches `{node['pattern']}`")
         items = node.get("items")
@@ -287,7 +290,8 @@ class Reference:
             return "-"
         value = node["default"]
         if isinstance(value, dict) and value:
-            return "see its fields"
+            # A model's default: its fields' own (an override left unset is none).
+            return "see its fields" if any(v is not None for v in value.values()) else "none set"
         return f"`{json.dumps(value)}`"
 
     def description(self, path: str, owner: str | None, key: str, node: dict[str, Any]) -> str:
