@@ -2,8 +2,7 @@
 deployed stack, read back from the stack's exported state (graph.json beside it), and does nothing else:
 no config models, no checks, no rendering, no typed provider classes. Each resource gets the type, name,
 parent, dependencies, inputs, options and (for components) outputs the state holds, and the program takes
-the SDK settings of vllm-fleet's own (controller/sdk.py: the command provider started at once, URNs as
-strings, lighter stack traces, the linear wait for outputs, the collector paused). So its no-op costs
+the SDK changes of vllm-fleet's own (controller/sdk.py's install). So its no-op costs
 what the engine and the SDK need for this graph of resources; what vllm-fleet's program costs beyond it
 is its own Python. The bench checks that its preview is a no-op before it times it.
 
@@ -12,28 +11,20 @@ VLLM_FLEET_BENCH_ROOT names the checkout whose controller/sdk.py it uses."""
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
-gc.disable()
-
-import pulumi  # noqa: E402
+import pulumi
 
 ROOT = Path(os.environ["VLLM_FLEET_BENCH_ROOT"])
 sys.path.insert(0, str(ROOT))
 
 from controller import sdk  # noqa: E402
 
-sdk.start_command_provider()
-sdk.quiet_debug_log()
-sdk.linear_output_wait()
-sdk.direct_registration_urns()
-sdk.lighter_stack_traces()
-sdk.pause_cyclic_gc()
+sdk.install()
 
 # The special keys of Pulumi's state format (sdk/go/common/resource/sig): a secret and an asset.
 SIG = "4dabf18193072939515e22adb298388d"

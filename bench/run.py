@@ -8,13 +8,14 @@ marked with the date and commit it was measured at."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import itertools
 import json
 import math
 import os
 import re
+import resource
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
@@ -160,20 +161,6 @@ def pair_differences(results: dict[str, list[float]], verb: str) -> list[float]:
     return [ours - floor for ours, floor in zip(results[verb], results[f"floor_{verb}"], strict=True)]
 
 
-# Fresh interpreters for the config's cost (bench/config_import.py): each sample is one run's.
-CONFIG_IMPORT_RUNS = 9
-
-
-def config_models_cost() -> dict[str, float]:
-    """The median ms of the config models' import, of reading the kept validated config and of a validation,
-    each in a fresh interpreter set up as the program sets itself up (bench/config_import.py)."""
-    samples = [
-        json.loads(run_captured([sys.executable, str(ROOT / "bench" / "config_import.py")], check=True).stdout)
-        for _ in range(CONFIG_IMPORT_RUNS)
-    ]
-    return {part: median([sample[part] for sample in samples]) for part in ("models", "kept", "validation")}
-
-
 def bench_noop(tmp: Path) -> dict[str, Any]:
     env = {**fresh_pulumi_home(tmp), "VLLM_FLEET_BENCH_ROOT": str(ROOT)}
     floor = empty_project(tmp, env)
@@ -204,7 +191,6 @@ def bench_noop(tmp: Path) -> dict[str, Any]:
         )
     sessions = ssh_sessions() - sessions_before
     traces = traced_noop_ups({"ours": ROOT, "graph": replay, "floor": floor}, tmp, env)
-    config_models = config_models_cost()
     run_captured(["pulumi", "stack", "rm", FLOOR_STACK, "--yes", "--force"], cwd=floor, env=env)
     med = {k: median(v) for k, v in results.items()}
     pairs = {verb: pair_ratios(results, verb) for verb in ("preview", "up")}
@@ -234,7 +220,6 @@ def bench_noop(tmp: Path) -> dict[str, Any]:
         "ssh_sessions_during_noop": sessions,
         "ssh_sessions_expected": 2 * NOOP_RUNS * len(STACK_HOSTS),
         "trace": traces,
-        "config_models_ms": config_models,
     }
 
 
@@ -686,7 +671,8 @@ def known_hosts_read_ms(project: Path, stack: str, hosts: int, hashed: bool = Fa
         (project / known_hosts_name(hashed_stack)).write_text(
             fleet_files(hosts, hashed_stack, hashed=True)[known_hosts_name(hashed_stack)]
         )
-        config = dataclasses.replace(config, known_hosts_file=known_hosts_name(hashed_stack))
+        # Not validated again (model_copy): the name is the one scripts/fleet_stack.py wrote the file under.
+        config = config.model_copy(update={"known_hosts_file": known_hosts_name(hashed_stack)})
     times = []
     for _ in range(3):
         started = time.perf_counter()
@@ -695,34 +681,66 @@ def known_hosts_read_ms(project: Path, stack: str, hosts: int, hashed: bool = Fa
     return median(times)
 
 
-def measure_preview(project: Path, stack: str, env: dict[str, str]) -> dict[str, float]:
+def busy_cpu_seconds() -> float:
+    """CPU seconds every process of this machine has spent so far (/proc/stat: all but idle and iowait)."""
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (
+        int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]
+    )
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def measure_preview(project: Path, stack: str, env: dict[str, str], cap_s: float | None = None) -> dict[str, Any]:
     """Wall seconds, peak resident KiB of the whole process tree, CPU seconds of the tree (the engine with
     the language host, the program and the provider it reaped; other load on the machine inflates the wall
-    time, not this) and the resources the preview would create."""
+    time, not this), the resources the preview would create, and how many cores others' processes kept busy
+    meanwhile (the machine's busy CPU less the tree's, over the wall time). A preview still running after
+    `cap_s` is stopped (its process group killed) and said to be (`stopped`): its figures are lower bounds."""
     with tempfile.TemporaryFile("w+") as out:
+        busy_before, own_before = busy_cpu_seconds(), own_cpu_seconds()
         process = subprocess.Popen(
-            ["pulumi", "preview", "--stack", stack], cwd=project, env=env, stdout=out, stderr=subprocess.STDOUT
+            ["pulumi", "preview", "--stack", stack],
+            cwd=project,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         peak = 0
+        stopped = False
         started = time.monotonic()
         while True:
             pid, status, usage = os.wait4(process.pid, os.WNOHANG)
             if pid:
                 break
             peak = max(peak, tree_rss_kib(process.pid))
+            if cap_s is not None and not stopped and time.monotonic() - started > cap_s:
+                os.killpg(process.pid, signal.SIGKILL)
+                stopped = True
             time.sleep(0.2)
         elapsed = time.monotonic() - started
+        # The machine's busy CPU meanwhile, less this bench's own (its walks of /proc for the peak).
+        busy = busy_cpu_seconds() - busy_before - (own_cpu_seconds() - own_before)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # what the engine left behind (a provider), if anything
         process.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         text = out.read()
-    if process.returncode != 0:
+    if process.returncode != 0 and not stopped:
         raise RuntimeError(f"preview of {stack} failed:\n{text[-3000:]}")
     created = re.search(r"\+ (\d+) to create", text)
+    cpu = usage.ru_utime + usage.ru_stime
     return {
         "s": elapsed,
         "peak_kib": peak,
-        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "cpu_s": cpu,
         "resources": float(created.group(1)) if created else 0.0,
+        "others_cores": max(0.0, (busy - cpu) / elapsed),
+        "stopped": stopped,
         # Whether the program warned that the config nears the engine's limit (controller/config_limit.py).
         "warned_config_limit": float("of the engine's limit of" in text),
     }
@@ -741,32 +759,44 @@ FLEET_SIZES = tuple(int(n) for n in os.environ.get("BENCH_FLEET_SIZES", "32,128,
 FLEET_LARGE = 128
 
 
-def bench_fleet(tmp: Path, sizes: tuple[int, ...] = FLEET_SIZES) -> dict[str, Any]:
-    """Each size: previews of scripts/fleet_stack.py's reference fleet as fleet operators run them (RUNS up
-    to 32 hosts, 2 at 128, one above), then, up to 128 hosts, one with the engine's default checkpoints.
-    Each host has its own ed25519 key in the known_hosts file beside the stack file (vllm-fleet:knownHostsFile)."""
-    project = engine.project_copy(tmp / "fleet")
-    # A backend of its own: the fleet stacks never touch the sandbox nor the repository's state.
-    (tmp / "fleet-state").mkdir()
-    # A throwaway local backend for production-tier fleets: the single-operator opt-out of the shared-backend rule.
+def fleet_project(tmp: Path, name: str) -> tuple[Path, dict[str, str]]:
+    """A copy of the project for fleet stacks and the engine's environment for it: a backend of its own (the
+    fleet stacks never touch the sandbox nor the repository's state), offline, and, for these production-tier
+    fleets on a throwaway local backend, the single-operator opt-out of the shared-backend rule."""
+    project = engine.project_copy(tmp / name)
+    (tmp / f"{name}-state").mkdir()
     env = engine.engine_env(
-        tmp / "fleet-state",
+        tmp / f"{name}-state",
         {"PULUMI_CONFIG_PASSPHRASE": "bench", "VLLM_FLEET_OFFLINE": "1", "VLLM_FLEET_SINGLE_OPERATOR": "1"},
     )
+    return project, env
+
+
+def fleet_stack_in(project: Path, env: dict[str, str], hosts: int) -> str:
+    """Stack `fleet<hosts>` of scripts/fleet_stack.py's reference fleet in the project, each host with its own
+    ed25519 key in the known_hosts file beside the stack file (vllm-fleet:knownHostsFile); its stack file's text."""
+    stack = f"fleet{hosts}"
+    for name, text in fleet_files(hosts, stack).items():
+        (project / name).write_text(text)
+    run_captured(["pulumi", "stack", "select", "--create", stack], cwd=project, env=env, check=True)
+    # A production stack's front doors need API keys (or access.open): one client's, as a user sets it.
+    run_captured(
+        ["pulumi", "config", "set", "--secret", "--path", "vllm-fleet:apiKeys.bench", "bench-api-key-0123456789"],
+        cwd=project,
+        env=env,
+        check=True,
+    )
+    return (project / f"Pulumi.{stack}.yaml").read_text()
+
+
+def bench_fleet(tmp: Path, sizes: tuple[int, ...] = FLEET_SIZES) -> dict[str, Any]:
+    """Each size: previews of scripts/fleet_stack.py's reference fleet as fleet operators run them (RUNS up
+    to 32 hosts, 2 at 128, one above), then, up to 128 hosts, one with the engine's default checkpoints."""
+    project, env = fleet_project(tmp, "fleet")
     results: dict[str, Any] = {}
     for hosts in sizes:
         stack = f"fleet{hosts}"
-        for name, text in fleet_files(hosts, stack).items():
-            (project / name).write_text(text)
-        run_captured(["pulumi", "stack", "select", "--create", stack], cwd=project, env=env, check=True)
-        # A production stack's front doors need API keys (or access.open): one client's, as a user sets it.
-        run_captured(
-            ["pulumi", "config", "set", "--secret", "--path", "vllm-fleet:apiKeys.bench", "bench-api-key-0123456789"],
-            cwd=project,
-            env=env,
-            check=True,
-        )
-        text = (project / f"Pulumi.{stack}.yaml").read_text()
+        text = fleet_stack_in(project, env, hosts)
         size = config_size(text, hosts)
         print(
             f"bench: fleet {hosts}: config {size.total} bytes ({size.share:.0%} of the engine's "
@@ -783,6 +813,7 @@ def bench_fleet(tmp: Path, sizes: tuple[int, ...] = FLEET_SIZES) -> dict[str, An
             "resources": int(runs[0]["resources"]),
             "runs_s": [r["s"] for r in runs],
             "cpu_s": [r["cpu_s"] for r in runs],
+            "others_cores": [r["others_cores"] for r in runs],
             "config_bytes": size.total,
             "config_bytes_per_host": size.per_host,
             "largest_fleet": size.largest_fleet,
@@ -800,6 +831,121 @@ def bench_fleet(tmp: Path, sizes: tuple[int, ...] = FLEET_SIZES) -> dict[str, An
             }
         print(f"bench: fleet {hosts} {results[str(hosts)]}", flush=True)
     return results
+
+
+# ---- 5. what each SDK change of controller/sdk.py is worth at fleet scale ------------------------------
+
+# The sizes, and the rounds: in each round every variant of each size runs once, in an order rotated from
+# the round before, so that each variant's runs share the machine's moments with the others'; medians.
+SDK_SIZES = tuple(int(n) for n in os.environ.get("BENCH_SDK_SIZES", "256,1024").split(","))
+SDK_ROUNDS = int(os.environ.get("BENCH_SDK_ROUNDS", "3"))
+# A preview with a change off still running after this is stopped, and not run again: that change is
+# plainly needed (the 1,024-host preview's bound is 120 s).
+SDK_CAP_S = float(os.environ.get("BENCH_SDK_CAP_S", "300"))
+# BENCH_SDK_CHANGES=a,b: switch only these off (more rounds for a change whose worth is near the bound).
+SDK_CHANGES = [name for name in os.environ.get("BENCH_SDK_CHANGES", "").split(",") if name]
+# What a change must save of a preview's CPU, at one of the sizes at least, to be kept. CPU, not wall time: on
+# this shared 2-core machine others' load moved a 1,024-host preview's wall time by up to 2.6x (three runs
+# of one variant: 46, 61 and 119 s) and its CPU by about a tenth (61, 65 and 68 s).
+SDK_KEEP_SHARE = 0.05
+EVERY_CHANGE = "every change made"
+
+
+def bench_sdk(tmp: Path) -> dict[str, Any]:
+    """The fleet previews of SDK_SIZES hosts with every change of controller/sdk.py made, and with each one
+    switched off in turn (VLLM_FLEET_SDK_OFF), SDK_ROUNDS times interleaved: each change's worth in time,
+    CPU and peak memory."""
+    from controller import sdk
+
+    project, env = fleet_project(tmp, "sdk")
+    for hosts in SDK_SIZES:
+        fleet_stack_in(project, env, hosts)
+    variants = [EVERY_CHANGE, *(c.name for c in sdk.CHANGES if not SDK_CHANGES or c.name in SDK_CHANGES)]
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {str(h): {v: [] for v in variants} for h in SDK_SIZES}
+    for round_ in range(SDK_ROUNDS):
+        for hosts in SDK_SIZES:
+            for variant in variants[round_ % len(variants) :] + variants[: round_ % len(variants)]:
+                done = runs[str(hosts)][variant]
+                if any(run["stopped"] for run in done):
+                    continue
+                off = "" if variant == EVERY_CHANGE else variant
+                run = measure_preview(project, f"fleet{hosts}", {**env, **PREVIEW_ENV, sdk.OFF_ENV: off}, SDK_CAP_S)
+                done.append(run)
+                print(
+                    f"bench: sdk {hosts} hosts, {variant} off: {run}" if off else f"bench: sdk {hosts} hosts: {run}",
+                    flush=True,
+                )
+    for size, by_variant in runs.items():
+        counts = {int(run["resources"]) for v in by_variant.values() for run in v if not run["stopped"]}
+        if len(counts) != 1:
+            raise RuntimeError(f"the {size}-host previews differ with a change off: {sorted(counts)} resources")
+    return {"rounds": SDK_ROUNDS, "cap_s": SDK_CAP_S, "variants": variants, "runs": runs}
+
+
+def sdk_figures(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """A variant's medians (wall s, CPU s, peak MiB over its runs) and whether a run was stopped at the cap."""
+    return {
+        "s": median([r["s"] for r in runs]),
+        "cpu_s": median([r["cpu_s"] for r in runs]),
+        "peak_mib": max(r["peak_kib"] for r in runs) / 1024,
+        "stopped": any(r["stopped"] for r in runs),
+        "runs": len(runs),
+        "others_cores": median([r["others_cores"] for r in runs]),
+    }
+
+
+def sdk_table(sdk: dict[str, Any]) -> list[str]:
+    """Each change's worth: what switching it off costs each size's preview, against every change made."""
+    sizes = sorted(sdk["runs"], key=int)
+    figures = {h: {v: sdk_figures(runs) for v, runs in sdk["runs"][h].items() if runs} for h in sizes}
+    header = " | ".join(f"{int(h):,} hosts: wall, CPU, peak" for h in sizes)
+    lines = [
+        "",
+        f"What each SDK change of `controller/sdk.py` is worth (`make bench ARGS=fleet`: the offline previews, "
+        f"each change switched off in turn with VLLM_FLEET_SDK_OFF, {sdk['rounds']} interleaved rounds, medians; "
+        f"a preview past {sdk['cap_s']:.0f} s is stopped there and not run again, its figures then lower bounds). "
+        f"A change is kept when switching it off costs at least {SDK_KEEP_SHARE:.0%} more CPU at one size (the "
+        "measure others' load inflates least; wall time beside it). Others' load: the cores the machine's other "
+        "processes kept busy during the runs (median).",
+        "",
+        f"| switched off | {header} | others' load | verdict |",
+        "| --- |" + " --- |" * (len(sizes) + 2),
+    ]
+    for variant in sdk["variants"]:
+        cells = []
+        worth = 0.0
+        loads = []
+        for h in sizes:
+            row = figures[h].get(variant)
+            if row is None:
+                cells.append("-")
+                continue
+            loads.append(row["others_cores"])
+            base = figures[h][EVERY_CHANGE]
+            more = "> " if row["stopped"] else ""
+            if variant == EVERY_CHANGE:
+                cells.append(f"{row['s']:.1f} s, {row['cpu_s']:.1f} s, {row['peak_mib']:.0f} MiB")
+                continue
+            shares = [
+                row["s"] / base["s"] - 1,
+                row["cpu_s"] / base["cpu_s"] - 1,
+                row["peak_mib"] / base["peak_mib"] - 1,
+            ]
+            worth = max(worth, shares[1])
+            cells.append(
+                f"{more}{row['s']:.1f} s ({more}{shares[0]:+.0%}), {more}{row['cpu_s']:.1f} s ({more}{shares[1]:+.0%}), "
+                f"{row['peak_mib']:.0f} MiB ({shares[2]:+.0%})"
+            )
+        verdict = (
+            "-"
+            if variant == EVERY_CHANGE
+            else "kept"
+            if worth >= SDK_KEEP_SHARE
+            else f"saves < {SDK_KEEP_SHARE:.0%}: not kept"
+        )
+        load = f"{median(loads):.2f} cores" if loads else "-"
+        lines.append(f"| {variant} | {' | '.join(cells)} | {load} | {verdict} |")
+    return lines
 
 
 # ---- the survey of many hosts at once ------------------------------------------------------------------
@@ -826,7 +972,8 @@ def bench_survey(tmp: Path) -> dict[str, Any]:
     key = sandbox_env.SSH_KEY.read_text()
     results: dict[str, Any] = {"workers": host_survey.SURVEY_WORKERS}
     for size in SURVEY_SIZES:
-        hosts = [dataclasses.replace(host, name=f"{host.name}-{i}") for i in range(size)]
+        # Not validated again (model_copy): `-i` keeps a host name a Name (the test host's is short).
+        hosts = [host.model_copy(update={"name": f"{host.name}-{i}"}) for i in range(size)]
         walls = []
         for _ in range(RUNS):
             started = time.monotonic()
@@ -1020,25 +1167,6 @@ def trace_table(trace: dict[str, dict[str, float]]) -> list[str]:
     return lines
 
 
-def config_models_lines(noop: dict[str, Any]) -> list[str]:
-    """The config's share of the no-op: what the models' import and the kept validated config cost a run,
-    the part of the `up`'s ratio that is (an `up` runs the program twice), and what a run whose config
-    changed pays besides (the validation)."""
-    cost = noop["config_models_ms"]
-    if "kept" not in cost:
-        return []  # kept from a run before the models were data classes: its figures measured other code
-    per_up = 2 * (cost["models"] + cost["kept"]) / 1000
-    return [
-        "",
-        f"The config's share (bench/config_import.py, a fresh interpreter set up as the program sets itself up, "
-        f"median of {CONFIG_IMPORT_RUNS}): the config models' import {cost['models']:.0f} ms and the kept validated "
-        f"config {cost['kept']:.1f} ms per run of the program, {1000 * per_up:.0f} ms per no-op `up` (two runs), "
-        f"{per_up / noop['median']['floor_up']:.3f}x of the empty program's `up`. A run whose config or models "
-        f"changed validates it besides: {cost['validation']:.0f} ms (pydantic's import, the validator's build, the "
-        "validation).",
-    ]
-
-
 def provenance(results: dict[str, Any], measured: dict[str, dict[str, str]], fresh: list[str]) -> str:
     """Which figures this run measured, and when and at which commit the kept ones were."""
     if set(fresh) == set(results):
@@ -1202,8 +1330,6 @@ def report(results: dict[str, Any], files: list[str], measured: dict[str, dict[s
         lines += ["", " ".join(f"![{name.removesuffix('.png')}]({name})" for name in files)]
     if "noop" in results and results["noop"].get("trace"):
         lines += trace_table(results["noop"]["trace"])
-    if "noop" in results and "config_models_ms" in results["noop"]:
-        lines += config_models_lines(results["noop"])
     if "fleet" in results:
         lines += [
             "",
@@ -1220,6 +1346,8 @@ def report(results: dict[str, Any], files: list[str], measured: dict[str, dict[s
                 f"{row['median_cpu_s'] / h:.3f} | {row['peak_rss_mib']:.0f} | {row['config_bytes'] / 1024:.0f} | "
                 f"{row.get('config_bytes_per_host', row['config_bytes'] / h):.0f} | {len(row['runs_s'])} |"
             )
+    if "sdk" in results:
+        lines += sdk_table(results["sdk"])
     if "swap" in results:
         lines += [
             "",
@@ -1237,17 +1365,15 @@ def report(results: dict[str, Any], files: list[str], measured: dict[str, dict[s
     return "\n".join(lines) + "\n"
 
 
-# RESULTS.md's hand-written part: the figures of earlier commits, which a new run must not overwrite.
+# The hand-written part of bench/RESULTS.md, kept from one run to the next: what was measured once and
+# decided (a change kept or dropped, a figure before and after), with the commands that measured it.
 HISTORY_HEADING = "## History"
 
 
 def with_history(generated: str, previous: str) -> str:
-    """The report this run generated, followed by the History section of the RESULTS.md it replaces
-    (everything from its `## History` heading on, as it was written), if that file had one."""
-    at = previous.find(f"\n{HISTORY_HEADING}\n")
-    if at < 0:
-        return generated
-    return generated.rstrip("\n") + "\n\n" + previous[at + 1 :]
+    """The generated report followed by the history section of the RESULTS.md it replaces."""
+    start = previous.find(f"\n{HISTORY_HEADING}\n")
+    return generated if start < 0 else generated + previous[start:]
 
 
 def main() -> int:
@@ -1256,7 +1382,10 @@ def main() -> int:
     keep = "--keep" in args
     only = {a for a in args if a != "--keep"}
     # The fleet previews are offline, with a backend of their own: only the other sections need the sandbox.
-    needs_sandbox = not only or bool(only - {"fleet"})
+    # `fleet` previews the fleets at each size and measures what each SDK change is worth (`sdk`) besides.
+    if "fleet" in only:
+        only.add("sdk")
+    needs_sandbox = not only or bool(only - {"fleet", "sdk"})
     if needs_sandbox and (not sandbox_env.is_up(sandbox_env.HOST_SH) or not sandbox_env.is_up(sandbox_env.MIRROR_SH)):
         print("bench: run `make up` first (the dev stack on the sandbox, with the mirror)", file=sys.stderr)
         return 2
@@ -1267,6 +1396,7 @@ def main() -> int:
         "prewarm": lambda _t: bench_prewarm(),
         "download": lambda _t: bench_download(),
         "fleet": bench_fleet,
+        "sdk": bench_sdk,
         "backend": bench_backend,
         "survey": bench_survey,
     }
@@ -1300,9 +1430,9 @@ def main() -> int:
     for stale in ("noop.png", "fleet.png"):
         (OUT / stale).unlink(missing_ok=True)
     results_md = OUT / "RESULTS.md"
-    generated = report(results, plot(results), measured, fresh)
-    results_md.write_text(with_history(generated, results_md.read_text() if results_md.is_file() else ""))
-    print(generated)
+    previous = results_md.read_text() if results_md.is_file() else ""
+    results_md.write_text(with_history(report(results, plot(results), measured, fresh), previous))
+    print((OUT / "RESULTS.md").read_text())
     return 0
 
 

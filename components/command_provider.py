@@ -1,7 +1,6 @@
 """The pulumi-command provider every step runs through: its version, read from the pulumi-plugin.json of the
 installed pulumi_command package (pyproject pins it to the provider that make setup builds) without
-importing the package. Light on purpose: the program asks for it before its own imports
-(controller/sdk.start_command_provider) as well as for each step (components/remote.py)."""
+importing the package: every step names it (components/remote.py)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ import pulumi
 from controller import assess, client_ids, drift, forecast
 from controller import survey as host_survey
 from controller.known_hosts import changed_note
-from controller.probe import EarlyProbes, HostUnreachable, probe_all
+from controller.probe import HostUnreachable, probe_all
 from controller.program import Stack
 from host.contract import MODEL_NO_MANIFEST, Survey
 from models.config import StackConfig
@@ -57,11 +57,13 @@ def host_versions(config: StackConfig, surveys: Mapping[str, Survey]) -> tuple[S
                 )
             hosts.append(host)
             continue
-        hosts.append(dataclasses.replace(host, runtime=dataclasses.replace(host.runtime, vllm_version=release)))
+        # Not validated again (model_copy): the rules across keys run on the new config below, and the release,
+        # read from the host's own vLLM, reaches a script only shell-quoted (render/scripts.py).
+        hosts.append(host.model_copy(update={"runtime": host.runtime.model_copy(update={"vllm_version": release})}))
         notes.append(f"host {host.name!r} runs vLLM {reading}: the launch is rendered for that release")
     if hosts == list(config.hosts):
         return config, errors, notes
-    config = dataclasses.replace(config, hosts=tuple(hosts))
+    config = config.model_copy(update={"hosts": tuple(hosts)})
     return config, errors + stack_errors(config), notes
 
 
@@ -96,7 +98,7 @@ def model_dirs(config: StackConfig) -> dict[str, list[str]]:
     return dirs
 
 
-def read_facts(stack: Stack, reachable: list[Host], early: EarlyProbes | None) -> dict[str, Survey]:
+def read_facts(stack: Stack, reachable: list[Host]) -> dict[str, Survey]:
     """Each reachable host's survey: recorded ones for an offline preview, else read over SSH (or, in the
     update of one `pulumi up`, the preview's), with a line saying how old they are."""
     recorded = os.environ.get("VLLM_FLEET_SURVEY_FILE")
@@ -108,7 +110,7 @@ def read_facts(stack: Stack, reachable: list[Host], early: EarlyProbes | None) -
         return surveys
     window = host_survey.reuse_seconds()
     try:
-        probe_all(reachable, early=early)
+        probe_all(reachable)
         facts = host_survey.survey_all(
             stack.name,
             reachable,
@@ -139,7 +141,7 @@ def cordon_advice(stack: Stack, message: str) -> str:
     return "A host that is down for repair can be cordoned until it is back: " + "; ".join(commands)
 
 
-def check_hosts(stack: Stack, early: EarlyProbes | None = None) -> tuple[Stack, Repairs]:
+def check_hosts(stack: Stack) -> tuple[Stack, Repairs]:
     """Probe and survey the hosts, log what each swap will do and what drifted, and refuse conflicts
     (pulumi.RunError). Returns the stack as the hosts' vLLM releases make it (`with_host_versions`) and the
     drift-repair counts its steps render."""
@@ -151,7 +153,7 @@ def check_hosts(stack: Stack, early: EarlyProbes | None = None) -> tuple[Stack, 
     if stack.offline and not os.environ.get("VLLM_FLEET_SURVEY_FILE"):
         load_notes(stack)
         return stack, repairs
-    surveys = read_facts(stack, reachable, early)
+    surveys = read_facts(stack, reachable)
     reachable = [h for h in reachable if h.name in surveys]
     stack, conflicts = with_host_versions(stack, surveys)
     resolved = [

@@ -4,8 +4,6 @@ the preview says each id that would disappear and each client that would start t
 
 from __future__ import annotations
 
-import dataclasses
-
 from controller.assess import judgement
 from host.contract import Survey, owner_key
 from host.facts import engine_flags
@@ -48,7 +46,10 @@ def with_client_ids(stack: str, rd: ResolvedDeployment, found: Survey) -> Resolv
     extra = [i for i in client_ids(stack, rd, found)[1] if i != rd.served_model_name]
     if not extra:
         return rd
-    return dataclasses.replace(rd, deployment=dataclasses.replace(rd.deployment, also_served_as=extra))
+    # Not validated again (model_copy): the ids are what the host's engines answer to today, which the unit
+    # passes to vLLM systemd-quoted (render/units.py); no rule of Deployment reads them.
+    deployment = rd.deployment.model_copy(update={"also_served_as": extra})
+    return rd.model_copy(update={"deployment": deployment})
 
 
 def client_id_lines(

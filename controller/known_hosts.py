@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import dataclasses
 import hmac
 import re
 import struct
@@ -34,6 +33,8 @@ import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from pydantic import ValidationError
 
 from host.contract import Survey
 from models.config import StackConfig, StackTier
@@ -370,10 +371,22 @@ def resolve(config: StackConfig, root: Path) -> tuple[StackConfig, HostKeys, lis
         pins[host.name] = Pin(chosen.key, chosen)
         if chosen.key_type == "ssh-rsa":
             notes.append(rsa_note(host, chosen, shown))
-        hosts.append(dataclasses.replace(host, host_key=chosen.key))
+        try:
+            # Validated as the host's own hostKey would be (model_copy validates nothing): a key OpenSSH reads
+            # may still be longer than hostKey's pattern allows.
+            hosts.append(Host.model_validate({**host.model_dump(), "host_key": chosen.key}))
+        except ValidationError:
+            problems.append(
+                f"{shown}:{chosen.number}: host {host.name!r} ({host_lookup_name(host)}): its {chosen.key_type} key is "
+                "not one vllm-fleet:hosts[].hostKey takes (`TYPE BASE64`, at most 2,048 characters of base64): "
+                + key_fix(host, shown)
+            )
+            hosts.append(host)
     if problems:
         raise KnownHostsError("\n".join(problems))
-    return dataclasses.replace(config, hosts=tuple(hosts)), HostKeys(path, pins), notes
+    # Not validated again (model_copy): the hosts are the same but for the keys validated above, and the rules
+    # across keys (models/rules.py) ran on the config the loader returned.
+    return config.model_copy(update={"hosts": tuple(hosts)}), HostKeys(path, pins), notes
 
 
 def known_hosts_options(host: Host, known_hosts: Path | None, scratch: Path) -> list[str]:

@@ -12,17 +12,10 @@ import pulumi
 from pulumi.runtime import config as runtime_config
 
 from components.access import AccessInputs
-from controller import config_limit, known_hosts, probe, validated_config
+from controller import config_limit, known_hosts, probe
 from controller.access import read_access
 from controller.key_files import key_file_text
 from controller.profiling import start_if_asked
-from controller.sdk import (
-    direct_registration_urns,
-    lighter_stack_traces,
-    linear_output_wait,
-    pause_cyclic_gc,
-    quiet_debug_log,
-)
 from models.backend import refusal
 from models.config import ResolvedDeployment, StackConfig, StackTier
 from models.loader import (
@@ -31,6 +24,7 @@ from models.loader import (
     SECRET_KEYS,
     STRUCTURED_KEYS,
     ConfigError,
+    parse_stack_config,
 )
 
 # A production stack's secrets must not be encrypted with the dev sandbox's passphrase, which
@@ -110,16 +104,10 @@ def load() -> Stack:
     """Read and check the stack before anything is declared; a problem stops the preview with the key
     and the fix (pulumi.RunError)."""
     start_if_asked()
-    quiet_debug_log()
-    linear_output_wait()
-    direct_registration_urns()
-    lighter_stack_traces()
-    pause_cyclic_gc()
     name = pulumi.get_stack()
     config = pulumi.Config("vllm-fleet")
     try:
-        # Validated only when the config or the models changed since the last run (controller/validated_config.py).
-        stack = validated_config.load(name, read_raw(config))
+        stack = parse_stack_config(read_raw(config))
     except ConfigError as error:
         # Nothing has been registered yet: the preview stops here with the key, the value and the fix.
         raise pulumi.RunError(f"invalid stack config (Pulumi.{name}.yaml):\n{error}") from None
@@ -129,7 +117,7 @@ def load() -> Stack:
     if (backend_refusal := refusal(stack.tier, os.environ)) is not None:
         raise pulumi.RunError(backend_refusal)
     # The hosts' keys: each one's own hostKey, else its line of vllm-fleet:knownHostsFile, read on every run
-    # (it is not part of the config the engine passes, so the validated config does not keep it).
+    # (the file is not part of the config the engine passes).
     try:
         stack, host_keys, key_notes = known_hosts.resolve(stack, Path.cwd())
     except known_hosts.KnownHostsError as error:

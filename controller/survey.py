@@ -25,7 +25,6 @@ from pathlib import Path
 from controller.known_hosts import HostKeys
 from controller.transport import SurveyFailed, ssh_survey
 from host.contract import Survey
-from models.base import plain
 from models.config import ResolvedDeployment
 from models.hosts import Host
 from render import host_bundle
@@ -76,9 +75,9 @@ def survey_key(
         {
             "operation": operation,
             "stack": stack,
-            "host": plain(host),
-            "deployments": [plain(rd.deployment) for rd in deployments],
-            "adapters": [[plain(a) for a in rd.adapters] for rd in deployments],
+            "host": host.model_dump(mode="json"),
+            "deployments": [rd.deployment.model_dump(mode="json") for rd in deployments],
+            "adapters": [[a.model_dump(mode="json") for a in rd.adapters] for rd in deployments],
             "modelDirs": list(model_dirs),
             "survey": host_bundle.version(),
         },

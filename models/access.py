@@ -13,10 +13,11 @@ import ipaddress
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Annotated, Any
 
-from models.base import After, ConfigModel, Limits
+from pydantic import AfterValidator, StringConstraints
+
+from models.base import ConfigModel
 from models.types import NAME_PATTERN
 
 # What an API key may be made of: long enough to guess at no rate, and only characters that need no
@@ -25,13 +26,12 @@ API_KEY_PATTERN = re.compile(r"[A-Za-z0-9._-]{16,256}")
 API_KEYS_COMMAND = "pulumi config set --secret --path 'vllm-fleet:apiKeys.<client>' < <file with the key>"
 
 
-@dataclass(frozen=True, kw_only=True)
 class Tls(ConfigModel):
     """The front door's certificate: a PEM file on this machine (the chain, the server's certificate
     first), relative to the project or absolute. Its private key is the secret `vllm-fleet:tlsPrivateKey`
     (or `vllm-fleet:tlsPrivateKeyFile`, a file on this machine, as the sandbox generates one)."""
 
-    certificate_file: Annotated[str, Limits(pattern=r"^[A-Za-z0-9_./-]{1,255}$")]
+    certificate_file: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_./-]{1,255}$")]
 
 
 def _network(value: str) -> str:
@@ -45,7 +45,6 @@ def _networks(values: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(_network(v) for v in values)
 
 
-@dataclass(frozen=True, kw_only=True)
 class Access(ConfigModel):
     """`vllm-fleet:access`: how every deployment's front door lets clients in."""
 
@@ -54,7 +53,7 @@ class Access(ConfigModel):
     open: bool = False
     tls: Tls | None = None
     # Addresses or networks allowed to read /metrics (the Prometheus host); nobody else.
-    metrics_from: Annotated[tuple[str, ...], After(_networks)] = ()
+    metrics_from: Annotated[tuple[str, ...], AfterValidator(_networks)] = ()
 
 
 def parse_api_keys(value: Any) -> dict[str, str]:

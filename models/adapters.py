@@ -4,29 +4,31 @@ the rules across keys are models/rules.adapter_errors."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Self
 
-from models.base import ConfigModel, Limits, Number
-from models.types import HfRepo, Name, Revision
+from pydantic import BeforeValidator, Field, model_validator
+
+from models.base import ConfigModel, not_true_or_false
+from models.types import Float, HfRepo, Int, Name, Revision
 
 # The LoRA ranks vLLM's --max-lora-rank accepts.
-LoraRank = Annotated[Literal[1, 8, 16, 32, 64, 128, 256, 320, 512], Number()]
+LoraRank = Annotated[Literal[1, 8, 16, 32, 64, 128, 256, 320, 512], BeforeValidator(not_true_or_false)]
 
 
-@dataclass(frozen=True, kw_only=True)
 class LoraLimits(ConfigModel):
     """LoRA adapters served by the engine (vLLM's --enable-lora and its limits). Setting this changes the
     engine's launch (one restart); adapters come and go afterwards with no restart (vllm-fleet:adapters)."""
 
     # Adapters in one batch (--max-loras) and held in CPU memory (--max-cpu-loras, at least max-loras).
-    max_loras: Annotated[int, Limits(ge=1, le=256)] = 4
+    max_loras: Annotated[Int, Field(ge=1, le=256)] = 4
     max_lora_rank: LoraRank = 16
-    max_cpu_loras: Annotated[int, Limits(ge=1, le=4096)] | None = None
+    max_cpu_loras: Annotated[Int, Field(ge=1, le=4096)] | None = None
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _cpu_holds_the_batch(self) -> Self:
         if self.max_cpu_loras is not None and self.max_cpu_loras < self.max_loras:
             raise ValueError(f"maxCpuLoras {self.max_cpu_loras} is below maxLoras {self.max_loras}: vLLM refuses it")
+        return self
 
     @property
     def adapters_held(self) -> int:
@@ -34,7 +36,6 @@ class LoraLimits(ConfigModel):
         return self.max_cpu_loras or self.max_loras
 
 
-@dataclass(frozen=True, kw_only=True)
 class AdapterSpec(ConfigModel):
     """A LoRA adapter (vllm-fleet:adapters.<name>): clients send <name> as `model` to a deployment that lists it.
     Its files sit on the deployment's storage beside the models (adapters/<name>), downloaded, verified,
@@ -45,12 +46,11 @@ class AdapterSpec(ConfigModel):
     revision: Revision = "main"
     # The models it was trained on or fits (same architecture and shapes): a deployment serving another
     # model cannot list it. Its adapter_config.json must name one of their repos as its base.
-    bases: Annotated[tuple[Name, ...], Limits(min_length=1)]
-    size_gb: Annotated[float, Limits(gt=0)] = 0.1
+    bases: Annotated[tuple[Name, ...], Field(min_length=1)]
+    size_gb: Annotated[Float, Field(gt=0)] = 0.1
     keep: bool = False
 
 
-@dataclass(frozen=True, kw_only=True)
 class ResolvedAdapter(ConfigModel):
     """An adapter a deployment serves, with where its files are and what its bases are on disk."""
 

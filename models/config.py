@@ -8,17 +8,19 @@ Secrets (the SSH key, the Hugging Face token) are never fields here: they travel
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
 from enum import StrEnum
 from functools import cached_property
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Optional, Self
+
+from pydantic import AfterValidator, Field, StringConstraints, create_model, model_validator
+from pydantic.fields import FieldInfo
 
 from models.access import Access
 from models.adapters import AdapterSpec, LoraLimits, ResolvedAdapter, adapter_download_name
-from models.base import After, ConfigModel, Limits, plain
+from models.base import ConfigModel
 from models.hosts import Host, Storage
 from models.monitoring import Monitoring
 from models.types import (
@@ -28,7 +30,9 @@ from models.types import (
     EngineArg,
     EnvName,
     EnvValue,
+    Float,
     HfRepo,
+    Int,
     KnownHostsPath,
     Label,
     Name,
@@ -42,10 +46,10 @@ from models.vllm_flags import loader_config, no_managed_env, no_managed_flags
 
 GIB_PER_GB = 1e9 / 2**30
 
-ExtraArgs = Annotated[tuple[EngineArg, ...], After(no_managed_flags)]
-LoadFormat = Annotated[str, Limits(pattern=r"^[a-z][a-z0-9_]{0,40}$")]
-LoaderConfig = Annotated[dict[str, Any], After(loader_config)]
-Environment = Annotated[dict[EnvName, EnvValue], After(no_managed_env)]
+ExtraArgs = Annotated[tuple[EngineArg, ...], AfterValidator(no_managed_flags)]
+LoadFormat = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,40}$")]
+LoaderConfig = Annotated[dict[str, Any], AfterValidator(loader_config)]
+Environment = Annotated[dict[EnvName, EnvValue], AfterValidator(no_managed_env)]
 
 
 class StackTier(StrEnum):
@@ -86,15 +90,14 @@ class DistributedBackend(StrEnum):
     RAY = "ray"
 
 
-@dataclass(frozen=True, kw_only=True)
 class ServingDefaults(ConfigModel):
     """How a model is served unless a deployment overrides it (the catalog's presets set these)."""
 
-    tensor_parallel: Annotated[int, Limits(ge=1, le=64)] = 1
-    pipeline_parallel: Annotated[int, Limits(ge=1, le=64)] = 1
+    tensor_parallel: Annotated[Int, Field(ge=1, le=64)] = 1
+    pipeline_parallel: Annotated[Int, Field(ge=1, le=64)] = 1
     expert_parallel: bool = False
-    max_model_len: Annotated[int, Limits(ge=16, le=10_000_000)] | None = None
-    gpu_memory_utilization: Annotated[float, Limits(gt=0.05, le=0.99)] = 0.9
+    max_model_len: Annotated[Int, Field(ge=16, le=10_000_000)] | None = None
+    gpu_memory_utilization: Annotated[Float, Field(gt=0.05, le=0.99)] = 0.9
     tool_call_parser: ParserName | None = None
     reasoning_parser: ParserName | None = None
     enable_auto_tool_choice: bool = False
@@ -104,51 +107,50 @@ class ServingDefaults(ConfigModel):
     load_format: LoadFormat | None = None
     model_loader_extra_config: LoaderConfig | None = None
     extra_args: ExtraArgs = ()
-    extra_env: Environment = dataclasses.field(default_factory=dict)
+    extra_env: Environment = Field(default_factory=dict)
     lora: LoraLimits | None = None
 
 
 class _ServingOverridesBase(ConfigModel):
     if TYPE_CHECKING:
         # The one field the controller reads by name (it says where an engine flag came from).
-        extra_args: ExtraArgs | None
+        extra_args: ExtraArgs | None = None
 
     def apply(self, defaults: ServingDefaults) -> ServingDefaults:
-        named = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
-        return dataclasses.replace(defaults, **{name: value for name, value in named.items() if value is not None})
+        """The defaults with what this deployment names, validated as a new model is: `model_copy` would
+        validate nothing, and a rule of ServingDefaults would not see the change."""
+        changes = {name: value for name, value in self if value is not None}
+        return ServingDefaults.model_validate({**dict(defaults), **changes})
 
 
-def _or_none(annotation: Any) -> Any:
-    """A field's type or None: as text when the field's is text (this module's annotations are)."""
-    return f"{annotation} | None" if isinstance(annotation, str) else annotation | None
+def _optional(field: FieldInfo) -> tuple[Any, None]:
+    """A ServingDefaults field as an override: the same type and rules, or None (not overridden)."""
+    annotation = Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+    return Optional[annotation], None  # noqa: UP045 (a runtime type, not an annotation)
 
 
 # The same fields as ServingDefaults, all optional: a deployment changes only what it names. Built from
-# ServingDefaults so that a new serving field is declared once: each field's type (text, as this module's
-# annotations are, which pydantic reads in this module) or None, not overridden.
+# ServingDefaults so that a new serving field is declared once.
 if TYPE_CHECKING:
     ServingOverrides = _ServingOverridesBase
 else:
-    ServingOverrides = dataclasses.make_dataclass(
+    ServingOverrides = create_model(
         "ServingOverrides",
-        [(f.name, _or_none(f.type), dataclasses.field(default=None)) for f in dataclasses.fields(ServingDefaults)],
-        bases=(_ServingOverridesBase,),
-        frozen=True,
-        kw_only=True,
+        __base__=_ServingOverridesBase,
+        __doc__="The fields of ServingDefaults, all optional: a deployment changes only what it names.",
+        __module__=__name__,
+        **{name: _optional(field) for name, field in ServingDefaults.model_fields.items()},
     )
-    ServingOverrides.__module__ = __name__
-    ServingOverrides.__doc__ = "The fields of ServingDefaults, all optional: a deployment changes only what it names."
 
 
-@dataclass(frozen=True, kw_only=True)
 class ModelSpec(ConfigModel):
     """A model that must be on disk: catalog preset merged with the stack's overrides."""
 
     repo: HfRepo
     revision: Revision = "main"
     dir: Name
-    size_gb: Annotated[float, Limits(gt=0)]
-    shards: Annotated[int, Limits(ge=1)] | None = None
+    size_gb: Annotated[Float, Field(gt=0)]
+    shards: Annotated[Int, Field(ge=1)] | None = None
     quantization: Label | None = None
     architecture: Label | None = None
     notes: str | None = None
@@ -172,25 +174,23 @@ def adapter_download(name: str, adapter: AdapterSpec) -> ModelSpec:
     )
 
 
-@dataclass(frozen=True, kw_only=True)
 class Rollout(ConfigModel):
     """Deployments of one group swap a few at a time: each waits until the one before it serves again."""
 
     group: Name
     # How many of the group may be swapping (not serving) at once.
-    max_unavailable: Annotated[int, Limits(ge=1, le=1000)] = 1
+    max_unavailable: Annotated[Int, Field(ge=1, le=1000)] = 1
 
 
-@dataclass(frozen=True, kw_only=True)
 class SmokeBenchmark(ConfigModel):
     """A few completions of random prompts, streamed from the serving engine after each deploy (what
     `vllm bench serve --dataset-name random --ignore-eos` measures, host/smoke_bench.py); its output
     tokens/s, median TTFT and TPOT become the deployment's stack outputs."""
 
-    requests: Annotated[int, Limits(ge=1, le=500)] = 8
-    input_len: Annotated[int, Limits(ge=1, le=32768)] = 32
-    output_len: Annotated[int, Limits(ge=1, le=8192)] = 16
-    concurrency: Annotated[int, Limits(ge=1, le=256)] = 2
+    requests: Annotated[Int, Field(ge=1, le=500)] = 8
+    input_len: Annotated[Int, Field(ge=1, le=32768)] = 32
+    output_len: Annotated[Int, Field(ge=1, le=8192)] = 16
+    concurrency: Annotated[Int, Field(ge=1, le=256)] = 2
 
 
 def _unique_gpus(gpus: tuple[int, ...]) -> tuple[int, ...]:
@@ -199,7 +199,6 @@ def _unique_gpus(gpus: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(sorted(gpus))
 
 
-@dataclass(frozen=True, kw_only=True)
 class Deployment(ConfigModel):
     name: Name
     host: Name
@@ -207,22 +206,22 @@ class Deployment(ConfigModel):
     # The GPUs this deployment may use. It serves on tensorParallel x pipelineParallel of them; when the
     # list has room for a second model beside the serving one, a swap starts the new model there while
     # the old one serves (blue/green) and the front door switches over.
-    gpus: Annotated[tuple[Annotated[int, Limits(ge=0, le=63)], ...], After(_unique_gpus)]
+    gpus: Annotated[tuple[Annotated[Int, Field(ge=0, le=63)], ...], AfterValidator(_unique_gpus)]
     # The front door's port: a reverse proxy (Debian's nginx) listens here, so clients keep one address
     # across swaps; the engines listen on loopback at backendPorts behind it.
-    port: Annotated[int, Limits(ge=1024, le=65535)] = 8000
+    port: Annotated[Int, Field(ge=1024, le=65535)] = 8000
     # Any IPv4 or IPv6 address of the host for the front door; 0.0.0.0 / :: listen on all of them.
     bind_address: BindAddress = "0.0.0.0"
     # Two loopback ports for the engines, one per side of a blue/green swap; default port+10000, port+20000.
-    backend_ports: (
-        tuple[Annotated[int, Limits(ge=1024, le=65535)], Annotated[int, Limits(ge=1024, le=65535)]] | None
-    ) = None
+    backend_ports: tuple[Annotated[Int, Field(ge=1024, le=65535)], Annotated[Int, Field(ge=1024, le=65535)]] | None = (
+        None
+    )
     swap_mode: SwapMode = SwapMode.AUTO
     # How long a blue/green swap lets requests in flight on the old engine finish before it stops it.
-    drain_seconds: Annotated[int, Limits(ge=0, le=3600)] = 120
+    drain_seconds: Annotated[Int, Field(ge=0, le=3600)] = 120
     # Before anything stops, read the new model into the page cache, leaving this much RAM free (GiB);
     # null turns the pre-warm off.
-    prewarm_margin_gib: Annotated[float, Limits(ge=0, le=4096)] | None = 8.0
+    prewarm_margin_gib: Annotated[Float, Field(ge=0, le=4096)] | None = 8.0
     served_model_name: ServedName | None = None
     # Further model ids the engine answers to (vLLM serves every name --served-model-name lists). Unset:
     # the ids clients use today keep answering (what the deployment's engine or the units it replaces
@@ -230,7 +229,9 @@ class Deployment(ConfigModel):
     # --model path); [] serves servedModelName alone.
     also_served_as: list[ClientModelId] | None = None
     # Where clients reach the API when it is not http://<host address>:<port>/v1 (NAT, a forwarder).
-    public_url: Annotated[str, Limits(pattern=r"^https?://[A-Za-z0-9.:\[\]-]+(/[A-Za-z0-9._/-]*)?$")] | None = None
+    public_url: (
+        Annotated[str, StringConstraints(pattern=r"^https?://[A-Za-z0-9.:\[\]-]+(/[A-Za-z0-9._/-]*)?$")] | None
+    ) = None
     unit_name: UnitStem | None = None
     # Hand-made units already on the host that this deployment takes over: stopped and disabled inside
     # the swap (their files backed up, restored on rollback). Units neither managed nor named are never touched.
@@ -238,13 +239,13 @@ class Deployment(ConfigModel):
     # GPU holders of no managed or adopted unit (a hand-started engine, a notebook): the GPU-release guard
     # stops them only when this says so; otherwise `pulumi preview` and the start fail naming them.
     foreign_gpu_processes: ForeignGpuProcesses = ForeignGpuProcesses.REFUSE
-    environment: Environment = dataclasses.field(default_factory=dict)
-    overrides: ServingOverrides = dataclasses.field(default_factory=ServingOverrides)
+    environment: Environment = Field(default_factory=dict)
+    overrides: ServingOverrides = ServingOverrides()
     # How long a start may take before it counts as failed; derived from model size when unset.
-    start_timeout_seconds: Annotated[int, Limits(ge=30, le=6 * 3600)] | None = None
+    start_timeout_seconds: Annotated[Int, Field(ge=30, le=6 * 3600)] | None = None
     # How long the GPU-release guard waits for memory to drop before it stops stray holders.
-    gpu_release_timeout_seconds: Annotated[int, Limits(ge=5, le=3600)] = 120
-    gpu_release_threshold_mib: Annotated[int, Limits(ge=1, le=100_000)] = 1000
+    gpu_release_timeout_seconds: Annotated[Int, Field(ge=5, le=3600)] = 120
+    gpu_release_threshold_mib: Annotated[Int, Field(ge=1, le=100_000)] = 1000
     rollout: Rollout | None = None
     # A model served across hosts: the head (`host`, first) runs the API server and the front door, each
     # other node a headless engine; tensorParallel x pipelineParallel GPUs in all, `gpus` on every node.
@@ -252,7 +253,7 @@ class Deployment(ConfigModel):
     distributed_backend: DistributedBackend = DistributedBackend.MP
     # The head's rendezvous ports (torch.distributed), on its cluster address: masterPort plus 0-99, a number
     # derived from the model, so engines of two models never join each other.
-    master_port: Annotated[int, Limits(ge=1024, le=65535 - MASTER_PORT_SPREAD)] = 29500
+    master_port: Annotated[Int, Field(ge=1024, le=65535 - MASTER_PORT_SPREAD)] = 29500
     # After each deploy: a smoke benchmark (null: none); see SmokeBenchmark.
     smoke_benchmark: SmokeBenchmark | None = None
     # LoRA adapters (names of vllm-fleet:adapters) the engine serves beside the model; needs serving.lora.
@@ -278,7 +279,8 @@ class Deployment(ConfigModel):
             return self.backend_ports
         return (self.port + 10000, self.port + 20000)
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _backend_ports_fit(self) -> Self:
         ports = self.engine_ports
         if any(p > 65535 for p in ports):
             raise ValueError(
@@ -289,9 +291,9 @@ class Deployment(ConfigModel):
             raise ValueError(
                 f"backendPorts {list(ports)} must be two different ports, neither the front door's {self.port}"
             )
+        return self
 
 
-@dataclass(frozen=True, kw_only=True)
 class ResolvedDeployment(ConfigModel):
     """A deployment with its host, storage, model and effective serving settings looked up."""
 
@@ -304,7 +306,7 @@ class ResolvedDeployment(ConfigModel):
     # Every node of a multi-node deployment, the head first; just the host otherwise.
     node_hosts: tuple[Host, ...] = ()
     # Who may call it (the stack's vllm-fleet:access): TLS, API keys, /metrics.
-    access: Access = dataclasses.field(default_factory=Access)
+    access: Access = Field(default_factory=Access)
     # The LoRA adapters it serves (deployment.adapters looked up in vllm-fleet:adapters).
     adapters: tuple[ResolvedAdapter, ...] = ()
 
@@ -319,7 +321,7 @@ class ResolvedDeployment(ConfigModel):
         launch = {
             "model": f"{self.model.repo}@{self.model.revision}",
             "path": self.load_path,
-            "serving": plain(self.serving),
+            "serving": self.serving.model_dump(mode="json"),
             "environment": dict(self.deployment.environment),
             "nodes": [h.name for h in self.node_hosts],
         }
@@ -393,13 +395,14 @@ def start_timeout_for_size(size_gb: float) -> int:
     return int(600 + size_gb * 6)
 
 
-@dataclass(frozen=True, kw_only=True)
 class StackConfig(ConfigModel):
     """One stack's config. Parse it with models.loader.parse_stack_config, which also applies the rules
     across keys (models/rules.py): a StackConfig built otherwise has not been checked against them."""
 
     tier: StackTier = StackTier.DEVELOPMENT
-    hf_endpoint: Annotated[str, Limits(pattern=r"^https?://[A-Za-z0-9.:\[\]-]+(/[A-Za-z0-9._/-]*)?$")] | None = None
+    hf_endpoint: (
+        Annotated[str, StringConstraints(pattern=r"^https?://[A-Za-z0-9.:\[\]-]+(/[A-Za-z0-9._/-]*)?$")] | None
+    ) = None
     hosts: tuple[Host, ...]
     # The hosts' SSH host keys, in OpenSSH's known_hosts format (controller/known_hosts.py reads it); a
     # host's own hostKey wins. A path beside the stack file (relative to the project) or absolute.
@@ -407,11 +410,11 @@ class StackConfig(ConfigModel):
     storage: tuple[Storage, ...]
     models: dict[Name, ModelSpec]
     deployments: tuple[Deployment, ...] = ()
-    access: Access = dataclasses.field(default_factory=Access)
+    access: Access = Field(default_factory=Access)
     # Thresholds of the generated Prometheus rules (render/monitoring.py).
-    monitoring: Monitoring = dataclasses.field(default_factory=Monitoring)
+    monitoring: Monitoring = Field(default_factory=Monitoring)
     # LoRA adapters deployments may serve (Deployment.adapters names them).
-    adapters: dict[Name, AdapterSpec] = dataclasses.field(default_factory=dict)
+    adapters: dict[Name, AdapterSpec] = Field(default_factory=dict)
 
     def rollout_waits_for(self) -> dict[str, str]:
         """For each deployment of a rollout group, the one whose swap it waits for (the deployment
@@ -431,6 +434,16 @@ class StackConfig(ConfigModel):
     # ---- lookups used by the program -------------------------------------------------------------
 
     # Indexes of the lookups below, built once: a fleet asks them for each of its hundreds of entries.
+    INDEXES: ClassVar[tuple[str, ...]] = ("_storage_by_host", "_storage_by_name", "_models_served_on_host")
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """pydantic's copy without the indexes (a cached_property keeps its value in the instance's
+        `__dict__`, which the copy takes): they were built from fields that `update` may change."""
+        copied = super().model_copy(update=update, deep=deep)
+        for index in self.INDEXES:
+            copied.__dict__.pop(index, None)
+        return copied
+
     @cached_property
     def _storage_by_host(self) -> dict[str, Storage]:
         return {s.host: s for s in reversed(self.storage)}

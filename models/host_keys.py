@@ -7,8 +7,7 @@ from __future__ import annotations
 import base64
 import hashlib
 
-from models.hosts import Host
-from models.ssh_address import DEFAULT_SSH_PORT
+from models.hosts import DEFAULT_SSH_PORT, Host
 
 
 def lookup_name(address: str, port: int) -> str:

@@ -5,20 +5,23 @@ already installed, its staging disk, its cordon, its cluster network) and the st
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated
 
-from models.base import After, ConfigModel, Limits
-from models.ssh_address import DEFAULT_SSH_PORT, PORT_MAX, PORT_MIN, check_address
+from pydantic import AfterValidator, Field, StringConstraints
+
+from models.base import ConfigModel
 from models.types import (
     SSH_HOST_KEY_PATTERN,
     AbsPath,
+    Float,
+    Int,
     IpAddress,
     Label,
     Name,
     UnixUser,
     VersionString,
+    check_address,
     not_a_system_directory,
 )
 
@@ -29,18 +32,16 @@ class Interconnect(StrEnum):
     NONE = "none"
 
 
-@dataclass(frozen=True, kw_only=True)
 class GpuSpec(ConfigModel):
     """What the host has; preflight compares it with what nvidia-smi reports."""
 
-    count: Annotated[int, Limits(ge=0, le=64)]
+    count: Annotated[Int, Field(ge=0, le=64)]
     model: Label = "none"
-    memory_gib: Annotated[float, Limits(gt=0, le=4096)] = 1.0
+    memory_gib: Annotated[Float, Field(gt=0, le=4096)] = 1.0
     interconnect: Interconnect = Interconnect.PCIE
-    compute_capability: Annotated[str, Limits(pattern=r"^\d{1,2}\.\d$")] | None = None
+    compute_capability: Annotated[str, StringConstraints(pattern=r"^\d{1,2}\.\d$")] | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
 class Runtime(ConfigModel):
     """The vLLM installation already on the host (the project does not install CUDA stacks)."""
 
@@ -48,30 +49,31 @@ class Runtime(ConfigModel):
     vllm_version: VersionString | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
 class ClusterNetwork(ConfigModel):
     """Where the other nodes of a multi-node deployment reach this host: an address on a private network
     (the engines' traffic is unencrypted and can run code) and the interface that carries it."""
 
     address: IpAddress
-    interface: Annotated[str, Limits(pattern=r"^[A-Za-z0-9_.:-]{1,15}$")]
+    interface: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,15}$")]
 
 
-@dataclass(frozen=True, kw_only=True)
+DEFAULT_SSH_PORT = 22  # a host's port unless it names one; OpenSSH's known_hosts names others ([address]:port)
+
+
 class Host(ConfigModel):
     name: Name
-    address: Annotated[str, After(check_address)]
-    port: Annotated[int, Limits(ge=PORT_MIN, le=PORT_MAX)] = DEFAULT_SSH_PORT
+    address: Annotated[str, AfterValidator(check_address)]
+    port: Annotated[Int, Field(ge=1, le=65535)] = DEFAULT_SSH_PORT
     user: UnixUser = "root"
-    host_key: Annotated[str, Limits(pattern=SSH_HOST_KEY_PATTERN)] | None = None
+    host_key: Annotated[str, StringConstraints(pattern=SSH_HOST_KEY_PATTERN)] | None = None
     gpus: GpuSpec
     runtime: Runtime = Runtime()
     # Host-local disk (an NVMe) that models are copied to before a swap, while the old model serves; the
     # engine then loads from there instead of the shared storage. Unset: it loads from the storage.
-    staging_path: Annotated[AbsPath, After(not_a_system_directory)] | None = None
+    staging_path: Annotated[AbsPath, AfterValidator(not_a_system_directory)] | None = None
     # Bounded SSH connection: attempts x seconds is the longest a step waits for an unreachable host.
-    dial_attempts: Annotated[int, Limits(ge=1, le=20)] = 3
-    dial_timeout_seconds: Annotated[int, Limits(ge=1, le=120)] = 10
+    dial_attempts: Annotated[Int, Field(ge=1, le=20)] = 3
+    dial_timeout_seconds: Annotated[Int, Field(ge=1, le=120)] = 10
     # Out of service: what runs there keeps running, `pulumi up` runs no step there and never contacts it,
     # and a change of what it should serve is refused until the cordon is lifted.
     cordon: bool = False
@@ -79,14 +81,13 @@ class Host(ConfigModel):
     cluster: ClusterNetwork | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
 class Storage(ConfigModel):
     name: Name
     host: Name
-    path: Annotated[AbsPath, After(not_a_system_directory)]
+    path: Annotated[AbsPath, AfterValidator(not_a_system_directory)]
     hf_home: AbsPath | None = None
-    capacity_gb: Annotated[float, Limits(gt=0)]
-    free_margin_gb: Annotated[float, Limits(ge=0)] = 50.0
+    capacity_gb: Annotated[Float, Field(gt=0)]
+    free_margin_gb: Annotated[Float, Field(ge=0)] = 50.0
     owner: UnixUser = "root"
 
     @property

@@ -8,18 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
-from models.base import to_camel, validate
+from models.base import to_camel
 from models.config import StackConfig
 from models.defaults import Provenance, annotate_rule_error, apply_defaults, key_path
 from models.rules import stack_errors
 from models.types import PATTERN_WORDS
-
-if TYPE_CHECKING:
-    from pydantic import ValidationError
 
 NAMESPACE = "vllm-fleet"
 CATALOG_PATH = Path(__file__).with_name("catalog.yaml")
@@ -107,7 +105,7 @@ TYPE_WORDS = {
     "list_type": "must be a YAML list, e.g. [0, 1]",
     "tuple_type": "must be a YAML list, e.g. [0, 1]",
     "dict_type": "must be a mapping of `key: value` lines",
-    "dataclass_type": "must be a mapping of `key: value` lines",
+    "model_type": "must be a mapping of `key: value` lines",
     "missing": "is required; add it (docs/config-reference.md lists every key)",
     "int_parsing": "must be a whole number, written without units",
     "float_parsing": "must be a number, written without units",
@@ -118,7 +116,7 @@ TYPE_WORDS = {
 def _plain_message(item: Mapping[str, Any], message: str) -> str:
     """pydantic's message for one error, in the terms of the stack file and with the fix where one is known."""
     kind, value = item["type"], item.get("input")
-    if kind == "unexpected_keyword_argument":
+    if kind == "extra_forbidden":
         key = str(item["loc"][-1]) if item["loc"] else ""
         camel = to_camel(key)
         # Config keys are camelCase (models/base.py: ConfigModel): a snake_case spelling is the likely slip.
@@ -207,11 +205,9 @@ def parse_stack_config(raw: Mapping[str, Any], catalog: Mapping[str, Mapping[str
     if problems:
         raise ConfigError("\n".join(problems))
     data["models"] = _resolve_models(data.get("models", {}), catalog if catalog is not None else load_catalog())
-    # pydantic only here, where a config is validated (models/base.py says why).
-    from pydantic import ValidationError
-
     try:
-        stack = validate(StackConfig, data)
+        # By the stack file's camelCase keys alone: the models' Python names are for the code that builds them.
+        stack = StackConfig.model_validate(data, by_alias=True, by_name=False)
     except ValidationError as error:
         raise ConfigError(_format_validation_error(error, provenance)) from None
     # The rules across keys, once every key is valid on its own; they already name their keys (the

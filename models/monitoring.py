@@ -4,15 +4,16 @@ differs (the end-to-end test sets seconds, so an alert fires while it waits)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Annotated
 
-from models.base import ConfigModel, Limits
+from pydantic import Field
 
-Seconds = Annotated[int, Limits(ge=1, le=86400)]
+from models.base import ConfigModel
+from models.types import Float, Int
+
+Seconds = Annotated[Int, Field(ge=1, le=86400)]
 
 
-@dataclass(frozen=True, kw_only=True)
 class Monitoring(ConfigModel):
     # VllmFleetDeploymentDown: the front door's /metrics of the deployment did not answer (engine stopped,
     # loading, crashed, host gone) for this long.
@@ -20,14 +21,14 @@ class Monitoring(ConfigModel):
     # VllmFleetNoSuccessfulRequests: requests reached the engine in the window but none succeeded, this long.
     stuck_for_seconds: Seconds = 600
     # VllmFleetRequestsWaiting: more than this many requests queued, this long.
-    waiting_requests: Annotated[int, Limits(ge=1, le=100000)] = 16
+    waiting_requests: Annotated[Int, Field(ge=1, le=100000)] = 16
     waiting_for_seconds: Seconds = 600
     # VllmFleetKvCacheNearlyFull: the KV cache's use (0-1) above this fraction, this long.
-    kv_cache_fraction: Annotated[float, Limits(gt=0, le=1)] = 0.95
+    kv_cache_fraction: Annotated[Float, Field(gt=0, le=1)] = 0.95
     kv_cache_for_seconds: Seconds = 900
     # VllmFleetModelDrift: the engine behind the front door serves a name other than the stack's, this long.
     drift_for_seconds: Seconds = 120
     # The window of the rates and percentiles of the recording rules and the alerts (a few scrapes at least).
-    rate_window_seconds: Annotated[int, Limits(ge=10, le=3600)] = 300
+    rate_window_seconds: Annotated[Int, Field(ge=10, le=3600)] = 300
     # How often the generated scrape job reads each deployment's /metrics.
-    scrape_interval_seconds: Annotated[int, Limits(ge=1, le=600)] = 30
+    scrape_interval_seconds: Annotated[Int, Field(ge=1, le=600)] = 30

@@ -295,12 +295,17 @@ def _disk_errors(stack: StackConfig) -> list[str]:
                     f"vllm-fleet:models.{name}.dir: {directory} overlaps the Hugging Face home {hf_home} "
                     f"(storage[{i}].hfHome); give the model another dir"
                 )
-        # Adapters count too: they sit on the storage beside the models.
-        wanted = stack.downloads_on(store.name)
-        total = sum(spec.size_gb for spec in wanted.values())
+        # Adapters count too: they sit on the storage beside the models, by their downloads' names
+        # (StackConfig.downloads_on). Their sizes are read here, not their downloads built: an adapter whose
+        # name is too long for its directory has no download, and adapter_errors says so.
+        sizes = {m: stack.models[m].size_gb for m in stack.wanted_models_on(store.name)}
+        sizes.update(
+            {adapter_download_name(a): stack.adapters[a].size_gb for a in stack.wanted_adapters_on(store.name)}
+        )
+        total = sum(sizes.values())
         usable = store.capacity_gb - store.free_margin_gb
         if total > usable:
-            listing = ", ".join(f"{m} {spec.size_gb:g} GB" for m, spec in wanted.items())
+            listing = ", ".join(f"{m} {size:g} GB" for m, size in sizes.items())
             errors.append(
                 f"vllm-fleet:storage[{i}].capacityGb: models kept on {store.name!r} need "
                 f"{total:g} GB ({listing}) but capacity {store.capacity_gb:g} GB minus margin "

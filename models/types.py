@@ -11,12 +11,19 @@ import ipaddress
 import re
 from typing import Annotated
 
-from models.base import After, Limits
+from pydantic import AfterValidator, BeforeValidator, StringConstraints
+
+from models.base import not_true_or_false
+
+# Numbers of the stack file (models/base.py's not_true_or_false: YAML's true and false are refused); their
+# bounds are `Field(ge=..., le=...)` where a field uses them.
+Int = Annotated[int, BeforeValidator(not_true_or_false)]
+Float = Annotated[float, BeforeValidator(not_true_or_false)]
 
 # A name that is safe in a unit name, a path component, a Pulumi resource name and a shell word.
 NAME_PATTERN = r"^[a-z0-9](?:[a-z0-9.-]{0,61}[a-z0-9])?$"
 MAX_NAME_LENGTH = 63  # NAME_PATTERN's: a DNS label's
-Name = Annotated[str, Limits(pattern=NAME_PATTERN)]
+Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 
 
 def _check_abs_path(value: str) -> str:
@@ -33,44 +40,44 @@ def _check_abs_path(value: str) -> str:
     return value
 
 
-AbsPath = Annotated[str, Limits(max_length=255), After(_check_abs_path)]
+AbsPath = Annotated[str, StringConstraints(max_length=255), AfterValidator(_check_abs_path)]
 
 # Hugging Face repository ids: ORG/NAME with the characters the Hub allows.
 HF_REPO_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$"
-HfRepo = Annotated[str, Limits(pattern=HF_REPO_PATTERN)]
+HfRepo = Annotated[str, StringConstraints(pattern=HF_REPO_PATTERN)]
 
 # A git revision: a 40-hex commit sha or a branch/tag name without path tricks.
 REVISION_PATTERN = r"^(?:[0-9a-f]{40}|[A-Za-z0-9][A-Za-z0-9._-]{0,99})$"
-Revision = Annotated[str, Limits(pattern=REVISION_PATTERN)]
+Revision = Annotated[str, StringConstraints(pattern=REVISION_PATTERN)]
 PINNED_REVISION = re.compile(r"^[0-9a-f]{40}$")
 
 # Short free text that is printed into unit descriptions and comments.
-Label = Annotated[str, Limits(pattern=r"^[A-Za-z0-9 ._/()+,:-]{1,120}$")]
+Label = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9 ._/()+,:-]{1,120}$")]
 
 # Served model names appear in URLs and JSON; vLLM accepts names like "moonshotai/Kimi-K2.5".
 SERVED_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/:-]{0,127}$"
-ServedName = Annotated[str, Limits(pattern=SERVED_NAME_PATTERN)]
+ServedName = Annotated[str, StringConstraints(pattern=SERVED_NAME_PATTERN)]
 # A model id clients send: a served name, or a model's path (vLLM's id where a launch sets no served name).
-ClientModelId = Annotated[str, Limits(pattern=r"^[A-Za-z0-9/][A-Za-z0-9._/:-]{0,255}$")]
+ClientModelId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9/][A-Za-z0-9._/:-]{0,255}$")]
 
 ENV_NAME_PATTERN = r"^[A-Z_][A-Z0-9_]{0,127}$"
-EnvName = Annotated[str, Limits(pattern=ENV_NAME_PATTERN)]
+EnvName = Annotated[str, StringConstraints(pattern=ENV_NAME_PATTERN)]
 # Environment values go into a systemd EnvironmentFile: no spaces, quotes or expansions needed.
 ENV_VALUE_PATTERN = r"^[A-Za-z0-9_.,:=+/@-]{0,512}$"
-EnvValue = Annotated[str, Limits(pattern=ENV_VALUE_PATTERN)]
+EnvValue = Annotated[str, StringConstraints(pattern=ENV_VALUE_PATTERN)]
 
 # Engine arguments are passed to execve by systemd, never through a shell, but they are also shown in
 # previews and journals; the allow-list keeps JSON values such as '{"level": 3}' possible.
-EngineArg = Annotated[str, Limits(pattern=r'^[A-Za-z0-9_.,:=+/@{}\[\]" -]{1,512}$')]
+EngineArg = Annotated[str, StringConstraints(pattern=r'^[A-Za-z0-9_.,:=+/@{}\[\]" -]{1,512}$')]
 PARSER_NAME_PATTERN = r"^[a-z0-9_]{1,64}$"
-ParserName = Annotated[str, Limits(pattern=PARSER_NAME_PATTERN)]
+ParserName = Annotated[str, StringConstraints(pattern=PARSER_NAME_PATTERN)]
 ATTENTION_BACKEND_PATTERN = r"^[A-Z0-9_]{1,64}$"
-AttentionBackend = Annotated[str, Limits(pattern=ATTENTION_BACKEND_PATTERN)]
+AttentionBackend = Annotated[str, StringConstraints(pattern=ATTENTION_BACKEND_PATTERN)]
 
 UNIX_USER_PATTERN = r"^[a-z_][a-z0-9_-]{0,31}$"
-UnixUser = Annotated[str, Limits(pattern=UNIX_USER_PATTERN)]
+UnixUser = Annotated[str, StringConstraints(pattern=UNIX_USER_PATTERN)]
 UNIT_NAME_PATTERN = r"^vllm-[a-z0-9](?:[a-z0-9-]{0,60}[a-z0-9])?$"
-UnitStem = Annotated[str, Limits(pattern=UNIT_NAME_PATTERN)]
+UnitStem = Annotated[str, StringConstraints(pattern=UNIT_NAME_PATTERN)]
 # `type key [comment]`, as ssh-keyscan and the server's *.pub files print it.
 SSH_HOST_KEY_PATTERN = (
     r"^(ssh-ed25519|ecdsa-sha2-nistp(256|384|521)|ssh-rsa) [A-Za-z0-9+/=]{16,2048}( [\x21-\x7e][\x20-\x7e]{0,200})?$"
@@ -78,12 +85,12 @@ SSH_HOST_KEY_PATTERN = (
 # A known_hosts file on the controller, relative to the project (beside the stack file) or absolute. No
 # spaces: OpenSSH's UserKnownHostsFile takes several files separated by them.
 KNOWN_HOSTS_PATH_PATTERN = r"^[A-Za-z0-9._/+-]{1,255}$"
-KnownHostsPath = Annotated[str, Limits(pattern=KNOWN_HOSTS_PATH_PATTERN)]
+KnownHostsPath = Annotated[str, StringConstraints(pattern=KNOWN_HOSTS_PATH_PATTERN)]
 VERSION_PATTERN = r"^[0-9][A-Za-z0-9.+-]{0,63}$"
-VersionString = Annotated[str, Limits(pattern=VERSION_PATTERN)]
+VersionString = Annotated[str, StringConstraints(pattern=VERSION_PATTERN)]
 
 # A service unit's full name, as systemctl prints it (vllm-glm5.service).
-SystemdServiceName = Annotated[str, Limits(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@:-]{0,240}\.service$")]
+SystemdServiceName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@:-]{0,240}\.service$")]
 
 # What each pattern asks for, in words: a config error quotes them beside the pattern (models/loader.py).
 PATTERN_WORDS = {
@@ -119,6 +126,23 @@ def not_a_system_directory(value: str) -> str:
     return value
 
 
+HOSTNAME_PATTERN = (
+    r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+)
+
+
+def check_address(value: str) -> str:
+    """A host's address: an IP address or a DNS host name, as it is."""
+    try:
+        ipaddress.ip_address(value)
+        return value
+    except ValueError:
+        pass
+    if not re.fullmatch(HOSTNAME_PATTERN, value) or len(value) > 253:
+        raise ValueError(f"{value!r} is neither an IP address nor a DNS host name")
+    return value
+
+
 def ip_address(value: str, hint: str) -> str:
     """The address in its canonical form, or the error that says it is none."""
     try:
@@ -128,6 +152,6 @@ def ip_address(value: str, hint: str) -> str:
 
 
 # An IP address of a host, kept in its canonical form.
-IpAddress = Annotated[str, After(lambda value: ip_address(value, ""))]
+IpAddress = Annotated[str, AfterValidator(lambda value: ip_address(value, ""))]
 # The address a listener binds to: one of the host's, or 0.0.0.0 / :: for all of them.
-BindAddress = Annotated[str, After(lambda value: ip_address(value, " (0.0.0.0 listens on all)"))]
+BindAddress = Annotated[str, AfterValidator(lambda value: ip_address(value, " (0.0.0.0 listens on all)"))]

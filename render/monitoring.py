@@ -24,7 +24,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from models.base import plain
 from models.config import ResolvedDeployment
 from models.monitoring import Monitoring
 from render.paths import endpoint_url, metrics_url
@@ -402,6 +401,6 @@ def monitoring_output(resolved: Sequence[ResolvedDeployment], stack: str, monito
     return {
         "job": JOB,
         "targets": target_groups(resolved, stack),
-        "thresholds": plain(monitoring, by_alias=True),
+        "thresholds": monitoring.model_dump(mode="json", by_alias=True),
         "tls": any(rd.access.tls is not None for rd in resolved),
     }

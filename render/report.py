@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from host.contract import DeploymentStatus, StatusRequest, deployment_state_dir, owner_key
-from models.base import plain
 from models.config import ResolvedDeployment
 from render.paths import metrics_url, url_host
 from render.units import render_unit
@@ -37,7 +36,7 @@ def spec(rd: ResolvedDeployment, stack: str) -> dict[str, Any]:
         front_door=f"http://{url_host(rd.deployment.readiness_address)}:{rd.deployment.port}",
         gpus=tuple(rd.deployment.gpus),
         served_name=rd.served_model_name,
-        bench=plain(bench, by_alias=True) if bench is not None else None,
+        bench=bench.model_dump(mode="json", by_alias=True) if bench is not None else None,
         host={
             "name": rd.host.name,
             "address": rd.host.address,

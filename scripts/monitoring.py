@@ -28,7 +28,6 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from models.base import validate  # noqa: E402
 from models.monitoring import Monitoring  # noqa: E402
 from render import monitoring as render  # noqa: E402
 from scripts.pulumi_cli import pulumi  # noqa: E402
@@ -62,7 +61,7 @@ def write_files(
     """Write the stack's monitoring files from its `monitoring` output; returns them by kind."""
     out.mkdir(parents=True, exist_ok=True)
     paths = files_for(stack, out)
-    thresholds = validate(Monitoring, output.get("thresholds") or {})
+    thresholds = Monitoring.model_validate(output.get("thresholds") or {}, by_alias=True, by_name=False)
     targets = output.get("targets") or []
     deployments = [group["labels"]["deployment"] for group in targets]
     board = render.dashboard(stack, deployments, thresholds)

@@ -25,7 +25,6 @@ sys.path.insert(0, str(ROOT))
 from controller.drift import Applied, drift  # noqa: E402
 from controller.transport import STATUS_MODULE, SurveyFailed, ssh_python  # noqa: E402
 from host.contract import DeploymentStatus, StatusReport  # noqa: E402
-from models.base import validate  # noqa: E402
 from models.hosts import Host  # noqa: E402
 from scripts.pulumi_cli import pulumi  # noqa: E402
 
@@ -47,7 +46,9 @@ def collect(stack: str, deployments: dict[str, Any], key: str) -> dict[str, Any]
     result: dict[str, Any] = {}
     for host_json, entries in by_host.items():
         h = json.loads(host_json)
-        host = validate(Host, {**h, "gpus": {"count": 1, "model": "-", "memoryGib": 1}})
+        host = Host.model_validate(
+            {**h, "gpus": {"count": 1, "model": "-", "memoryGib": 1}}, by_alias=True, by_name=False
+        )
         try:
             answer = ssh_python(host, key, STATUS_MODULE, ["--survey", json.dumps({"deployments": entries})])
             report = StatusReport.from_json(answer) if answer.strip() else StatusReport()

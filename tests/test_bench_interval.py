@@ -41,7 +41,6 @@ def noop_result(extra: float, interval: tuple[float, float]) -> dict[str, object
         "pair_ratio_up": (1.6 + extra) / 1.6,
         "pair_extra_up": extra,
         "pair_extra_up_interval": list(interval),
-        "config_models_ms": {"models": 7.0, "kept": 1.0, "validation": 52.0},
     }
 
 
@@ -64,19 +63,3 @@ def test_a_noop_from_before_the_pairs_differences_is_judged_on_the_medians() -> 
     kept = {"median": {"up": 2.1, "floor_up": 1.6}, "ratio_up": 2.1 / 1.6}
     row = run.noop_row(kept, "up", 21)
     assert "+0.50 s (difference of the medians)" in row and row.endswith("| yes |")
-
-
-def test_the_config_share_is_given_per_run_and_per_up() -> None:
-    (text,) = [line for line in run.config_models_lines(noop_result(0.3, (0.2, 0.4))) if line]
-    # Two runs of 8 ms per up, against the empty program's 1.6 s; the validation is no part of a no-op.
-    assert "the config models' import 7 ms and the kept validated config 1.0 ms per run" in text
-    assert "16 ms per no-op `up`" in text
-    assert "0.010x of the empty program's `up`" in text
-    assert "validates it besides: 52 ms" in text
-
-
-def test_a_kept_run_of_the_pydantic_models_gives_no_config_line() -> None:
-    """`--keep noop` of a results file from before the models were data classes: its figures were of other code."""
-    noop = noop_result(0.3, (0.2, 0.4))
-    noop["config_models_ms"] = {"pydantic": 30.0, "models": 34.0}
-    assert run.config_models_lines(noop) == []

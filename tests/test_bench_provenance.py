@@ -22,17 +22,6 @@ def test_a_kept_section_is_named_with_the_date_and_commit_it_was_measured_at() -
     assert "kept from earlier runs (`--keep`): noop (2026-12-03 22:48 UTC, e91f65e)" in text
 
 
-def test_a_new_report_keeps_the_hand_written_history_of_the_file_it_replaces() -> None:
-    previous = "# Benchmarks\n\nold table\n\n## History\n\n### Swaps\n\nAt 8252cc0: 4.55 s.\n"
-    assert run.with_history("# Benchmarks\n\nnew table\n", previous) == (
-        "# Benchmarks\n\nnew table\n\n## History\n\n### Swaps\n\nAt 8252cc0: 4.55 s.\n"
-    )
-    # No History yet (or no file): the report alone.
-    assert (
-        run.with_history("# Benchmarks\n\nnew table\n", "# Benchmarks\n\nold table\n") == "# Benchmarks\n\nnew table\n"
-    )
-
-
 def test_the_committed_results_keep_their_history_section() -> None:
     committed = (run.OUT / "RESULTS.md").read_text()
     assert f"\n{run.HISTORY_HEADING}\n" in committed

@@ -17,17 +17,15 @@ from controller import survey as host_survey
 from controller.known_hosts import HostKeys, KeyLine, Pin
 from controller.probe import HostUnreachable, probe_all, probe_ssh
 from host.contract import Survey
-from models.base import validate
 from models.hosts import Host
 from models.loader import parse_stack_config
-from models.ssh_address import DEFAULT_SSH_PORT
 from tests.support.processes import free_port
 
 DELAY = 1.0
 
 
 def host(name: str, port: int) -> Host:
-    return validate(Host, {"name": name, "address": "127.0.0.1", "port": port, "gpus": {"count": 0}})
+    return Host.model_validate({"name": name, "address": "127.0.0.1", "port": port, "gpus": {"count": 0}})
 
 
 @pytest.fixture
@@ -212,109 +210,10 @@ def test_the_probe_says_who_it_is_before_it_leaves() -> None:
     assert b"".join(heard) == b"SSH-2.0-vllm-fleet-probe\r\n"
 
 
-class CountingSshd:
-    """A loopback port that answers as sshd and counts the connections it accepted."""
-
-    def __init__(self) -> None:
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.port = int(self.server.getsockname()[1])
-        self.server.settimeout(0.05)  # a blocked accept would not see the close
-        self.accepted = 0
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self.serve, daemon=True)
-        self.thread.start()
-
-    def serve(self) -> None:
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.server.accept()
-            except OSError:
-                continue
-            self.accepted += 1
-            with conn:
-                conn.sendall(b"SSH-2.0-counting\r\n")
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(5)
-        self.server.close()
-
-
-@pytest.fixture
-def counting_sshd() -> Iterator[CountingSshd]:
-    sshd = CountingSshd()
-    yield sshd
-    sshd.close()
-
-
-def raw(port: object, **extra: object) -> dict[str, object]:
-    return {"name": "early", "address": "127.0.0.1", "port": port, "gpus": {"count": 0}, **extra}
-
-
-def test_the_early_probe_is_the_one_probe_of_its_host(counting_sshd: CountingSshd) -> None:
-    early = probe.start_early(lambda: [raw(counting_sshd.port)], {})
-    probe_all([host("early", counting_sshd.port)], early=early)
-    assert counting_sshd.accepted == 1  # the probe after validation waited for it instead of probing again
-
-
-def test_an_early_probe_failure_names_the_validated_host() -> None:
-    port = free_port()
-    early = probe.start_early(lambda: [raw(port)], {})
-    with pytest.raises(HostUnreachable) as raised:
-        probe_all([host("down-early", port)], early=early)
-    assert f"host 'down-early' (root@127.0.0.1:{port}, vllm-fleet:hosts) is unreachable" in str(raised.value)
-
-
-def test_hosts_written_otherwise_are_probed_after_validation(counting_sshd: CountingSshd) -> None:
-    """What the early probe cannot tell as surely as the Host model (a cordon, a port pydantic would
-    convert, an address it refuses, no list at all) it leaves alone; the validated host is probed then."""
-    port = counting_sshd.port
-    assert probe.early_targets([raw(port)]) == [("127.0.0.1", port)]
-    assert probe.early_targets([{"name": "d", "address": "10.0.0.5"}]) == [("10.0.0.5", 22)]  # the model's default
-    for written in (
-        raw(port, cordon=True),
-        raw(port, cordon="yes"),  # pydantic's lax bool: maybe a cordon
-        raw(str(port)),
-        raw(float(port)),
-        raw(True),
-        raw(0),
-        raw(70000),
-        {**raw(port), "address": "127.0.0.1; rm -rf /"},
-        {**raw(port), "address": None},
-        "not a host",
-    ):
-        assert probe.early_targets([written]) == [], written
-    assert probe.early_targets("hosts") == [] and probe.early_targets(None) == []
-    early = probe.start_early(lambda: [raw(port, cordon=True)], {})
-    assert early.futures == {}
-    probe_all([host("early", port)], early=early)
-    assert counting_sshd.accepted == 1  # probed once, after validation
-
-
-def test_an_offline_run_or_an_unreadable_config_probes_nothing_early(counting_sshd: CountingSshd) -> None:
-    offline = probe.start_early(lambda: [raw(counting_sshd.port)], {"VLLM_FLEET_OFFLINE": "1"})
-
-    def unreadable() -> object:
-        raise ValueError("Expecting value: line 1 column 1 (char 0)")  # get_object of a value that is not JSON
-
-    broken = probe.start_early(unreadable, {})
-    assert offline.futures == {} and broken.futures == {}
-    time.sleep(0.2)
-    assert counting_sshd.accepted == 0
-
-
-def test_the_early_probe_and_the_model_share_their_rules() -> None:
-    """models/ssh_address.py is what Host validates with: the same address is refused by both."""
-    with pytest.raises(ValueError, match="neither an IP address nor a DNS host name"):
-        validate(Host, {"name": "x", "address": "bad address", "gpus": {"count": 0}})
-    assert validate(Host, {"name": "x", "address": "gpu-01.example", "gpus": {"count": 0}}).port == DEFAULT_SSH_PORT
-
-
-def test_early_probes_run_at_most_probe_workers_at_once(slow_sshd: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
-    """The same bound as probe_all's: a fleet's early probes do not open a socket per host at once."""
+def test_probes_run_at_most_probe_workers_at_once(slow_sshd: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fleet's probes do not open a socket per host at once."""
     monkeypatch.setattr(probe, "PROBE_WORKERS", 1)
     started = time.monotonic()
-    early = probe.start_early(lambda: [raw(slow_sshd[0]), raw(slow_sshd[1])], {})
-    probe_all([host("slow-a", slow_sshd[0]), host("slow-b", slow_sshd[1])], early=early)
+    probe_all([host("slow-a", slow_sshd[0]), host("slow-b", slow_sshd[1])])
     elapsed = time.monotonic() - started
     assert elapsed >= 2 * DELAY, f"two {DELAY:g} s probes with one worker took {elapsed:.2f} s: not bounded"

@@ -6,7 +6,6 @@ that changed) and what they name; the program under mocks with a fleet whose key
 from __future__ import annotations
 
 import base64
-import dataclasses
 import itertools
 import re
 import subprocess
@@ -166,8 +165,8 @@ def test_each_host_gets_its_own_key_from_the_file_and_its_own_hostkey_wins(
     tmp_path: Path, keys: dict[str, str]
 ) -> None:
     config, path = fleet(4, tmp_path)
-    own = dataclasses.replace(config.hosts[2], host_key=keys["ecdsa"])
-    config = dataclasses.replace(config, hosts=(*config.hosts[:2], own, config.hosts[3]))
+    own = config.hosts[2].model_copy(update={"host_key": keys["ecdsa"]})
+    config = config.model_copy(update={"hosts": (*config.hosts[:2], own, config.hosts[3])})
     resolved, host_keys, notes = kh.resolve(config, tmp_path)
     assert notes == []
     for host in resolved.hosts:
@@ -191,7 +190,7 @@ def test_a_production_host_missing_from_the_file_is_refused_naming_it(tmp_path: 
     assert "ssh-keyscan -t ed25519 -p 22 10.40.0.12 >> known_hosts.fleet" in message
     assert "gpu-01" not in message and "gpu-03" not in message
     # A development host may go without: it accepts any key, and the preview says so.
-    config = dataclasses.replace(config, tier=StackTier.DEVELOPMENT)
+    config = config.model_copy(update={"tier": StackTier.DEVELOPMENT})
     resolved, host_keys, notes = kh.resolve(config, tmp_path)
     assert "gpu-02" not in host_keys.pins and resolved.hosts[1].host_key is None
     assert notes == [
@@ -240,7 +239,7 @@ Host key verification failed.
 
 def test_a_changed_key_is_refused_naming_the_host_and_the_fix(tmp_path: Path) -> None:
     config, _ = fleet(1, tmp_path)
-    host = dataclasses.replace(config.hosts[0], address="127.0.0.1", port=2236)
+    host = config.hosts[0].model_copy(update={"address": "127.0.0.1", "port": 2236})
     message = kh.key_refusal(host, CHANGED_STDERR, Path("/work/known_hosts.fleet"))
     assert message is not None
     assert message.startswith("host 'gpu-01' (root@127.0.0.1:2236): its SSH host key changed: it showed the ED25519 ")

@@ -1,32 +1,120 @@
-"""controller/sdk.py: the program's changes to the Pulumi SDK it runs in."""
+"""controller/sdk.py: the program's changes to the Pulumi SDK it runs in, each made only on the SDK release it
+was written for, and each failing here when the SDK code it stands in for changes."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import gc
+import hashlib
+import importlib
+import inspect
 import pathlib
-import threading
-from collections.abc import Callable
+import tomllib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pulumi
-import pulumi_command
 import pytest
 from pulumi.runtime import resource as sdk_resource
-from pulumi.runtime import settings
 from pulumi.runtime import stack as sdk_stack
-from pulumi.runtime.proto import resource_pb2, resource_pb2_grpc
 from pulumi.runtime.settings import SETTINGS
 
 from controller import sdk
 
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
-def test_sdk_debug_messages_are_dropped_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+# The source of the SDK code each change stands in for (Change.stands_in_for), as SDK 3.272.0 has it. A new SDK
+# that changes one fails here: read the SDK's new code against the change (and its tests below), then pin it
+# anew and update the change's `written_for`, or drop the change.
+SDK_SOURCES = {
+    "pulumi.log.debug": "766897f70e3a1770",
+    "pulumi.runtime.stack.wait_for_rpcs": "0bf483f44da06fc7",
+    "pulumi.runtime.stack.run_pulumi_func": "d097b54514f00f91",
+    "pulumi.runtime.resource.create_urn": "e82dcea9aaa00dd5",
+    "pulumi.runtime.resource.register_resource": "094e3752d490c7e0",
+}
+
+
+def sdk_source_digest(name: str) -> str:
+    """The digest of a function's source as the SDK's file has it (read from the file: the program that the
+    tests run under mocks has made the changes in this process)."""
+    module, function = name.rsplit(".", 1)
+    text = inspect.getsource(importlib.import_module(module))
+    (node,) = (
+        n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == function
+    )
+    source = ast.get_source_segment(text, node)
+    assert source is not None
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
+
+
+@pytest.mark.parametrize("change", sdk.CHANGES, ids=[c.name for c in sdk.CHANGES])
+def test_each_change_is_for_the_sdk_installed_and_its_code(change: sdk.Change) -> None:
+    assert change.written_for == sdk.sdk_version(), (
+        f"{change.name} was written for Pulumi SDK {change.written_for}, and {sdk.sdk_version()} is installed"
+    )
+    assert change.stands_in_for, f"{change.name} names no SDK code it stands in for"
+    for name in change.stands_in_for:
+        assert sdk_source_digest(name) == SDK_SOURCES.get(name), f"the SDK's {name} changed under {change.name}"
+
+
+def test_the_sdk_pinned_is_the_one_the_changes_were_written_for() -> None:
+    pins = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert {f"pulumi=={c.written_for}" for c in sdk.CHANGES} <= set(pins)
+
+
+@pytest.fixture
+def sdk_as_it_was(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Whatever `install` replaces is put back after the test, and the collector turned back on."""
+    for owner, name in (
+        (pulumi.log, "debug"),
+        (sdk_stack, "wait_for_rpcs"),
+        (sdk_resource, "create_urn"),
+    ):
+        monkeypatch.setattr(owner, name, getattr(owner, name))
+    monkeypatch.setattr(sdk, "_made", None)  # made afresh in the test, as in a new process
+    yield
+    gc.enable()
+
+
+def test_install_makes_every_change_in_order_but_those_switched_off(sdk_as_it_was: None) -> None:
+    names = [c.name for c in sdk.CHANGES]
+    debug, wait = pulumi.log.debug, sdk_stack.wait_for_rpcs
+    assert sdk.install({sdk.OFF_ENV: "quiet_debug_log"}) == names[1:]
+    assert pulumi.log.debug is debug and sdk_stack.wait_for_rpcs is not wait and not gc.isenabled()
+    assert sdk.install({}) == names[1:], "made once in a process"
+    sdk._made = None
+    assert sdk.install({}) == names
+    assert pulumi.log.debug is not debug
+    pulumi.log.debug("never sent", None)
+
+
+def test_on_another_sdk_every_change_steps_aside_with_one_warning(
+    sdk_as_it_was: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    warnings: list[str] = []
+    monkeypatch.setattr(pulumi.log, "warn", lambda message, *args, **kwargs: warnings.append(message))
+    monkeypatch.setattr(sdk, "sdk_version", lambda: "3.999.0")
+    debug, wait = pulumi.log.debug, sdk_stack.wait_for_rpcs
+    assert sdk.install({}) == []
+    assert pulumi.log.debug is debug and sdk_stack.wait_for_rpcs is wait and gc.isenabled()
+    (warning,) = warnings
+    assert "Pulumi SDK 3.272.0, and this is SDK 3.999.0: left out" in warning
+    assert all(c.name in warning for c in sdk.CHANGES)
+
+
+def test_a_name_switched_off_that_is_no_change_is_said(sdk_as_it_was: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    warnings: list[str] = []
+    monkeypatch.setattr(pulumi.log, "warn", lambda message, *args, **kwargs: warnings.append(message))
+    sdk.install({sdk.OFF_ENV: "quiet_debug_logs"})
+    assert warnings == [f"{sdk.OFF_ENV} names no change of controller/sdk.py: quiet_debug_logs"]
+
+
+def test_sdk_debug_messages_are_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pulumi.log, "debug", pulumi.log.debug)
     original = pulumi.log.debug
-    assert sdk.quiet_debug_log({"VLLM_FLEET_SDK_DEBUG": "1"}) is False
-    assert pulumi.log.debug is original
-    assert sdk.quiet_debug_log({}) is True
+    sdk.quiet_debug_log()
     assert pulumi.log.debug is not original
     pulumi.log.debug("never sent", None)
 
@@ -58,9 +146,11 @@ def test_the_output_wait_awaits_every_output_and_stops_at_a_failure(monkeypatch:
     SETTINGS.outputs.clear()
 
 
-def test_the_collector_is_paused_until_every_output_is_awaited(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("linear", [True, False], ids=["after linear_output_wait", "around the SDK's own wait"])
+def test_the_collector_is_paused_until_every_output_is_awaited(monkeypatch: pytest.MonkeyPatch, linear: bool) -> None:
     monkeypatch.setattr(sdk_stack, "wait_for_rpcs", sdk_stack.wait_for_rpcs)
-    sdk.linear_output_wait()
+    if linear:
+        sdk.linear_output_wait()
     sdk.pause_cyclic_gc()
     assert not gc.isenabled()
 
@@ -88,7 +178,6 @@ def test_a_program_run_by_the_engine_leaves_what_lives_to_its_exit_frozen(monkey
     assert not sdk.engine_runs(), "the unit tests talk to no engine"
     monkeypatch.setattr(sdk_stack, "wait_for_rpcs", sdk_stack.wait_for_rpcs)
     monkeypatch.setattr(sdk, "engine_runs", lambda: True)
-    sdk.linear_output_wait()
     sdk.pause_cyclic_gc()
     SETTINGS.outputs.clear()
     try:
@@ -139,65 +228,3 @@ def test_registration_urns_are_the_sdks_strings(monkeypatch: pytest.MonkeyPatch)
         pairs[1][0][0] == "urn:pulumi:fleet::vllm-fleet::vllm-fleet:index:GpuHost$command:remote:Command::gpu-01-tools"
     )
     SETTINGS.outputs.clear()
-
-
-def test_stack_traces_are_the_sdks_messages(monkeypatch: pytest.MonkeyPatch) -> None:
-    sdk_stack_trace = replaced(monkeypatch, "_get_stack_trace", sdk.lighter_stack_traces)
-    traces: list[tuple[Any, Any]] = []
-
-    # Resource, CustomResource, the concrete class: three constructors deep, as the SDK expects.
-    class Base:
-        def __init__(self) -> None:
-            traces.append((sdk_resource._get_stack_trace(), sdk_stack_trace()))
-
-    class Custom(Base):
-        def __init__(self) -> None:
-            super().__init__()
-
-    class Concrete(Custom):
-        def __init__(self) -> None:
-            super().__init__()
-
-    def declare(depth: int) -> None:
-        if depth:
-            declare(depth - 1)
-        else:
-            Concrete()
-
-    declare(5)
-    Base()  # fewer than three constructors: no frames
-    (ours, theirs), (ours_short, theirs_short) = traces
-    assert ours == theirs and len(ours.frames) > 5
-    assert ours.frames[0].pc.uri == pathlib.Path(__file__).as_uri()
-    assert ours_short == theirs_short
-
-
-class RecordingMonitor(resource_pb2_grpc.ResourceMonitorStub):
-    """The engine's resource monitor as the program's gRPC stub, recording the invokes it is sent."""
-
-    def __init__(self) -> None:
-        self.invokes: list[resource_pb2.ResourceInvokeRequest] = []
-        self.sent = threading.Event()
-
-    def Invoke(self, request: resource_pb2.ResourceInvokeRequest) -> None:  # gRPC's name
-        self.invokes.append(request)
-        self.sent.set()
-
-
-def test_the_command_provider_is_asked_for_early_as_every_command_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    monitor = RecordingMonitor()
-    monkeypatch.setattr(settings, "get_monitor", lambda: monitor)
-    sdk.start_command_provider()
-    assert monitor.sent.wait(5), "no request reached the engine"
-    (request,) = monitor.invokes
-    assert request.tok == "command:local:run" and dict(request.args) == {"command": "true"}
-    # The version every Command's registration names (the SDK's): the engine keys its default provider by
-    # it, and another version would add a provider resource to the stack.
-    assert request.version == pulumi_command._utilities.get_version() != ""  # type: ignore[no-untyped-call]
-
-
-def test_under_the_mocks_no_provider_is_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
-    asked: list[object] = []
-    monkeypatch.setattr(threading, "Thread", lambda *args, **kwargs: asked.append(kwargs))
-    sdk.start_command_provider()
-    assert asked == []

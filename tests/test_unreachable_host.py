@@ -73,7 +73,6 @@ def test_preview_and_up_fail_fast_naming_the_host(kind: str, tmp_path: Path, req
         message = str(caught.value)
         assert f"host 'sandbox' (root@127.0.0.1:{port}, vllm-fleet:hosts) is unreachable" in message, message
         assert elapsed < BOUND_SECONDS, f"{operation.__name__} took {elapsed:.1f} s"
-    # No step was recorded: the failure came before any. The stack itself may be, and the command provider
-    # that the program has the engine start before anything else (controller/sdk.start_command_provider).
+    # No step was recorded: the failure came before any. The stack itself may be, and the command provider.
     resources = (stack.export_stack().deployment or {}).get("resources") or []
     assert {r["type"] for r in resources} <= {"pulumi:pulumi:Stack", "pulumi:providers:command"}, resources

@@ -11,11 +11,10 @@ import pulumi
 
 from components.remote import connect, remote_step
 from controller.cordon import CordonedSteps
-from models.base import validate
 from models.hosts import Host
 
 config = pulumi.Config("onestep")
-host = validate(Host, config.require_object("host"))
+host = Host.model_validate(config.require_object("host"), by_alias=True, by_name=False)
 target = connect(host, pulumi.Output.secret(Path(config.require("keyFile")).read_text()), CordonedSteps())
 
 
