@@ -22,8 +22,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import TypeAdapter
-
 from models import access, adapters, config, hosts, monitoring
 from models.base import to_camel
 from models.loader import CONTROLLER_KEYS, KNOWN_KEYS, NAMESPACE, SECRET_KEYS, load_catalog
@@ -163,7 +161,8 @@ class Row:
 
 
 def stack_schema() -> dict[str, Any]:
-    return TypeAdapter(config.StackConfig).json_schema(by_alias=True, mode="validation")
+    """pydantic's JSON schema of the stack's config, by the keys the stack file spells (the models' aliases)."""
+    return config.StackConfig.model_json_schema(by_alias=True, mode="validation")
 
 
 def model_classes() -> dict[str, type]:
