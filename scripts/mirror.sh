@@ -21,6 +21,7 @@ served_elsewhere() { curl -sf -o /dev/null --max-time 5 "http://127.0.0.1:$port/
 case "${1:-}" in
   up)
     if running; then echo "[mirror] already serving on 127.0.0.1:$port (pid $(cat "$pid_file"))"; exit 0; fi
+    if served_elsewhere; then echo "[mirror] another checkout's mirror already serves 127.0.0.1:$port; using it"; exit 0; fi
     stamp=$(cat sandbox/tiny_repos.py sandbox/tiny_models.py sandbox/tiny_adapters.py | sha256sum | cut -c1-16)
     if [ "$(cat "$repos/.stamp" 2>/dev/null)" != "$stamp" ]; then
       rm -rf "$repos"
