@@ -26,6 +26,7 @@ fleet = build_fleet(
         repairs=repairs.activations,
         adapter_repairs=repairs.adapters,
         download_repairs=repairs.downloads,
+        forecasts=repairs.forecasts,
         cordoned=cordoned,
     )
 )

@@ -1,5 +1,5 @@
-"""`make bench`: converge overhead, swap overhead, front-door reloads under a client, download throughput
-and fleet-scale preview, measured side by side in one run on this machine, medians of at least 5 runs,
+"""`make bench`: converge overhead, swap overhead, the swap forecast's error, front-door reloads under a
+client, download throughput and fleet-scale preview, measured side by side in one run on this machine, medians of at least 5 runs,
 written to bench/RESULTS.md with PNG plots. Needs `make up` first (the dev stack deployed on the sandbox,
 the mirror running). Never part of `make test`. `make bench ARGS=swap` runs one section and reports only it;
 `make bench ARGS="--keep swap"` runs it and keeps the other sections of the last bench/results.json, each
@@ -30,7 +30,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import engine_trace  # noqa: E402
+from bench import engine_trace, forecast_error  # noqa: E402
 from controller import config_limit  # noqa: E402
 from controller.config_limit import MAX_ARG_STRLEN  # noqa: E402
 from models.loader import load_stack_file, read_stack_file  # noqa: E402
@@ -362,6 +362,46 @@ def bench_swap() -> dict[str, Any]:
                 "median_engine": median([r["engine_start_to_ready"] for r in picked]),
             }
     return {"rows": rows, "modes": modes}
+
+
+# ---- 2a. the swap forecast against the start that came ----------------------------------------------
+
+TOOLS_DIR = "/usr/local/lib/vllm-fleet"
+
+
+def bench_forecast() -> dict[str, Any]:
+    """Stop-then-start swaps of the dev stack between the two tiny models (both kept on disk), each a plain
+    `pulumi up` whose activation carries the program's forecast to the host, read back from the start
+    record the host kept beside what came (bench/forecast_error.py)."""
+    from host.contract import StartRecord, Survey
+
+    stack_file = STACK_FILE
+    original = stack_file.read_text()
+    current = read_stack_file(stack_file)["deployments"][0]["model"]
+    other = "tiny-chat-b" if current == "tiny-chat-a" else "tiny-chat-a"
+    python = read_stack_file(stack_file)["hosts"][0].get("runtime", {}).get("python", "/opt/vllm-env/bin/python3")
+
+    def stack_for(model: str) -> None:
+        text = original.replace(f"      model: {current}\n", f"      model: {model}\n")
+        text = text.replace("      keep: false\n", "      keep: true\n")
+        stack_file.write_text(text.replace("      port: 8000\n", "      port: 8000\n      swapMode: stop-start\n"))
+
+    def up(model: str) -> str:
+        stack_for(model)
+        return run_captured(["pulumi", "up", "--stack", STACK, "--yes"], cwd=ROOT, env=ENV, check=True).stdout
+
+    def swap(model: str) -> StartRecord:
+        up(model)
+        found = Survey.from_json(on_host(f"{python} {TOOLS_DIR}/survey"))
+        return max((r for r in found.starts if r.loaded.model == model), key=lambda r: r.at)
+
+    try:
+        up(current)  # both models on disk, the current one serving (a first deploy, or nothing to do)
+        # Each model's first swap goes on the rates; from its second on, on its own starts here.
+        return forecast_error.run_series([other, current] * RUNS, swap, load=lambda: os.getloadavg()[0])
+    finally:
+        stack_file.write_text(original)
+        run_captured(["pulumi", "up", "--stack", STACK, "--yes"], cwd=ROOT, env=ENV, check=True)
 
 
 # ---- 2b. pre-warm: what reading the model into the page cache before the stop saves the load --------
@@ -1225,6 +1265,8 @@ def report(results: dict[str, Any], files: list[str], measured: dict[str, dict[s
                 f"| swap overhead, {mode} (total - engine start-to-ready) | {m['median_overhead']:.2f} s of "
                 f"{m['median_total']:.2f} s total{floor} | {m['swaps']} | < 5 s | {yes(m['median_overhead'] < 5)} |"
             )
+    if "forecast" in results:
+        lines.append(forecast_error.summary_row(results["forecast"]))
     if "survey" in results:
         lines += survey_rows(results["survey"])
     if "reloads" in results:
@@ -1348,6 +1390,14 @@ def report(results: dict[str, Any], files: list[str], measured: dict[str, dict[s
             )
     if "sdk" in results:
         lines += sdk_table(results["sdk"])
+    if "forecast" in results:
+        lines += [
+            "",
+            "Swap forecasts (`make bench ARGS=forecast`; stop-then-start; forecast before each swap from the host's "
+            "survey, as the preview makes it; measured: the swap's start to ready):",
+            "",
+            *forecast_error.table(results["forecast"]["rows"]),
+        ]
     if "swap" in results:
         lines += [
             "",
@@ -1392,6 +1442,7 @@ def main() -> int:
     steps: dict[str, Callable[[Path], Any]] = {
         "noop": bench_noop,
         "swap": lambda _t: bench_swap(),
+        "forecast": lambda _t: bench_forecast(),
         "reloads": lambda _t: bench_reloads(),
         "prewarm": lambda _t: bench_prewarm(),
         "download": lambda _t: bench_download(),

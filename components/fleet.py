@@ -17,6 +17,7 @@ from components.model_download import ModelDownload, ModelDownloadArgs
 from components.remote import StepLedger
 from components.storage import SharedStorage, SharedStorageArgs
 from components.vllm_service import VllmService, VllmServiceArgs
+from host.contract import StartForecastRecord
 from models.adapters import adapter_download_name
 from models.config import ResolvedDeployment, StackConfig
 
@@ -37,6 +38,8 @@ class FleetArgs:
     adapter_repairs: Mapping[str, int] = field(default_factory=dict)
     # Per (storage, download name), the drift-repair count of its download step (files missing or changed).
     download_repairs: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    # Per deployment, the forecast of its engine's start its activation carries (controller/forecast.py).
+    forecasts: Mapping[str, StartForecastRecord] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,7 @@ def build_fleet(args: FleetArgs) -> Fleet:
                 ],
                 access=access_steps[rd.deployment.name],
                 repairs=args.repairs.get(rd.deployment.name, 0),
+                forecast=args.forecasts.get(rd.deployment.name),
             ),
         )
     # Adapters load into the engine the swap left serving.

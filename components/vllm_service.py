@@ -16,6 +16,7 @@ from components.host import GpuHost
 from components.model_download import ModelDownload
 from components.outputs import plain_output
 from components.remote import RemoteCommand
+from host.contract import StartForecastRecord
 from render.launch import engine_environment, vllm_arguments
 from render.paths import endpoint_url
 from render.plan import activation_timeout
@@ -46,6 +47,8 @@ class VllmServiceArgs(DeploymentArgs):
     access: pulumi.Resource | None = None
     # Drift repairs (controller/drift.activation_repairs): a count one above the host's re-activates.
     repairs: int = 0
+    # The forecast of its engine's start the activation carries (controller/forecast.plan_forecast).
+    forecast: StartForecastRecord | None = None
 
 
 class VllmService(FleetComponent):
@@ -114,7 +117,7 @@ class VllmService(FleetComponent):
         self.serving = self.add_step(
             "serving",
             target,
-            create=activate_script(rd, args.stack, args.repairs),
+            create=activate_script(rd, args.stack, args.repairs, args.forecast),
             delete=deactivate_script(rd, args.stack),
             depends_on=[
                 self.unit,

@@ -23,7 +23,7 @@ from controller import survey as host_survey
 from controller.known_hosts import changed_note
 from controller.probe import HostUnreachable, probe_all
 from controller.program import Stack
-from host.contract import MODEL_NO_MANIFEST, Survey
+from host.contract import MODEL_NO_MANIFEST, StartForecastRecord, Survey
 from models.config import StackConfig
 from models.hosts import Host
 from models.rules import stack_errors
@@ -79,12 +79,14 @@ def with_host_versions(stack: Stack, surveys: Mapping[str, Survey]) -> tuple[Sta
 
 @dataclass(frozen=True)
 class Repairs:
-    """The drift-repair counts the steps render (controller/drift.py): per deployment, its activation's and
-    its adapters step's; per (storage, download name), its download step's."""
+    """What the steps render from the hosts' facts: the drift-repair counts (controller/drift.py), per
+    deployment its activation's and its adapters step's, per (storage, download name) its download step's;
+    and per deployment the start forecast its activation carries (controller/forecast.plan_forecast)."""
 
     activations: dict[str, int] = field(default_factory=dict)
     adapters: dict[str, int] = field(default_factory=dict)
     downloads: dict[tuple[str, str], int] = field(default_factory=dict)
+    forecasts: dict[str, StartForecastRecord] = field(default_factory=dict)
 
 
 def model_dirs(config: StackConfig) -> dict[str, list[str]]:
@@ -160,6 +162,12 @@ def check_hosts(stack: Stack) -> tuple[Stack, Repairs]:
         client_ids.with_client_ids(stack.name, rd, surveys[rd.host.name]) if rd.host.name in surveys else rd
         for rd in stack.deployments
     ]
+    # The loaders left to `auto`, picked from the hosts' facts (a node of a deployment across hosts runs the
+    # head's launch: the head's facts pick it).
+    choices = {}
+    for index, rd in enumerate(resolved):
+        if rd.host.name in surveys:
+            resolved[index], choices[rd.deployment.name] = forecast.with_load_choice(rd, surveys[rd.host.name])
     stack = dataclasses.replace(stack, deployments=resolved)
     load_notes(stack)
     for store in stack.config.storage:
@@ -190,6 +198,9 @@ def check_hosts(stack: Stack) -> tuple[Stack, Repairs]:
                     "this update activates the stack's unit again"
                 )
             repairs.adapters[rd.deployment.name] = drift.adapter_repairs(stack.name, rd, found)
+            planned = forecast.plan_forecast(stack.name, rd, found)
+            if planned is not None:
+                repairs.forecasts[rd.deployment.name] = planned
             for line in drift.adapter_lines(stack.name, rd, found):
                 pulumi.log.info(line)
             notes += forecast.memory_notes(rd, found)
@@ -200,7 +211,7 @@ def check_hosts(stack: Stack) -> tuple[Stack, Repairs]:
                 pulumi.log.info(line)
         for note in notes:
             pulumi.log.warn(note)
-        for line in forecast.forecasts(stack.name, host_config, on_host, found):
+        for line in forecast.forecasts(stack.name, stack.config, host_config, on_host, found, choices):
             pulumi.log.info(line)
         conflicts += errors
     for rd in resolved:

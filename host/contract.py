@@ -180,6 +180,17 @@ class Plan(DeploymentPlan):
     drain_seconds: int = 120
     # Read the model into the page cache before anything stops (RAM minus this margin at most); None: off.
     prewarm_margin_gib: float | None = 8.0
+    # Before a stop-then-start stops anything: the share of the model's files that must be in the page cache
+    # (read again once by the pre-warm when less is); None: measured and said, never refused.
+    prewarm_min_resident_share: float | None = None
+    # The stack's name of the model the unit serves (what the host's start records name it by).
+    model: str = ""
+    # The controller's forecast of the new engine's start (controller/forecast.py), which the swap keeps
+    # beside what came (StartRecord.forecast); 0 s: none.
+    forecast_seconds: float = 0.0
+    forecast_basis: str = ""
+    forecast_source: str = ""
+    forecast_made_at: float = 0.0
     # Where the engine loads from: model_dir, or a copy on the host's staging disk made before the stop.
     load_dir: str = ""
     # Who may call it: the directory of its access files (listen, TLS, key check, /metrics) that the site
@@ -665,6 +676,9 @@ class DeploymentState:
     adapters: AdapterState | None = None
     repairs: int = 0
     last_start_seconds: float | None = None
+    # The forecast its last activation carried (its swap plan's): rendered again while no start comes, so
+    # an unchanged stack renders an unchanged step.
+    forecast: StartForecastRecord | None = None
 
     @property
     def unit(self) -> str | None:
@@ -684,6 +698,8 @@ class DeploymentState:
             entry["adoptedInPlace"] = record.adopted
         if self.adapters is not None:
             entry["adapters"] = self.adapters.to_dict()
+        if self.forecast is not None:
+            entry["forecast"] = self.forecast.to_dict()
         return entry
 
     @classmethod
@@ -698,12 +714,14 @@ class DeploymentState:
             )
         adapters = data.get("adapters")
         last = data.get("lastStartSeconds")
+        forecast = data.get("forecast")
         return cls(
             record=record,
             put_away=_strings(data.get("adopted")),
             adapters=AdapterState.from_dict(adapters) if adapters is not None else None,
             repairs=int(data.get("repairs") or 0),
             last_start_seconds=float(last) if isinstance(last, (int, float)) else None,
+            forecast=StartForecastRecord.from_dict(forecast) if forecast else None,
         )
 
 
@@ -746,6 +764,141 @@ class Memory:
 
 
 @dataclass(frozen=True)
+class Mount(Wire):
+    """A filesystem of the host's mount table (/proc/self/mounts): where it is mounted, its type and its
+    source. The filesystem of a model's directory decides how vLLM reads it (models/load_choice.py)."""
+
+    path: str
+    type: str = ""
+    source: str = ""
+
+
+def filesystem_of(path: str, mounts: tuple[Mount, ...]) -> str | None:
+    """The type of the filesystem `path` is on: that of its longest mount point (None: no mount holds it,
+    or the survey reported no mount table)."""
+    holding = [m for m in mounts if path == m.path or path.startswith(m.path.rstrip("/") + "/")]
+    best = max(holding, key=lambda m: len(m.path), default=None)
+    return (best.type or None) if best is not None else None
+
+
+# ---- a start of a managed engine: what it loaded and where its time went (host/start_records.py) ------
+
+# How many of a model's last starts a host keeps (host/start_records.py); the forecast takes their median.
+STARTS_KEPT = 5
+
+
+@dataclass(frozen=True)
+class Phase(Wire):
+    name: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class StartPhases(Wire):
+    """One start of an engine, from its journal (host/start_phases.py): where its time went (the phases add
+    up to `seconds`), what vLLM reported of it, and whether it served."""
+
+    started_at: float  # seconds since the epoch (the unit's start)
+    seconds: float  # from the unit's start to its last line read (to "Started" once it serves)
+    ready: bool
+    phases: tuple[Phase, ...]
+    reported: dict[str, Any] = field(default_factory=dict)
+    # The shard loader's last progress: (shards done, shards in all), while the weights load.
+    shards: tuple[int, ...] | None = None
+
+    def phase(self, name: str) -> float | None:
+        return next((p.seconds for p in self.phases if p.name == name), None)
+
+    def describe(self) -> str:
+        """The phases in the order they ran: "weights 12.3 s, compile 4.0 s, ..."."""
+        return ", ".join(f"{p.name} {p.seconds:.1f} s" for p in self.phases)
+
+
+@dataclass(frozen=True)
+class Loaded(Wire):
+    """What an engine loaded, and how."""
+
+    model: str  # the stack's name for it ("" from a plan before the name was in it)
+    directory: str  # where the engine read it (a staging copy, or the storage's directory)
+    repo: str | None = None  # from model-sync's manifest; None without one
+    revision: str | None = None
+    size_bytes: int | None = None
+    files: int | None = None
+    load_format: str | None = None  # the launch's flags; None: vLLM's default
+    load_strategy: str | None = None
+    loader_extra_config: dict[str, Any] | None = None
+    tensor_parallel: int = 1
+    prewarm: str = "none"  # "page cache", "staging copy" or "none"
+    resident_share: float | None = None  # of its files in the page cache before the start; None: not measured
+
+    @property
+    def identity(self) -> str:
+        """The model as the host knows it: its repository at its revision, else its directory."""
+        return f"{self.repo}@{self.revision}" if self.repo and self.revision else self.directory
+
+
+@dataclass(frozen=True)
+class StartForecastRecord(Wire):
+    """The forecast the controller made of an engine's start (the preview's figure and what it rests on),
+    from the survey read at `made_at`; the swap keeps it beside what came (StartRecord.forecast)."""
+
+    seconds: float = 0.0
+    basis: str = ""
+    source: str = ""  # "own start" | "catalog" | "rates"
+    made_at: float = 0.0
+
+    @property
+    def source_words(self) -> str:
+        return {"own start": "its own starts here", "catalog": "the catalog", "rates": "the rates"}.get(
+            self.source, self.source or "?"
+        )
+
+    @classmethod
+    def of_plan(cls, plan: Plan) -> StartForecastRecord | None:
+        if plan.forecast_seconds <= 0:
+            return None
+        return cls(plan.forecast_seconds, plan.forecast_basis, plan.forecast_source, plan.forecast_made_at)
+
+    def plan_fields(self) -> dict[str, Any]:
+        """The Plan's fields that carry it."""
+        return {
+            "forecast_seconds": self.seconds,
+            "forecast_basis": self.basis,
+            "forecast_source": self.source,
+            "forecast_made_at": self.made_at,
+        }
+
+
+@dataclass(frozen=True)
+class StartRecord(Wire):
+    """A start of a managed engine as the host keeps it (one per model, host/start_records.py) and the
+    survey reports it (`starts`): when, which deployment, how long (by the swap's clock), what it loaded,
+    its phases (None: the journal had no vLLM line of it) and the forecast the swap came with, with the
+    swap's downtime (None: a blue/green swap's clients waited for nothing)."""
+
+    at: float  # seconds since the epoch, when the unit started
+    owner: str  # the deployment that started it (stack.deployment)
+    unit: str
+    mode: str  # stop-start | blue-green
+    seconds: float  # start to ready, by the swap's clock
+    loaded: Loaded
+    phases: StartPhases | None = None
+    forecast: StartForecastRecord | None = None
+    downtime_seconds: float | None = None
+    version: int = 1
+
+    def describe(self) -> str:
+        """ "18.8 s (forecast 19 s, from its own start): imports 9.4 s, weights 0.1 s, ..." """
+        forecast = self.forecast
+        said = f"{self.seconds:.1f} s"
+        if forecast is not None:
+            said += f" (forecast {forecast.seconds:.0f} s, from {forecast.source_words})"
+        if self.phases is None:
+            return f"{said}; no vLLM line of it in its journal"
+        return f"{said}: {self.phases.describe()}"
+
+
+@dataclass(frozen=True)
 class Survey:
     """What runs on a host (host/survey.py): the vllm-* units, the listening sockets, the GPUs' holders,
     each deployment's state and claims, the memory, the model directories asked about, the vLLM release of
@@ -761,7 +914,12 @@ class Survey:
     memory: Memory = Memory()
     models: dict[str, ModelFiles] = field(default_factory=dict)
     vllm_version: str | None = None
+    # The loaders' extras beside vLLM (distribution -> version, None: not installed); None: not asked.
+    vllm_extras: dict[str, str | None] | None = None
     host_keys: dict[str, str] = field(default_factory=dict)
+    # Each model's last start on this host (host/start_records.py) and the mount table.
+    starts: tuple[StartRecord, ...] = ()
+    mounts: tuple[Mount, ...] = ()
     at: float = 0.0
 
     def unit(self, name: str | None) -> Unit | None:
@@ -786,8 +944,10 @@ class Survey:
             "claims": {owner: json.loads(held.to_json()) for owner, held in sorted(self.claims.items())},
             "memory": {"totalMib": self.memory.total_mib, "availableMib": self.memory.available_mib},
             "models": {path: files.to_dict() for path, files in sorted(self.models.items())},
-            "vllm": {"version": self.vllm_version},
+            "vllm": {"version": self.vllm_version, "extras": self.vllm_extras},
             "hostKeys": dict(sorted(self.host_keys.items())),
+            "starts": [record.to_dict() for record in self.starts],
+            "mounts": [mount.to_dict() for mount in self.mounts],
             "at": self.at,
         }
 
@@ -796,6 +956,7 @@ class Survey:
         units = tuple(Unit.from_dict(u) for u in data.get("units") or ())
         by_name = {u.name: u for u in units}
         memory = data.get("memory") or {}
+        vllm = data.get("vllm") or {}
         return cls(
             units=units,
             listeners=tuple(Listener.from_dict(entry) for entry in data.get("listeners") or ()),
@@ -807,8 +968,11 @@ class Survey:
             claims={str(owner): Claims.from_dict(held) for owner, held in (data.get("claims") or {}).items()},
             memory=Memory(int(memory.get("totalMib") or 0), int(memory.get("availableMib") or 0)),
             models={str(path): ModelFiles.from_dict(files) for path, files in (data.get("models") or {}).items()},
-            vllm_version=(data.get("vllm") or {}).get("version"),
+            vllm_version=vllm.get("version"),
+            vllm_extras=_parse(dict[str, str | None], vllm.get("extras")),
             host_keys={str(stack): str(pinned) for stack, pinned in (data.get("hostKeys") or {}).items()},
+            starts=tuple(StartRecord.from_dict(record) for record in data.get("starts") or ()),
+            mounts=tuple(Mount.from_dict(mount) for mount in data.get("mounts") or ()),
             at=float(data.get("at") or 0.0),
         )
 
@@ -844,8 +1008,8 @@ class StatusRequest(Wire):
 class DeploymentStatus(Wire):
     """What host/status.py reports of one deployment: its unit's state and since when, its model files
     against their manifest, its engine's load (/metrics: running and waiting requests; None when it does not
-    answer), the vLLM release of its python, its adapters, its last load's seconds (from the journal) and
-    the smoke benchmark's numbers when one ran."""
+    answer), the vLLM release of its python, its adapters, its last load's seconds (from the journal), the
+    smoke benchmark's numbers when one ran, and its last start as the swap recorded it."""
 
     unit: str
     active_state: str = "unknown"
@@ -858,6 +1022,9 @@ class DeploymentStatus(Wire):
     adapters: AdapterState | None = None
     last_load_seconds: float | None = None
     bench: dict[str, Any] | None = None
+    # Its unit's last start as the swap recorded it (host/start_records.py): its phases, its forecast and
+    # the downtime it made (None: no record of it).
+    last_start: StartRecord | None = None
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from host.contract import Launch, Listener, Memory, ProcessUnit, is_managed, managed_owner
+from host.contract import Launch, Listener, Memory, Mount, ProcessUnit, is_managed, managed_owner
 
 
 @dataclass(frozen=True)
@@ -292,6 +292,31 @@ def parse_meminfo(text: str) -> Memory:
         if name in ("MemTotal", "MemAvailable") and rest.split():
             values[name] = int(rest.split()[0]) // 1024
     return Memory(values.get("MemTotal", 0), values.get("MemAvailable", 0))
+
+
+# Filesystems that hold no model: the kernel's own views, control groups, and the like.
+PSEUDO_FILESYSTEMS = frozenset(
+    {
+        "autofs", "binfmt_misc", "bpf", "cgroup", "cgroup2", "configfs", "debugfs", "devpts", "devtmpfs",
+        "efivarfs", "fusectl", "hugetlbfs", "mqueue", "nsfs", "proc", "pstore", "ramfs", "rpc_pipefs",
+        "securityfs", "selinuxfs", "sysfs", "tracefs",
+    }
+)  # fmt: skip
+
+
+def parse_mounts(text: str) -> list[Mount]:
+    """The mount table (/proc/self/mounts: source, mount point, type, ...), each mount point once (the last
+    mount over it is what a path reaches), pseudo-filesystems left out. A mount point's spaces and other
+    odd bytes are octal escapes there (\\040)."""
+    found: dict[str, Mount] = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 3 or fields[2] in PSEUDO_FILESYSTEMS:
+            continue
+        path = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[1])
+        found.pop(path, None)
+        found[path] = Mount(path, fields[2], fields[0])
+    return list(found.values())
 
 
 def _words(text: str) -> list[str]:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from host.console import listed, say
 from host.contract import MANIFEST_DIR
@@ -281,3 +281,114 @@ def cache(
         read_through(directory / f.rel, buffer, progress)
     reading.log(progress.summary(f"read {len(plan.files)} file(s):") + f"; {len(plan.left_out)} file(s) left out")
     return plan
+
+
+# ---- how much of a model is in the page cache (mincore) ------------------------------------------------
+
+# mincore(2) over a window of a file mapped at a time: its vector is a byte per page (256 KiB per GiB).
+RESIDENCY_WINDOW = 1024**3
+_PROT_READ, _MAP_SHARED = 0x1, 0x01
+# mincore's byte per page: only its lowest bit says "resident" (the others are reserved).
+_LOW_BIT = bytes(b & 1 for b in range(256))
+
+
+class _Libc:
+    """mmap, mincore and munmap of the C library, through ctypes (Python has no mincore)."""
+
+    def __init__(self) -> None:
+        import ctypes  # here: only residency needs it, and prewarm runs on every swap's path
+
+        self.ctypes = ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        self.mmap = libc.mmap
+        self.mmap.restype = ctypes.c_void_p
+        self.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        self.mincore = libc.mincore
+        self.mincore.restype = ctypes.c_int
+        self.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
+        self.munmap = libc.munmap
+        self.munmap.restype = ctypes.c_int
+        self.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+
+    def resident_pages(self, fd: int, offset: int, length: int) -> bytes:
+        """A byte per page of [offset, offset+length) of the open file `fd`: 1 where the page cache holds
+        it, else 0."""
+        ctypes = self.ctypes
+        failed = ctypes.c_void_p(-1).value
+        address = self.mmap(None, length, _PROT_READ, _MAP_SHARED, fd, offset)
+        if address is None or address == failed:
+            raise OSError(ctypes.get_errno(), f"mmap: {os.strerror(ctypes.get_errno())}")
+        try:
+            pages = (length + PAGE - 1) // PAGE
+            vector = (ctypes.c_ubyte * pages)()
+            if self.mincore(address, length, vector) != 0:
+                raise OSError(ctypes.get_errno(), f"mincore: {os.strerror(ctypes.get_errno())}")
+            return bytes(vector).translate(_LOW_BIT)
+        finally:
+            self.munmap(address, length)
+
+
+PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def resident_bytes(path: Path, libc: _Libc | None = None, window: int = RESIDENCY_WINDOW) -> int:
+    """Bytes of `path` in the page cache, a page at a time (the file's last page counts as its tail).
+    This reads none of the file: mincore asks the kernel which pages it holds."""
+    libc = libc or _Libc()
+    size = path.stat().st_size
+    window -= window % PAGE
+    resident = 0
+    with path.open("rb", buffering=0) as handle:
+        for offset in range(0, size, window):
+            pages = libc.resident_pages(handle.fileno(), offset, min(window, size - offset))
+            resident += pages.count(1) * PAGE
+    tail = size % PAGE
+    if tail and resident and pages[-1]:
+        resident -= PAGE - tail
+    return resident
+
+
+@dataclass(frozen=True)
+class Residency:
+    """How much of a model directory's files the page cache holds."""
+
+    directory: str
+    resident: int  # bytes
+    total: int  # bytes
+    files: int
+    whole_files: int  # files entirely in the page cache
+
+    @property
+    def share(self) -> float:
+        return self.resident / self.total if self.total else 1.0
+
+    def describe(self) -> str:
+        return (
+            f"{self.share:.0%} of {self.directory} is in the page cache ({gib(self.resident)} of {gib(self.total)}; "
+            f"{self.whole_files} of {self.files} files whole)"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "directory": self.directory,
+            "residentBytes": self.resident,
+            "totalBytes": self.total,
+            "files": self.files,
+            "wholeFiles": self.whole_files,
+            "share": round(self.share, 4),
+        }
+
+
+def residency(directory: Path, libc: _Libc | None = None) -> Residency:
+    """What of the model in `directory` (its files as prewarm reads them: no manifest, no download
+    cache) the page cache holds now."""
+    must_be_a_directory(directory)
+    libc = libc or _Libc()
+    resident = total = whole = 0
+    files = model_files(directory)
+    for f in files:
+        held = resident_bytes(directory / f.rel, libc) if f.size else 0
+        resident += held
+        total += f.size
+        whole += held >= f.size
+    return Residency(str(directory), resident, total, len(files), whole)

@@ -4,6 +4,7 @@
     prewarm cache --dir MODEL_DIR [--margin-gib N] [--report-every SECONDS]
     prewarm copy  --dir MODEL_DIR --to STAGING_DIR [--margin-gib N] [--report-every SECONDS]
     prewarm read-bytes --unit UNIT     # bytes UNIT's cgroup read from block devices (io.stat rbytes)
+    prewarm resident --dir MODEL_DIR   # how much of the model the page cache holds now (mincore), as JSON
 
 `cache` reads the model's files once, weights (*.safetensors, *.bin, *.pt, *.gguf) first, so that the
 vLLM load that follows finds them in the page cache instead of reading a slow or shared (NFS) disk. It
@@ -55,6 +56,7 @@ from host.page_cache import (
     model_files,
     must_be_a_directory,
     read_through,
+    residency,
 )
 
 LOCK = "prewarm.lock"  # in the staging directory's MANIFEST_DIR, beside model-sync's own `lock`
@@ -282,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--margin-gib", type=float, default=DEFAULT_MARGIN_GIB, help=f"GiB {margin} (default 8)")
         p.add_argument("--report-every", type=float, default=10.0, help="seconds between progress lines (10)")
     p_copy.add_argument("--to", required=True, type=Path, help="the staging directory")
+    p_resident = sub.add_parser("resident", help="print how much of the model the page cache holds (JSON)")
+    p_resident.add_argument("--dir", required=True, type=Path, help="the model's directory")
     p_read = sub.add_parser("read-bytes", help="print the bytes UNIT's cgroup read from block devices")
     p_read.add_argument("--unit", required=True)
     args = parser.parse_args(argv)
@@ -294,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
             cache(args.dir, int(args.margin_gib * GIB), Reading(args.report_every))
         elif args.command == "copy":
             copy(args.dir, args.to, int(args.margin_gib * GIB), Reading(args.report_every))
+        elif args.command == "resident":
+            print(json.dumps(residency(args.dir).to_dict(), sort_keys=True))
         else:
             read = cgroup_read_bytes(args.unit, CGROUP_ROOT)
             if read is None:

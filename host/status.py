@@ -13,6 +13,8 @@ its `--bench` runs the smoke benchmark). It takes one JSON argument, {"deploymen
   lastLoadSeconds  from the journal: the last start job of the unit, from "Starting" to "Started" (the unit's
               ExecStartPost waits until the model serves, so this is the load time)
   adapters    its LoRA adapters: wanted, loaded, drift
+  lastStart   its unit's last start as the swap recorded it (host/start_records.py): seconds, phases from the
+              journal, the forecast it came with and the downtime it made
   bench       the smoke benchmark (host/smoke_bench.py: random token-id prompts, streamed) when asked:
               output tokens/s, median TTFT and TPOT in ms
 and once for the host: its GPUs (nvidia-smi index, memory used/total) and, with `--survey` (`make status`),
@@ -35,6 +37,7 @@ from host import smoke_bench, survey
 from host.adapters import adapter_state
 from host.contract import STATE_DIR, DeploymentStatus, GpuUse, StatusReport, StatusRequest
 from host.model_files import model_state
+from host.start_records import read_records
 from host.systemd import parse_show
 
 _METRIC = re.compile(r"^(vllm:num_requests_(?:running|waiting))(?:\{[^}]*\})?\s+([0-9.eE+-]+)$")
@@ -177,6 +180,7 @@ def report(
         engines_part = pool.submit(measure, spec, with_bench) if measured is None else None
         gpus_now = pool.submit(gpus)
         surveyed = pool.submit(survey.survey, [d.model_dir for d in wanted]) if with_survey else None
+        starts = pool.submit(read_records)
         waits = {
             d.owner: (
                 pool.submit(vllm_version, d.python),
@@ -204,6 +208,11 @@ def report(
                 adapters=adapter_state(Path(d.state_dir)),
                 last_load_seconds=last_load_seconds(journal.result()),
                 bench=measured["bench"].get(d.owner),
+                last_start=max(
+                    (r for r in starts.result() if r.owner == d.owner and r.unit == d.unit),
+                    key=lambda r: r.at,
+                    default=None,
+                ),
             )
         return StatusReport(deployments, gpus_now.result(), surveyed.result() if surveyed is not None else None)
 

@@ -19,8 +19,13 @@ Its shape is host/contract.Survey, which both sides parse it into:
   memory      MemTotal and MemAvailable of /proc/meminfo, in MiB
   models      with --model-dir: each directory against its verified manifest (sizes and mtimes, no byte
               read) and the drift repairs each stack's download step made there
-  vllm        with --python: the vLLM version that venv has (what the host runs, pinned or not)
+  vllm        with --python: the vLLM version that venv has (what the host runs, pinned or not) and its
+              loaders' extras (runai_model_streamer, instanttensor: their versions, null when absent)
   hostKeys    per stack, the fingerprint of the SSH host key its steps pinned at their last preflight
+  starts      each model's last start on this host, whichever deployment started it: what it loaded and
+              how, and where the start's time went (host/start_records.py)
+  mounts      the mount table without pseudo-filesystems: where each filesystem is and its type (the
+              filesystem of a model's directory decides how vLLM reads it)
   at          when the host read all this (Unix seconds)
 A process's unit is the last *.service of its cgroup path; a login session's scope or no cgroup means
 it belongs to no unit (host/facts.py reads all of these). Standard library only.
@@ -48,6 +53,9 @@ from host.contract import (
     DeploymentState,
     GpuHolder,
     Memory,
+    Mount,
+    Plan,
+    StartForecastRecord,
     Survey,
     Unit,
     is_managed,
@@ -63,12 +71,14 @@ from host.facts import (
     parse_environment,
     parse_gpu_uuids,
     parse_meminfo,
+    parse_mounts,
     parse_ss,
     read_process_units,
     unit_launch,
     unit_of,
 )
 from host.model_files import model_state
+from host.start_records import read_records
 from host.systemd import parse_show
 
 
@@ -219,6 +229,12 @@ def deployment_states(state_root: str = STATE_DIR) -> dict[str, DeploymentState]
                 last = json.load(handle).get("timings", {}).get("start_to_ready")
         except (OSError, ValueError, AttributeError):
             last = None
+        try:
+            with open(f"{base}/{owner}/swap-plan.json", encoding="utf-8") as handle:
+                planned = Plan.from_dict(json.load(handle))
+            forecast = StartForecastRecord.of_plan(planned)
+        except (OSError, ValueError, TypeError, AttributeError):
+            forecast = None
         out[owner] = DeploymentState(
             record=ActiveRecord.parse(text.decode("utf-8", errors="replace")),
             # The hand-made units its take-over put away (host/transaction.py: put_away_hand_made).
@@ -229,6 +245,8 @@ def deployment_states(state_root: str = STATE_DIR) -> dict[str, DeploymentState]
             adapters=adapter_state(Path(base) / owner),
             repairs=_number(f"{base}/{owner}/repairs"),
             last_start_seconds=float(last) if isinstance(last, (int, float)) else None,
+            # The forecast its last activation carried, which the next preview renders again while no start comes.
+            forecast=forecast,
         )
     return out
 
@@ -239,6 +257,14 @@ def memory() -> Memory:
             return parse_meminfo(handle.read())
     except OSError:
         return Memory()
+
+
+def mounts() -> list[Mount]:
+    try:
+        with open("/proc/self/mounts", encoding="utf-8") as handle:
+            return parse_mounts(handle.read())
+    except OSError:
+        return []
 
 
 def _listdir(path: str) -> list[str]:
@@ -273,18 +299,30 @@ def survey(model_dirs: list[str] | tuple[str, ...] = ()) -> Survey:
             memory=memory(),
             models={directory: model_state(Path(directory), Path(STATE_DIR)) for directory in model_dirs},
             host_keys=pinned_host_keys(),
+            starts=tuple(read_records()),
+            mounts=tuple(mounts()),
             at=time.time(),
         )
 
 
-def vllm_version(python: str) -> str | None:
+# The loaders' extras vLLM reads weights with besides its own (--load-format runai_streamer, instanttensor).
+LOADER_EXTRAS = ("runai_model_streamer", "instanttensor")
+
+
+def vllm_facts(python: str) -> tuple[str | None, dict[str, str | None] | None]:
     """The vLLM release the host's venv has, as its package metadata says (no import of vLLM: fast), e.g.
-    0.32.0+cpu or a source build's 0.11.2.dev618+g..., or None when that python has no vLLM."""
+    0.32.0+cpu or a source build's 0.11.2.dev618+g... (None when that python has no vLLM), and the
+    versions of its loaders' extras (each None: not installed; all None: that python did not answer)."""
     code = (
-        "import importlib.metadata as m\ntry:\n    print(m.version('vllm'))\nexcept m.PackageNotFoundError:\n    pass\n"
+        "import importlib.metadata as m, json\n"
+        "def v(name):\n    try:\n        return m.version(name)\n    except m.PackageNotFoundError:\n        return None\n"
+        f"print(json.dumps({{name: v(name) for name in ('vllm', *{LOADER_EXTRAS!r})}}))\n"
     )
-    version = run(python, "-c", code).strip()
-    return version or None
+    try:
+        found = json.loads(run(python, "-c", code) or "{}")
+    except ValueError:
+        found = {}
+    return found.get("vllm"), ({name: found.get(name) for name in LOADER_EXTRAS} if found else None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -295,10 +333,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     with ThreadPoolExecutor(max_workers=1) as pool:
-        version = pool.submit(vllm_version, args.python) if args.python else None
+        vllm = pool.submit(vllm_facts, args.python) if args.python else None
         found = survey(args.model_dir)
-        if version is not None:
-            found = dataclasses.replace(found, vllm_version=version.result())
+        if vllm is not None:
+            version, extras = vllm.result()
+            found = dataclasses.replace(found, vllm_version=version, vllm_extras=extras)
     json.dump(found.to_dict(), sys.stdout, sort_keys=True)
     sys.stdout.write("\n")
     return 0

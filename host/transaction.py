@@ -41,6 +41,7 @@ from host.facts import unit_environment, unit_launch
 from host.front_door import front_door_site
 from host.judgement import judge
 from host.locks import take_lock
+from host.page_cache import Failure, Residency, residency
 from host.rollback import Rollback
 from host.swap_files import file_text, same_file
 from host.systemd import now
@@ -69,6 +70,7 @@ class Transaction(BlueGreen, Rollback, TakeOver):
         if self.run_tool("prewarm", "copy", "--dir", self.plan.model_dir, "--to", copy, "--margin-gib", margin) != 0:
             raise SwapRefused(f"the copy of {self.plan.model_dir} to {copy} (hosts[].stagingPath) failed")
         self.timings["stage_copy"] = now() - started
+        self.prewarmed = "staging copy"
 
     def prewarm(self) -> None:
         """Read the new model into the page cache while the old one serves: its load then reads RAM, not
@@ -87,7 +89,64 @@ class Transaction(BlueGreen, Rollback, TakeOver):
         )
         if status != 0:
             self.log(f"pre-warm failed (exit {status}); the load reads the files from disk")
+        else:
+            self.prewarmed = "page cache"
         self.timings["prewarm"] = now() - started
+
+    def measure_resident(self) -> Residency | None:
+        """What of the new model's files (where the engine reads them) the page cache holds now, said."""
+        directory = Path(self.plan.load_dir or self.plan.model_dir)
+        try:
+            found = residency(directory)
+        except (OSError, Failure) as error:
+            self.log(f"could not measure what of {directory} is in the page cache: {error}")
+            return None
+        self.log(f"before the start: {found.describe()}")
+        return found
+
+    def check_resident(self, stops_first: bool) -> None:
+        """Once the pre-warm is done, before the front door closes and the old engine stops: measure what
+        of the new model the page cache holds (a checkpoint near the host's RAM is evicted while the old
+        engine serves). With
+        prewarmMinResidentShare, a stop-then-start that finds less reads the files into the page cache
+        again once, and refuses, before anything stops, when that still leaves less."""
+        self.resident = self.measure_resident()
+        wanted = self.plan.prewarm_min_resident_share
+        if wanted is None or self.resident is None or not stops_first or self.resident.share >= wanted:
+            return
+        key = f"{self.plan.config_key}.prewarmMinResidentShare"
+        margin = self.plan.prewarm_margin_gib
+        if margin is None and self.plan.staged_copy is not None:
+            margin = 0.0  # the staging copy's pages: read them as the copy did
+        if margin is not None:
+            self.log(
+                f"{self.resident.share:.0%} is less than {key} ({wanted:.0%}): reading the files into the page cache again"
+            )
+            directory = self.plan.load_dir or self.plan.model_dir
+            self.run_tool(
+                "prewarm",
+                "cache",
+                "--dir",
+                directory,
+                "--margin-gib",
+                f"{margin:g}",
+                "--report-every",
+                str(self.plan.report_every),
+            )
+            self.resident = self.measure_resident()
+            if self.resident is None or self.resident.share >= wanted:
+                return
+        how = (
+            "after the pre-warm read it again"
+            if margin is not None
+            else "and the pre-warm is off (prewarmMarginGib: null)"
+        )
+        share = f"{self.resident.share:.0%}" if self.resident is not None else "an unknown share"
+        raise SwapRefused(
+            f"only {share} of the new model's files is in the page cache {how}, and {key} asks for {wanted:.0%}: "
+            "its load would read the rest from storage. Free RAM on the host (MemAvailable), lower the share, "
+            "or set it to null to swap anyway; nothing was stopped"
+        )
 
     def start_survey(self) -> subprocess.Popen[str]:
         """The host's survey, started before the model check and read after it: two tools of some 0.1-0.3 s
@@ -148,8 +207,12 @@ class Transaction(BlueGreen, Rollback, TakeOver):
         if decision.mode == "adopt":  # an adopted engine loads nothing: no pre-warm
             self.log(f"adopting in place: {decision.reason}")
             return self.adopt_in_place(judgement, staged_unit, staged_env, started)
+        self.mode = decision.mode
         try:
             self.prewarm()
+            # Only a stop-then-start that stops a serving engine makes clients wait for the load.
+            stops = decision.mode != "blue-green" and any(self.host.running(unit) for unit in judgement.leaving)
+            self.check_resident(stops_first=stops)
         except SwapRefused as refusal:
             return Result("refused", f"refused: {refusal}", plan.digest)
         self.log(f"swap mode: {decision.mode}: {decision.reason}; new engine on {decision.placement.describe()}")

@@ -24,10 +24,22 @@ from host.contract import (
     Placement,
     Plan,
     Result,
+    StartRecord,
     adopted_drop_in,
     read_claims,
 )
+from host.facts import unit_environment, unit_launch
 from host.judgement import claim_conflicts
+from host.page_cache import Residency
+from host.start_phases import journal_command, parse_journal, phases_of, progress_line
+from host.start_records import (
+    checkpoint_bytes,
+    forecast_of_this_start,
+    loaded_from,
+    read_records,
+    started_at,
+    write_record,
+)
 from host.swap_files import install_file, remove_drop_in, write_file
 from host.systemd import SystemdHost, now
 
@@ -97,6 +109,16 @@ class TransactionBase:
         self.timings: dict[str, float] = {}
         # Units whose files this transaction removed: the manager forgets them once the result is written.
         self.removed_units: list[str] = []
+        # What the new engine's start record says of how it was brought close (host/transaction.py sets
+        # these as it pre-warms and measures): the pre-warm that ran, the page cache before the start.
+        self.mode = "stop-start"
+        self.prewarmed = "none"
+        self.resident: Residency | None = None
+        # The journal cursor from before the new engine's start, once it serves: its record is written
+        # after the front door switched (clients wait for nothing of it).
+        self.started_after: str | None = None
+        # While it starts: the cursor its progress lines read the journal from (progress_of).
+        self.starting_after: str | None = None
 
     def log(self, message: str) -> None:
         self._log(f"[{self.plan.deployment}] {message}")
@@ -193,8 +215,10 @@ class TransactionBase:
         self.claim(frozenset(placement.gpus))
         self.drop_staged_copy(old)
         self.log(f"serving {plan.served_name} from {plan.unit_name} behind the front door on port {plan.port}")
+        start = self.record_start()
         self.log("timing: " + " ".join(f"{k}={v:.2f}s" for k, v in self.timings.items() if k != "blue_green"))
-        return Result("succeeded", f"serving {plan.served_name} from {plan.unit_name}", plan.digest, self.timings)
+        said = f"; its start: {start}" if start else ""
+        return Result("succeeded", f"serving {plan.served_name} from {plan.unit_name}{said}", plan.digest, self.timings)
 
     def install_staged(
         self, staged_unit: Path, staged_env: Path, placement: Placement, adopted_launch: str | None = None
@@ -245,13 +269,69 @@ class TransactionBase:
         plan = self.plan
         self.log(f"starting {plan.unit_name} ({what}; up to {plan.ready_timeout} s)")
         cursor = self.host.journal_cursor()
+        self.starting_after = cursor
         start = now()
         job = StartJob(self.host, plan.unit_name)
         ready = self.wait_active(plan.unit_name, plan.ready_timeout, job)
         self.timings["start_to_ready" if ready else "start_failed_after"] = now() - start
         if ready:
             write_file(self.state_dir / ENGINE_READY_FILE, f"{plan.unit_name}\n", 0o644)
+            self.started_after = cursor
         return ready, cursor
+
+    def record_start(self) -> str | None:
+        """Keep what the new engine loaded and where its start went (host/start_records.py), for the
+        forecast of the next swap to this model here, and say it (None: no start, or no record of it). A
+        record that cannot be made is said, not fatal."""
+        plan = self.plan
+        if self.started_after is None:
+            return None
+        cursor, seconds = self.started_after, self.timings["start_to_ready"]
+        try:
+            journal = self.host.run(*journal_command(plan.unit_name, cursor), check=False)
+            phases = phases_of(parse_journal(journal))
+            unit_text = (self.unit_dir / plan.unit_name).read_text(encoding="utf-8")
+            launch = unit_launch(unit_text, unit_environment(unit_text))
+            loaded = loaded_from(
+                plan.model,
+                Path(plan.load_dir or plan.model_dir),
+                list(launch.argv) if launch is not None else [],
+                self.prewarmed,
+                self.resident.share if self.resident is not None else None,
+            )
+            record = StartRecord(
+                started_at(phases, seconds),
+                plan.owner,
+                plan.unit_name,
+                self.mode,
+                seconds,
+                loaded,
+                phases,
+                forecast=forecast_of_this_start(plan, read_records(self.state_root)),
+                # Stop-then-start: clients wait from the old engine's stop to the new one's answer.
+                downtime_seconds=self.timings.get("stop", 0.0) + seconds if self.mode != "blue-green" else None,
+            )
+            write_record(self.state_root, record)
+        except (OSError, ValueError) as error:
+            self.log(f"could not record the start of {plan.unit_name}: {error}")
+            return None
+        said = record.describe()
+        self.log(f"where the start went: {said}")
+        return said
+
+    def progress_of(self, unit: str, elapsed: float) -> str | None:
+        """Where the new engine's start is, from vLLM's lines in its journal so far and the plan's forecast
+        (host/start_phases.progress_line); None for another unit, or when the journal cannot be read."""
+        plan = self.plan
+        if unit != plan.unit_name or self.starting_after is None:
+            return None
+        try:
+            journal = self.host.run(*journal_command(unit, self.starting_after), check=False)
+        except OSError:
+            return None
+        size = checkpoint_bytes(Path(plan.load_dir or plan.model_dir))
+        forecast = plan.forecast_seconds or None
+        return progress_line(plan.model or plan.served_name, phases_of(parse_journal(journal)), elapsed, size, forecast)
 
     def wait_active(self, unit: str, timeout: float, job: StartJob | None = None) -> bool:
         """Until `unit` is active (its ExecStartPost saw it serve), failed, restarting, or out of time. With
@@ -287,10 +367,14 @@ class TransactionBase:
                 self.log(f"{unit} is not ready after {timeout:g} s (state: {state})")
                 return False
             if elapsed - last_report >= self.plan.report_every:
-                lines, _ = self.host.journal(unit, "", lines=1)
-                self.log(
-                    f"starting {unit}: {elapsed:.0f}/{timeout:g} s, state {state}; last log: {(lines or ['none'])[-1][:200]}"
-                )
+                said = self.progress_of(unit, elapsed)
+                if said is not None:
+                    self.log(f"starting {unit}: {said} (up to {timeout:g} s)")
+                else:
+                    lines, _ = self.host.journal(unit, "", lines=1)
+                    self.log(
+                        f"starting {unit}: {elapsed:.0f}/{timeout:g} s, state {state}; last log: {(lines or ['none'])[-1][:200]}"
+                    )
                 last_report = elapsed
             if job is not None and not job_ended:
                 job.done.wait(0.25)  # at once when the job ends: the next look reads its outcome

@@ -59,8 +59,10 @@ class StackTier(StrEnum):
 
 class LoadStrategy(StrEnum):
     """vLLM's --safetensors-load-strategy: lazy mmap (its default), eager whole-file reads, or prefetch
-    into the page cache in a background thread while the workers parse (REFERENCE.md section 3)."""
+    into the page cache in a background thread while the workers parse (REFERENCE.md section 3); `auto`
+    (or unset) picks one from the host's facts (models/load_choice.py)."""
 
+    AUTO = "auto"
     LAZY = "lazy"
     EAGER = "eager"
     PREFETCH = "prefetch"
@@ -103,6 +105,7 @@ class ServingDefaults(ConfigModel):
     enable_auto_tool_choice: bool = False
     trust_remote_code: bool = False
     attention_backend: AttentionBackend | None = None
+    # Unset or `auto`: picked from the host's facts (models/load_choice.py); any other value is passed as it is.
     safetensors_load_strategy: LoadStrategy | None = None
     load_format: LoadFormat | None = None
     model_loader_extra_config: LoaderConfig | None = None
@@ -143,6 +146,26 @@ else:
     )
 
 
+class ReferenceLoad(ConfigModel):
+    """A start of the model measured on a known server (the catalog's): the swap forecast's prior for it
+    on a host where it has not started yet (models/forecast.py)."""
+
+    seconds: Annotated[Float, Field(gt=0, le=86400)]  # start to serving; the low end of a range
+    up_to_seconds: Annotated[Float, Field(gt=0, le=86400)] | None = None  # the high end, when a range
+    where: Label  # the server, storage, loader and release it was measured with
+
+    @model_validator(mode="after")
+    def _a_range_from_low_to_high(self) -> Self:
+        if self.up_to_seconds is not None and self.up_to_seconds < self.seconds:
+            raise ValueError(f"referenceLoad.upToSeconds {self.up_to_seconds:g} is below its seconds {self.seconds:g}")
+        return self
+
+    @property
+    def typical_seconds(self) -> float:
+        """The middle of the range (the figure itself when it is one)."""
+        return (self.seconds + (self.up_to_seconds or self.seconds)) / 2
+
+
 class ModelSpec(ConfigModel):
     """A model that must be on disk: catalog preset merged with the stack's overrides."""
 
@@ -155,6 +178,7 @@ class ModelSpec(ConfigModel):
     architecture: Label | None = None
     notes: str | None = None
     serving: ServingDefaults = ServingDefaults()
+    reference_load: ReferenceLoad | None = None
     # Keep the files on disk when no deployment serves the model (swapping back downloads nothing).
     keep: bool = False
 
@@ -222,6 +246,10 @@ class Deployment(ConfigModel):
     # Before anything stops, read the new model into the page cache, leaving this much RAM free (GiB);
     # null turns the pre-warm off.
     prewarm_margin_gib: Annotated[Float, Field(ge=0, le=4096)] | None = 8.0
+    # Right before a stop-then-start stops the old engine: the share (0-1) of the new model's files that
+    # must be in the page cache. Less, and the pre-warm reads them again once; still less, and the swap
+    # refuses before anything stops (the load would read the rest from storage). null: measured and said only.
+    prewarm_min_resident_share: Annotated[Float, Field(ge=0, le=1)] | None = None
     served_model_name: ServedName | None = None
     # Further model ids the engine answers to (vLLM serves every name --served-model-name lists). Unset:
     # the ids clients use today keep answering (what the deployment's engine or the units it replaces
@@ -318,10 +346,18 @@ class ResolvedDeployment(ConfigModel):
     def master_port(self) -> int:
         """The head's rendezvous port for this launch (model, flags, environment, nodes): nodes run the launch
         whose port the head listens on (node-watch), and one that runs another cannot join it."""
+        serving = self.serving.model_dump(mode="json")
+        # The loader as the stack states it, not as picked from the host's facts (controller/forecast.py's
+        # with_load_choice puts the pick in `serving`): a pick follows the host's RAM, mounts and extras, which
+        # change with no edit to the stack (and with an upgrade of this program), and a node's loader does not
+        # change what it rendezvouses on. `auto` is what unset was before it existed: the same port.
+        stated = self.deployment.overrides.apply(self.model.serving).model_dump(mode="json")
+        for key in ("load_format", "safetensors_load_strategy"):
+            serving[key] = None if stated[key] == "auto" else stated[key]
         launch = {
             "model": f"{self.model.repo}@{self.model.revision}",
             "path": self.load_path,
-            "serving": self.serving.model_dump(mode="json"),
+            "serving": serving,
             "environment": dict(self.deployment.environment),
             "nodes": [h.name for h in self.node_hosts],
         }

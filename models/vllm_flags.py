@@ -60,6 +60,9 @@ ATTENTION_BACKEND_FLAG_SINCE = (0, 12)
 # unpinned one the host's own vLLM judges the launch at stage time, before anything stops.
 LOAD_STRATEGY_FLAG_SINCE = (0, 11)
 PREFETCH_STRATEGY_SINCE = (0, 17)
+# `--load-format instanttensor` came with vllm#36139 (opened 2026-03-05, after prefetch's merge): counted
+# from v0.18; from v0.26 it needs instanttensor 0.1.9 (vllm#46868), which the survey reports beside vLLM.
+INSTANTTENSOR_FORMAT_SINCE = (0, 18)
 
 
 def canonical_flag(arg: str) -> str:

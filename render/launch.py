@@ -7,6 +7,7 @@ import json
 
 from host.contract import NODE_LAUNCHES, NodeLaunch
 from models.config import LoadStrategy, ResolvedDeployment
+from models.load_choice import LoadChoice, LoadFacts, pick_loader
 from models.vllm_flags import (
     ATTENTION_BACKEND_FLAG_SINCE,
     LOAD_STRATEGY_FLAG_SINCE,
@@ -58,8 +59,9 @@ def vllm_arguments(rd: ResolvedDeployment, port: int | None = None) -> list[str]
     strategy = load_strategy_flag(rd)
     if strategy is not None:
         args += ["--safetensors-load-strategy", strategy.value]
-    if s.load_format:
-        args += ["--load-format", s.load_format]
+    load_format = load_choice(rd).load_format
+    if load_format:
+        args += ["--load-format", load_format]
     if s.model_loader_extra_config is not None:
         args += ["--model-loader-extra-config", json.dumps(s.model_loader_extra_config, sort_keys=True)]
     if s.lora is not None:
@@ -151,10 +153,21 @@ def attention_backend_as_env(rd: ResolvedDeployment) -> bool:
     return release is not None and release < ATTENTION_BACKEND_FLAG_SINCE
 
 
+def load_choice(rd: ResolvedDeployment, facts: LoadFacts | None = None) -> LoadChoice:
+    """The deployment's loader: its stack's values, and for `auto` (or unset) the pick from the host's
+    `facts` (models/load_choice.py); without them, from what the config knows (the checkpoint's size, the
+    pinned vLLM release), which leaves vLLM's defaults and says what is unknown."""
+    if facts is None:
+        facts = LoadFacts(
+            rd.model.size_gb, vllm_release=vllm_release(rd.host.runtime.vllm_version), model_path=rd.load_path
+        )
+    return pick_loader(facts, rd.serving.load_format, rd.serving.safetensors_load_strategy)
+
+
 def load_strategy_flag(rd: ResolvedDeployment) -> LoadStrategy | None:
     """The --safetensors-load-strategy to pass, or None where the host's pinned vLLM predates it (or its
     `prefetch` value): the pre-warm step then reads the files into the page cache before the start."""
-    strategy = rd.serving.safetensors_load_strategy
+    strategy = load_choice(rd).load_strategy
     release = vllm_release(rd.host.runtime.vllm_version)
     if strategy is None or release is None:
         return strategy
@@ -168,7 +181,7 @@ def load_strategy_flag(rd: ResolvedDeployment) -> LoadStrategy | None:
 def load_strategy_note(rd: ResolvedDeployment) -> str | None:
     """What the preview says when the configured load strategy is left out for this host's vLLM."""
     wanted = rd.serving.safetensors_load_strategy
-    if wanted is None or load_strategy_flag(rd) is not None:
+    if wanted in (None, LoadStrategy.AUTO) or load_strategy_flag(rd) is not None:
         return None
     since = PREFETCH_STRATEGY_SINCE if wanted is LoadStrategy.PREFETCH else LOAD_STRATEGY_FLAG_SINCE
     return (

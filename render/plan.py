@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from host.contract import NodePlan, Plan
+from host.contract import NodePlan, Plan, StartForecastRecord
 from models.config import ResolvedDeployment
 from render import access
 from render.paths import TOOLS_DIR, deployment_state_dir, node_state_dir
@@ -19,8 +19,10 @@ def activation_timeout(rd: ResolvedDeployment) -> int:
     return rd.start_timeout_seconds + rd.deployment.gpu_release_timeout_seconds + ACTIVATION_SLACK_SECONDS
 
 
-def swap_plan(rd: ResolvedDeployment, stack: str) -> Plan:
-    """What the host's swap transaction does for this deployment: the plan it reads (host/contract.py)."""
+def swap_plan(rd: ResolvedDeployment, stack: str, forecast: StartForecastRecord | None = None) -> Plan:
+    """What the host's swap transaction does for this deployment: the plan it reads (host/contract.py),
+    with the controller's `forecast` of its engine's start (controller/forecast.plan_forecast), which the
+    host keeps beside the start that comes."""
     fields: dict[str, Any] = {
         "stack": stack,
         "deployment": rd.deployment.name,
@@ -38,6 +40,8 @@ def swap_plan(rd: ResolvedDeployment, stack: str) -> Plan:
         "swap_mode": "stop-start" if rd.multi_node else rd.deployment.swap_mode.value,
         "drain_seconds": rd.deployment.drain_seconds,
         "prewarm_margin_gib": rd.deployment.prewarm_margin_gib,
+        "prewarm_min_resident_share": rd.deployment.prewarm_min_resident_share,
+        "model": rd.model_name,
         "model_dir": rd.model_path,
         "load_dir": rd.load_path,
         "python": rd.host.runtime.python,
@@ -51,6 +55,7 @@ def swap_plan(rd: ResolvedDeployment, stack: str) -> Plan:
         "journal_lines": 40,
         # Where the site includes who may call it from, and the keys the swap's check through it uses.
         **access.plan_fields(rd, stack),
+        **(forecast.plan_fields() if forecast is not None else {}),
     }
     return Plan.from_dict(fields)
 

@@ -15,7 +15,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from host.contract import DeploymentStatus, StatusRequest, deployment_state_dir, owner_key
+from host.contract import DeploymentStatus, StartRecord, StatusRequest, deployment_state_dir, owner_key
 from models.config import ResolvedDeployment
 from render.paths import metrics_url, url_host
 from render.units import render_unit
@@ -77,4 +77,18 @@ def numbers(endpoint: str, facts: Mapping[str, Any]) -> dict[str, Any]:
         "modelState": model.describe() if model else None,
         "lastLoadSeconds": status.last_load_seconds if status else None,
         "smokeBenchmark": status.bench if status else None,
+        "lastStart": start_numbers(status.last_start) if status and status.last_start else None,
+    }
+
+
+def start_numbers(start: StartRecord) -> dict[str, Any]:
+    """A deployment's last start as outputs: its seconds, where they went, the forecast beside them."""
+    forecast = start.forecast
+    return {
+        "seconds": start.seconds,
+        "phases": {p.name: p.seconds for p in start.phases.phases} if start.phases is not None else None,
+        "forecastSeconds": forecast.seconds if forecast is not None else None,
+        "forecastBasis": forecast.basis if forecast is not None else None,
+        "downtimeSeconds": start.downtime_seconds,
+        "said": start.describe(),
     }

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from string import Template
 
-from host.contract import BUNDLE_NAME, HOST_KEYS_DIR, Adapter, adapters_json
+from host.contract import BUNDLE_NAME, HOST_KEYS_DIR, Adapter, StartForecastRecord, adapters_json
 from models.config import ModelSpec, ResolvedDeployment
 from models.host_keys import fingerprint
 from models.hosts import Host, Storage
@@ -241,8 +241,10 @@ def node_stage_delete_script(rd: ResolvedDeployment, stack: str, rank: int) -> S
     )
 
 
-def activate_script(rd: ResolvedDeployment, stack: str, repairs: int = 0) -> Script:
-    plan = swap_plan(rd, stack)
+def activate_script(
+    rd: ResolvedDeployment, stack: str, repairs: int = 0, forecast: StartForecastRecord | None = None
+) -> Script:
+    plan = swap_plan(rd, stack, forecast)
     return step_script(
         "activate",
         {

@@ -91,6 +91,8 @@ def show(name: str, r: dict[str, Any]) -> str:
         ),
         f"  vllm      {f.vllm_version}, last load {f.last_load_seconds} s",
     ]
+    if f.last_start is not None:
+        lines.append(f"  start     {f.last_start.describe()}")
     adapters = f.adapters
     if adapters is not None:
         listing = ", ".join(f"{n}@{rev[:12]}" for n, rev in sorted(adapters.wanted.items())) or "none"

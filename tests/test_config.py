@@ -340,9 +340,17 @@ def test_model_loader_extra_config_is_a_json_object_of_option_names(
 
 def test_load_fields_render_as_flags_the_hosts_vllm_knows(prod_raw: dict[str, Any], dev_raw: dict[str, Any]) -> None:
 
-    # The preset's prefetch needs vLLM 0.17; a host on 0.11 (pinned here; the reference server's reading
-    # does the same, tests/test_render.py): left out, and the preview says why.
+    # `auto` picks from the host's facts (tests/test_load_choice.py); unknown here, it passes no flag and has
+    # nothing to say.
     prod_raw["hosts"][0]["runtime"]["vllmVersion"] = "0.11.0"
+    prod_raw["deployments"][0]["overrides"]["safetensorsLoadStrategy"] = "auto"
+    (kimi,) = parse_stack_config(prod_raw).resolved_deployments()
+    assert kimi.serving.safetensors_load_strategy == "auto"
+    assert "--safetensors-load-strategy" not in vllm_arguments(kimi) and "--load-format" not in vllm_arguments(kimi)
+    assert load_strategy_note(kimi) is None
+    # The preset's prefetch needs vLLM 0.17; a host on 0.11 (pinned here; the reference server's reading does
+    # the same, tests/test_render.py): left out, and the preview says why.
+    del prod_raw["deployments"][0]["overrides"]["safetensorsLoadStrategy"]
     (kimi,) = parse_stack_config(prod_raw).resolved_deployments()
     assert kimi.serving.safetensors_load_strategy == "prefetch"
     assert "--safetensors-load-strategy" not in vllm_arguments(kimi)
@@ -374,6 +382,24 @@ def test_a_staging_path_moves_the_load_and_stays_off_the_storage(prod_raw: dict[
     assert "hosts[0].stagingPath: /shared/staging overlaps the storage path /shared" in error_of(prod_raw)
     prod_raw["hosts"][0]["stagingPath"] = "/var"
     assert "is a system directory" in error_of(prod_raw)
+
+
+def test_the_share_of_the_model_that_must_be_resident_is_a_share_and_reaches_the_plan(
+    dev_raw: dict[str, Any],
+) -> None:
+    dev_raw["deployments"][0]["prewarmMinResidentShare"] = 1.5
+    assert "prewarmMinResidentShare" in error_of(dev_raw)
+    dev_raw["deployments"][0]["prewarmMinResidentShare"] = 0.9
+    (rd,) = parse_stack_config(dev_raw).resolved_deployments()
+    plan = swap_plan(rd, "dev")
+    assert (plan.prewarm_min_resident_share, plan.model) == (0.9, "tiny-chat-a")
+
+
+def test_a_reference_load_is_a_range_from_low_to_high(prod_raw: dict[str, Any]) -> None:
+    prod_raw["models"]["minimax-m2.5"]["referenceLoad"] = {"seconds": 90, "upToSeconds": 60, "where": "a lab box"}
+    assert "referenceLoad.upToSeconds 60 is below its seconds 90" in error_of(prod_raw)
+    prod_raw["models"]["minimax-m2.5"]["referenceLoad"] = {"seconds": 60, "upToSeconds": 90, "where": "a lab box"}
+    assert parse_stack_config(prod_raw).models["minimax-m2.5"].reference_load.typical_seconds == 75  # type: ignore[union-attr]
 
 
 # ---- fleets: rollout groups, cordons, multi-node deployments ---------------------------------------

@@ -89,23 +89,53 @@ def test_real_engine_previews_prod_without_contacting_it(tmp_path: Path) -> None
     assert "adopts vllm-kimi-k25-int4.service (PID 4242) in place: it already runs the stack's launch" in said
     assert "the take-over of vllm-kimi-k25-int4.service adopts it in place" in said and "expected downtime 0 s" in said
     assert "takes over vllm-kimi-k25-int4.service" not in said
+    # What a restart of Kimi and a swap to MiniMax (kept on disk) would cost, each from the catalog's figure
+    # for that model (the server has recorded no start yet), with how each would load and what is unknown.
+    unknown = "unknown: the RAM of gpu-01 (MemAvailable), the filesystem of /shared/{}"
+    assert (
+        "deployment 'primary': a restart of kimi-k2.5-int4: about 33.0 min (from the catalog's reference load of "
+        "kimi-k2.5-int4: 30.0 min to 36.0 min on the reference server" in said
+    )
+    assert unknown.format("kimi-k2.5-int4") in said and unknown.format("minimax-m2.5") in said
+    assert (
+        "deployment 'primary': a swap to minimax-m2.5 (kept on disk): about 75 s (from the catalog's reference load"
+        in said
+    )
+    assert (
+        "loader: --load-format auto (vLLM default), --safetensors-load-strategy lazy (vLLM default): vLLM's default "
+        "loader: the host's RAM is unknown, so whether the page cache holds it is too; vLLM's default strategy: the "
+        "filesystem of /shared/minimax-m2.5 is unknown" in said
+    )
     for unit, state in (
         ("vllm-glm5.service", "inactive, enabled"),
         ("vllm-kimi-k25.service", "inactive, disabled"),
         ("vllm-minimax-m25.service", "inactive, disabled"),
     ):
         assert f"takes over {unit} ({state})" in said, unit
+
     # Were the stack to pin the preset's attention backend, the take-over could not adopt: it would say
     # why and what the stop-then-start costs.
-    pinned = (ROOT / "Pulumi.prod.yaml").read_text().replace("attentionBackend: null", "attentionBackend: TRITON_MLA")
-    (work / "Pulumi.prod.yaml").write_text(pinned)
-    said = " ".join(prod.preview(diff=True).stderr.split())
+    def said_with(old: str, new: str) -> str:
+        """What the preview says of Pulumi.prod.yaml with `old` replaced by `new`."""
+        (work / "Pulumi.prod.yaml").write_text((ROOT / "Pulumi.prod.yaml").read_text().replace(old, new))
+        return " ".join(prod.preview(diff=True).stderr.split())
+
+    said = said_with("attentionBackend: null", "attentionBackend: TRITON_MLA")
     assert (
         "cannot adopt vllm-kimi-k25-int4.service (PID 4242) in place, so the take-over stops it and starts the "
         "managed unit: its environment has no VLLM_ATTENTION_BACKEND, the stack's VLLM_ATTENTION_BACKEND=TRITON_MLA"
         in said
     )
-    assert "will run stop-then-start (hand-made units it replaces stop first); expected downtime about" in said
+    assert "will run stop-then-start (hand-made units it replaces stop first); expected downtime: the start of" in said
+    # Switched to MiniMax, the swap forecasts MiniMax's own 75 s (not the 14 minutes of one lazy rate for
+    # every model, nor Kimi's half hour).
+    said = said_with("      model: kimi-k2.5-int4\n", "      model: minimax-m2.5\n")
+    assert (
+        "will run stop-then-start (hand-made units it replaces stop first); expected downtime: the start of "
+        "minimax-m2.5, about 75 s (from the catalog's reference load of minimax-m2.5: 75 s on the reference server"
+        in said
+    ), said
+    assert "a swap to kimi-k2.5-int4 (kept on disk): about 33.0 min" in said
     for flag in (
         "--tensor-parallel-size",
         "--tool-call-parser",

@@ -5,6 +5,7 @@ plans to, `copy` writes a staging copy that model-sync's own `check` accepts."""
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import sys
 from pathlib import Path
@@ -448,3 +449,68 @@ def test_the_installed_files_run_as_programs(tmp_path: Path, host_tools: Path) -
     assert copied.returncode == 0, copied.stderr
     checked = run_captured([sys.executable, str(host_tools / "model-sync"), "check", "--dir", str(tmp_path / "s")])
     assert checked.returncode == 0 and checked.stdout == f"model-sync: org/model@{'a' * 40}: 5 files unchanged\n"
+
+
+def evict(path: Path, offset: int = 0, length: int = 0) -> None:
+    """Drop `path`'s pages (those of the range) from the page cache, written back first."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def test_residency_says_what_of_a_model_the_page_cache_holds(tmp_path: Path) -> None:
+    """mincore on real files: all of a model just read, none after the kernel dropped it, half of a
+    shard whose first half was dropped; reading it counts nothing (the file's atime aside)."""
+    page = page_cache.PAGE
+    model = make_model(tmp_path / "m", {"a.safetensors": 64 * page, "b.safetensors": 10 * page + 7, "config.json": 50})
+    for f in page_cache.model_files(model):
+        (model / f.rel).read_bytes()
+    held = page_cache.residency(model)
+    assert (held.resident, held.total, held.files, held.whole_files) == (74 * page + 57, 74 * page + 57, 3, 3)
+    for f in page_cache.model_files(model):
+        evict(model / f.rel)
+    if page_cache.resident_bytes(model / "a.safetensors") == 64 * page:
+        pytest.skip(f"the filesystem of {tmp_path} keeps its pages (tmpfs): nothing to evict here")
+    assert page_cache.residency(model).resident == 0
+    (model / "a.safetensors").read_bytes()
+    evict(model / "a.safetensors", 0, 32 * page)
+    half = page_cache.residency(model)
+    assert half.resident == 32 * page and half.whole_files == 0
+    assert half.share == pytest.approx(32 * page / (74 * page + 57))
+    assert half.describe().startswith(f"{half.share:.0%} of {model} is in the page cache")
+
+
+class Pages:
+    """A stand-in for mincore: which page numbers of which file are resident."""
+
+    def __init__(self, resident: set[int]) -> None:
+        self.resident = resident
+        self.windows: list[tuple[int, int]] = []
+
+    def resident_pages(self, fd: int, offset: int, length: int) -> bytes:
+        self.windows.append((offset, length))
+        first, count = offset // page_cache.PAGE, -(-length // page_cache.PAGE)
+        return bytes(int(p in self.resident) for p in range(first, first + count))
+
+
+def test_resident_bytes_walks_the_file_window_by_window_and_counts_the_tail_as_the_file_has_it(
+    tmp_path: Path,
+) -> None:
+    page = page_cache.PAGE
+    path = tmp_path / "w.safetensors"
+    path.write_bytes(b"x" * (5 * page + 10))
+    pages = Pages({0, 3, 5})
+    assert page_cache.resident_bytes(path, pages, window=2 * page) == 2 * page + 10  # type: ignore[arg-type]
+    assert pages.windows == [(0, 2 * page), (2 * page, 2 * page), (4 * page, page + 10)]
+    assert page_cache.resident_bytes(path, Pages({4}), window=2 * page) == page  # type: ignore[arg-type]
+
+
+def test_prewarm_resident_prints_the_residency(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = make_model(tmp_path / "m")
+    assert prewarm.main(["resident", "--dir", str(model)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["totalBytes"] == sum(MODEL.values()) and printed["files"] == len(MODEL)
+    assert prewarm.main(["resident", "--dir", str(tmp_path / "absent")]) == 1

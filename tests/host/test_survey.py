@@ -6,6 +6,7 @@ import copy
 import hashlib
 import json
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 from controller import assess, client_ids, forecast
 from host import contract, facts, model_files, survey
 from host.contract import Listener, Memory, Survey
+from models.config import StackConfig
 from models.loader import parse_stack_config
 from tests.support.paths import FIXTURES
 
@@ -158,25 +160,63 @@ def serving(unit: str, gpus: list[int], last: float | None = None) -> dict[str, 
 def test_preview_forecasts_blue_green_when_the_other_gpu_is_free(dev_raw: dict[str, Any]) -> None:
     dev_raw["deployments"][0]["model"] = "tiny-chat-b"
     config = parse_stack_config(dev_raw)
-    (line,) = forecast.forecasts(
-        "dev", config.hosts[0], config.resolved_deployments(), survey_of(serving("vllm-tiny-chat-a.service", [0]))
+    (line, kept) = forecast.forecasts(
+        "dev",
+        config,
+        config.hosts[0],
+        config.resolved_deployments(),
+        survey_of(serving("vllm-tiny-chat-a.service", [0])),
     )
     assert "from vllm-tiny-chat-a.service to vllm-tiny-chat-b.service will run blue/green" in line
-    assert "GPU 1 free beside vllm-tiny-chat-a.service" in line and line.endswith("expected downtime 0 s")
+    assert (
+        "GPU 1 free beside vllm-tiny-chat-a.service" in line and "expected downtime 0 s; the new engine's start" in line
+    )
+    # tiny-chat-a is kept on disk (models[].keep): what a swap back to it would cost is said too.
+    assert kept.startswith("host 'sandbox', deployment 'chat': a swap to tiny-chat-a (kept on disk): about")
 
 
-def test_preview_forecasts_stop_start_with_the_last_measured_start(dev_raw: dict[str, Any]) -> None:
+def test_preview_forecasts_stop_start_from_the_incoming_models_own_start(dev_raw: dict[str, Any]) -> None:
+    """The deployment's last start (24.3 s) was tiny-chat-a's, the model that goes: the forecast of the
+    swap to tiny-chat-b is tiny-chat-b's own last start on the host, not that one."""
     dev_raw["deployments"][0]["model"] = "tiny-chat-b"
     found = serving("vllm-tiny-chat-a.service", [0], last=24.3)
     found["gpuHolders"].append({"pid": 9, "gpus": [1], "unit": "gpu-taker.service"})
+    found["mounts"] = [{"path": "/", "type": "overlay"}]
     config = parse_stack_config(dev_raw)
-    (line,) = forecast.forecasts("dev", config.hosts[0], config.resolved_deployments(), survey_of(found))
+    rds = config.resolved_deployments()
+    (line, _) = forecast.forecasts("dev", config, config.hosts[0], rds, survey_of(found))
     assert "will run stop-then-start" in line and "GPU 1 held by other processes" in line
-    assert "expected downtime about 24 s (the last start of this deployment here took 24.3 s)" in line
-    # No swap, no forecast.
+    assert "expected downtime: the start of tiny-chat-b, about 60 s (from the rates of models/downtime.py" in line
+    assert "no start of tiny-chat-b on sandbox yet" in line and "24" not in line
+    assert "loader: --load-format auto (vLLM default), --safetensors-load-strategy lazy (vLLM default)" in line
+    assert "/shared/tiny-chat-b is on overlay, a local filesystem" in line
+    found["starts"] = [
+        start_record(config, "tiny-chat-a", at=2000.0, seconds=24.3),
+        start_record(config, "tiny-chat-b", at=1000.0, seconds=18.7),
+    ]
+    (line, kept) = forecast.forecasts("dev", config, config.hosts[0], rds, survey_of(found))
+    assert (
+        "expected downtime: the start of tiny-chat-b, about 19 s (from the start of tiny-chat-b on sandbox at 1970-01-01 00:16 (dev.chat)"
+        in line
+    )
+    assert "a swap to tiny-chat-a (kept on disk): about 24 s (from the start of tiny-chat-a on sandbox" in kept
+    # No swap, no forecast of one; with a kept model, what a swap to it costs, beside the next start of its own.
     dev_raw["deployments"][0]["model"] = "tiny-chat-a"
     config = parse_stack_config(dev_raw)
-    assert forecast.forecasts("dev", config.hosts[0], config.resolved_deployments(), survey_of(found)) == []
+    assert forecast.forecasts("dev", config, config.hosts[0], config.resolved_deployments(), survey_of(found)) == []
+    dev_raw["models"]["tiny-chat-b"]["keep"] = True
+    config = parse_stack_config(dev_raw)
+    own, other = forecast.forecasts("dev", config, config.hosts[0], config.resolved_deployments(), survey_of(found))
+    assert own.startswith("host 'sandbox', deployment 'chat': a restart of tiny-chat-a: about 24 s (from the start")
+    assert other.startswith("host 'sandbox', deployment 'chat': a swap to tiny-chat-b (kept on disk): about 19 s")
+
+
+def start_record(config: StackConfig, model: str, at: float, seconds: float) -> dict[str, Any]:
+    """A start as the survey reports it (host/contract.StartRecord), of a dev model loaded from /shared."""
+    spec = config.models[model]
+    loaded = contract.Loaded(model, f"/shared/{model}", spec.repo, spec.revision, size_bytes=1_000_000)
+    unit = f"vllm-{model}.service"
+    return contract.StartRecord(at, "dev.chat", unit, "stop-start", seconds, loaded).to_dict()
 
 
 def test_a_checkpoint_the_ram_cannot_hold_is_named(prod_raw: dict[str, Any]) -> None:
@@ -338,6 +378,40 @@ def test_an_answer_without_a_block_per_unit_is_read_again_unit_by_unit(monkeypat
     assert shown["a.service"]["ActiveState"] == "active" and shown["b.service"]["ActiveState"] == "inactive"
 
 
+def test_the_mount_table_without_pseudo_filesystems_and_with_its_escapes() -> None:
+    mounts = facts.parse_mounts(
+        "/dev/nvme0n1p2 / ext4 rw,relatime 0 0\n"
+        "proc /proc proc rw 0 0\n"
+        "10.40.0.2:/export /shared nfs4 rw,vers=4.2 0 0\n"
+        "/dev/md0 /mnt/local\\040disk xfs rw 0 0\n"
+        "10.40.0.3:/other /shared nfs4 rw 0 0\n"
+    )
+    assert mounts == [
+        contract.Mount("/", "ext4", "/dev/nvme0n1p2"),
+        contract.Mount("/mnt/local disk", "xfs", "/dev/md0"),
+        contract.Mount("/shared", "nfs4", "10.40.0.3:/other"),  # the last mount over it
+    ]
+    assert contract.filesystem_of("/shared/kimi", tuple(mounts)) == "nfs4"
+    assert contract.filesystem_of("/mnt/local disk/m", tuple(mounts)) == "xfs"
+    assert contract.filesystem_of("/sharedother/m", tuple(mounts)) == "ext4"
+    assert contract.filesystem_of("/shared/kimi", ()) is None
+
+
+def test_the_vllm_facts_name_the_release_and_the_loaders_extras(tmp_path: Path) -> None:
+    """Read by the host's python from its packages' metadata: a venv with vLLM and instanttensor, without
+    runai_model_streamer."""
+    packages = tmp_path / "site"
+    for name, version in (("vllm", "0.32.0+cpu"), ("instanttensor", "0.1.9")):
+        info = packages / f"{name}-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH={packages} exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    assert survey.vllm_facts(str(python)) == ("0.32.0+cpu", {"runai_model_streamer": None, "instanttensor": "0.1.9"})
+    assert survey.vllm_facts(str(tmp_path / "no-python")) == (None, None)  # unknown, not "not installed"
+
+
 def test_a_survey_crosses_the_wire_as_it_was_read() -> None:
     """host/survey.py writes Survey.to_dict(); the controller and the swap read it back with from_dict."""
     launch = facts.vllm_launch(["/opt/v/bin/python3", "-m", "vllm.entrypoints.openai.api_server", "--port", "9"], {})
@@ -355,12 +429,21 @@ def test_a_survey_crosses_the_wire_as_it_was_read() -> None:
             ],
             "gpuCount": 2,
             "active": {"dev.chat": {"unit": "vllm-a.service", "gpus": [0], "backendPort": 18000, "repairs": 3,
-                                    "adapters": {"wanted": {"x": "r"}, "loaded": ["x"], "repairs": 1, "drift": []}}},
+                                    "adapters": {"wanted": {"x": "r"}, "loaded": ["x"], "repairs": 1, "drift": []},
+                                    "forecast": {"seconds": 19.0, "basis": "b", "source": "rates", "madeAt": 0.5}}},
             "claims": {"dev.chat": {"gpus": [0], "ports": [9], "units": ["vllm-a.service"]}},
             "memory": {"totalMib": 100, "availableMib": 50},
             "models": {"/shared/m": {"dir": "/shared/m", "state": "changed", "changed": ["a"], "repairs": {"dev": 2}}},
-            "vllm": {"version": "0.32.0+cpu"},
+            "vllm": {"version": "0.32.0+cpu", "extras": {"instanttensor": None, "runai_model_streamer": "0.15.0"}},
             "hostKeys": {"dev": "none", "prod": "SHA256:abc"},
+            "mounts": [{"path": "/", "type": "overlay", "source": "overlay"}, {"path": "/shared", "type": "nfs4"}],
+            "starts": [{"at": 1.0, "owner": "dev.chat", "unit": "vllm-a.service", "mode": "stop-start", "seconds": 20.5,
+                        "loaded": {"model": "a", "directory": "/shared/a", "sizeBytes": 10, "residentShare": 1.0},
+                        "phases": {"startedAt": 1.0, "seconds": 20.4, "ready": True,
+                                   "phases": [{"name": "imports", "seconds": 9.4}, {"name": "weights", "seconds": 11.0}],
+                                   "reported": {"weightsSeconds": 0.5, "filesystem": "nfs"}, "shards": [1, 1]},
+                        "forecast": {"seconds": 19.0, "basis": "from the start ...", "source": "own start", "madeAt": 0.5},
+                        "downtimeSeconds": 21.0}],
             "at": 1.5,
         }
     )  # fmt: skip
@@ -370,7 +453,14 @@ def test_a_survey_crosses_the_wire_as_it_was_read() -> None:
     assert found.gpu_holders[1].unit is not None and found.gpu_holders[1].unit.running
     assert found.deployment("dev.chat").record == contract.ActiveRecord("vllm-a.service", gpus=(0,), backend_port=18000)
     assert found.deployment("dev.other").record is None and found.running("vllm-a.service")
+    assert found.deployment("dev.chat").forecast == contract.StartForecastRecord(19.0, "b", "rates", 0.5)
     assert found.host_keys == {"dev": "none", "prod": "SHA256:abc"}
+    # The facts the loader and the forecast read, typed once.
+    assert found.vllm_extras == {"instanttensor": None, "runai_model_streamer": "0.15.0"}
+    assert contract.filesystem_of("/shared/a", found.mounts) == "nfs4"
+    (start,) = found.starts
+    assert start.phases is not None and start.phases.phase("weights") == 11.0 and start.phases.shards == (1, 1)
+    assert start.forecast is not None and start.forecast.made_at == 0.5 and start.loaded.resident_share == 1.0
 
 
 def test_a_managed_units_file_and_environment_are_compared_with_what_was_staged(tmp_path: Path) -> None:

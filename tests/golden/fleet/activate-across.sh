@@ -14,6 +14,10 @@ readonly PLAN='{
  "bind_address": "127.0.0.1",
  "deployment": "across",
  "drain_seconds": 120,
+ "forecast_basis": "",
+ "forecast_made_at": 0.0,
+ "forecast_seconds": 0.0,
+ "forecast_source": "",
  "foreign_gpu_processes": "refuse",
  "gpus": [
   2
@@ -22,9 +26,11 @@ readonly PLAN='{
  "journal_lines": 40,
  "keys_file": "/etc/vllm-fleet/frontdoor/keys/fleet.across.conf",
  "load_dir": "/shared/tiny-chat-a",
+ "model": "tiny-chat-a",
  "model_dir": "/shared/tiny-chat-a",
  "port": 8002,
  "prewarm_margin_gib": 8.0,
+ "prewarm_min_resident_share": null,
  "python": "/opt/vllm-env/bin/python3",
  "readiness_address": "127.0.0.1",
  "ready_timeout": 540,
