@@ -786,7 +786,7 @@ def measure_preview(project: Path, stack: str, env: dict[str, str], cap_s: float
     }
 
 
-# What fleet operators run (README "Previewing a fleet"): a preview persists no state, yet this engine's
+# What fleet operators run (docs/fleets.md, "Previewing a fleet"): a preview persists no state, yet this engine's
 # file backend serializes the whole snapshot after every step of one and throws it away, which makes a
 # preview quadratic in its resources; PULUMI_SKIP_CHECKPOINTS keeps only the final one. Never for `up`.
 PREVIEW_ENV = {"PULUMI_SKIP_CHECKPOINTS": "true"}

@@ -2,7 +2,7 @@
 beyond reading the engine's login file.
 
 A production stack is shared by a team: its state must be in a backend every operator reaches, whose
-lock refuses a second `pulumi up` from any machine (PostgreSQL, see the README's "State backend").
+lock refuses a second `pulumi up` from any machine (PostgreSQL, see docs/state-backend.md).
 A local file backend is one checkout's: a second operator would see an empty stack. Such a stack is
 refused unless the operator opts out for single-operator use.
 """
@@ -74,5 +74,5 @@ def refusal(tier: StackTier, env: Mapping[str, str]) -> str | None:
         "a second operator would not see it and its lock protects only this machine. Choose a shared backend: "
         "export PULUMI_BACKEND_URL=postgres://ROLE@DBHOST:5432/DATABASE?sslmode=verify-full (password in "
         "~/.pgpass, never in the URL) and move the stack there with `pulumi stack export` / `pulumi stack import` "
-        f'(README, "State backend"); a stack that only you ever run may set {SINGLE_OPERATOR_ENV}=1 instead'
+        f"(docs/state-backend.md); a stack that only you ever run may set {SINGLE_OPERATOR_ENV}=1 instead"
     )

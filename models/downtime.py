@@ -5,7 +5,7 @@ GPUs hold both. Stop-then-start is out for the engine's start: a fixed part (eng
 compilation, CUDA graph capture) plus reading the weights. The rates are the reference server's own
 lazy load, a published prefetch figure (REFERENCE.md) and a page-cache rate: a TP8 load on a machine
 with 8 GPUs where tests/device/ holds such a record (tests/device/tp8_load.py), else the one measured on
-an H200 box (tests/device/load_rate.py); the README's "Swap downtime" section tabulates them for the
+an H200 box (tests/device/load_rate.py); docs/swaps.md ("On paper, for the reference server") tabulates them for the
 reference server's models. Where the deployment has started on this host before, its measured start
 replaces the estimate.
 """
@@ -56,7 +56,7 @@ TP8_MIN_CHECKPOINT_GB = 120.0  # issue 50: a checkpoint this large at least, so 
 @dataclass(frozen=True)
 class WarmRate:
     gb_per_second: float
-    source: str  # the file and key it came from, as the README cites it
+    source: str  # the file and key it came from, as docs/swaps.md cites it
 
 
 def _cited(path: Path) -> str:
@@ -141,12 +141,12 @@ def describe(seconds: float) -> str:
     return f"{seconds / 60:.1f} min"
 
 
-# The reference server's models (REFERENCE.md section 1): what the README's "Swap downtime" table shows.
+# The reference server's models (REFERENCE.md section 1): what docs/swaps.md's table shows.
 REFERENCE_MODELS = (("Kimi-K2.5 INT4", 547.0, 8), ("MiniMax-M2.5", 215.0, 4))
 
 
 def reference_table() -> str:
-    """The README's table, from the same formula the preview uses: `python -m models.downtime`."""
+    """docs/swaps.md's table, from the same formula the preview uses: `python -m models.downtime`."""
     lines = [
         "| model | size | stop-then-start, lazy reads (today) | with prefetch | pre-warmed | blue/green |",
         "| --- | --- | --- | --- | --- | --- |",

@@ -106,7 +106,7 @@ TYPE_WORDS = {
     "tuple_type": "must be a YAML list, e.g. [0, 1]",
     "dict_type": "must be a mapping of `key: value` lines",
     "model_type": "must be a mapping of `key: value` lines",
-    "missing": "is required; add it (the README's config reference lists every key)",
+    "missing": "is required; add it (docs/config-reference.md lists every key)",
     "int_parsing": "must be a whole number, written without units",
     "float_parsing": "must be a number, written without units",
     "finite_number": "must be a finite number",
@@ -121,7 +121,7 @@ def _plain_message(item: Mapping[str, Any], message: str) -> str:
         camel = to_camel(key)
         # Config keys are camelCase (models/base.py: ConfigModel): a snake_case spelling is the likely slip.
         hint = f" (config keys are camelCase: {camel}?)" if camel != key else ""
-        return f"unknown key{hint}; check its spelling against the README's config reference"
+        return f"unknown key{hint}; check its spelling against docs/config-reference.md"
     if kind == "string_pattern_mismatch":
         pattern = item["ctx"]["pattern"]
         words = PATTERN_WORDS.get(pattern)
@@ -134,7 +134,7 @@ def _plain_message(item: Mapping[str, Any], message: str) -> str:
         return f"{problem}: {words} (pattern {pattern})" if words else f"{problem}; it must match {pattern}"
     if kind == "missing" and item["loc"] and isinstance(item["loc"][-1], int):
         # An entry of a fixed-length list (backendPorts): the list is short, not a key unwritten.
-        return "missing: the list takes more entries than it was given (the README's config reference says how many)"
+        return "missing: the list takes more entries than it was given (docs/config-reference.md says how many)"
     if kind == "string_type" and isinstance(value, int | float) and not isinstance(value, bool):
         return f'{message}; quote it in the YAML ("{value}")'
     return TYPE_WORDS.get(kind, message)

@@ -1,12 +1,12 @@
 """A throwaway PostgreSQL for the shared-state tests and the backend benchmark, as a team's state
-database would be set up (README, "State backend"), on loopback.
+database would be set up (docs/state-backend.md), on loopback.
 
 Debian's server binaries (`make setup` installs them, creating no cluster and starting no service); a
 cluster of its own under .run/postgres-PORT, made with initdb and run with pg_ctl as the `postgres`
 system user (the server refuses to run as root); listening on 127.0.0.1 only, with TLS from a CA made
 for it, so clients connect with sslmode=verify-full; the state role logs in with a password
 (scram-sha-256) kept in a 0600 passfile, never in the URL; the administrator only over the cluster's
-own unix socket. The database and the role come from scripts/state-db.sql, the README's file.
+own unix socket. The database and the role come from scripts/state-db.sql, the one docs/state-backend.md names.
 `stop()` stops the server and removes the cluster: nothing is left running or on disk.
 """
 

@@ -2,7 +2,7 @@
 # Brings the Pulumi engine this project runs on into .tools/ (git-ignored): the `pulumi` CLI, the Python
 # language host and the pulumi-command provider, registered so the engine never tries to download one.
 #
-# Two paths, one script (README "Installing the engine"):
+# Two paths, one script (docs/sandbox.md, "Installing the engine"):
 #   * Offline (these machines, air-gapped clusters): from upstream source. The CLI comes from the Go module
 #     proxy (github.com/pulumi/pulumi/pkg/v3, which it serves); the language host and pulumi-command come
 #     from upstream source tarballs in $VLLM_FLEET_VENDOR_DIR (default: ../shared/vendor beside the
@@ -49,7 +49,7 @@ die() {
 quietly() { progress engine "$1" "$2" "$LOG" "${@:3}"; }
 stamp_ok() { [[ "$FORCE" != --force && -x "$2" && "$(cat "$TOOLS/$1.stamp" 2>/dev/null)" == "$3" ]]; }
 go_version() { "$GO" version 2>/dev/null || echo no-go; }
-need_go() { command -v "$GO" >/dev/null || die "Go is needed to build $1 (apt-get install golang, or see README \"Installing the engine\")"; }
+need_go() { command -v "$GO" >/dev/null || die "Go is needed to build $1 (apt-get install golang, or see docs/sandbox.md, \"Installing the engine\")"; }
 ldflags() { printf '%s' "-s -w -X $1=$2"; }
 SDK_VERSION_VAR=github.com/pulumi/pulumi/sdk/v3/go/common/version.Version
 

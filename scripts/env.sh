@@ -21,7 +21,7 @@ fi
 export VLLM_FLEET_CACHE
 # State: the backend the operator chose (PULUMI_BACKEND_URL, or `pulumi login` under this PULUMI_HOME) is
 # kept; otherwise the local folder .state. The dev stack's scripts (make setup/up/down) always use the
-# local folder: shared stacks go to a shared backend (README, "State backend").
+# local folder: shared stacks go to a shared backend (docs/state-backend.md).
 VLLM_FLEET_DEV_BACKEND_URL="file://$VLLM_FLEET_ROOT/.state"
 if [ -z "${PULUMI_BACKEND_URL:-}" ] && ! grep -qs '"current": *"[^"]' "$PULUMI_HOME/credentials.json"; then
   export PULUMI_BACKEND_URL="$VLLM_FLEET_DEV_BACKEND_URL"

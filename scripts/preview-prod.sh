@@ -14,7 +14,7 @@ trap 'rm -rf "$work"' EXIT
 cp -r Pulumi.yaml Pulumi.prod.yaml __main__.py components controller models host render "$work/"
 ln -s "$VLLM_FLEET_ROOT/.venv" "$work/.venv"
 mkdir -p "$work/state"
-# A preview stores no state: only the final snapshot is made (README "Previewing a fleet").
+# A preview stores no state: only the final snapshot is made (docs/fleets.md, "Previewing a fleet").
 export PULUMI_SKIP_CHECKPOINTS=true
 # The throwaway backend holds nothing anyone shares: opt out of the production stack's shared-backend rule.
 export PULUMI_BACKEND_URL="file://$work/state" PULUMI_CONFIG_PASSPHRASE=offline-preview-only VLLM_FLEET_OFFLINE=1

@@ -1,5 +1,5 @@
 -- vllm-fleet: the PostgreSQL database and role that hold the shared stacks' Pulumi state, least privilege.
--- Run once as a PostgreSQL administrator (README, "State backend"):
+-- Run once as a PostgreSQL administrator (docs/state-backend.md):
 --   psql "host=DBHOST user=postgres sslmode=verify-full" -v role=vllm_fleet_state -v db=vllm_fleet_state \
 --     -f scripts/state-db.sql
 -- then give the role its password with `\password vllm_fleet_state` in psql (it prompts; never on a command line).

@@ -20,3 +20,11 @@ def test_a_kept_section_is_named_with_the_date_and_commit_it_was_measured_at() -
     text = run.provenance({"noop": {}, "swap": {}}, measured, ["swap"])
     assert text.startswith("Figures of this run: swap;")
     assert "kept from earlier runs (`--keep`): noop (2026-12-03 22:48 UTC, e91f65e)" in text
+
+
+def test_the_committed_results_keep_their_history_section() -> None:
+    committed = (run.OUT / "RESULTS.md").read_text()
+    assert f"\n{run.HISTORY_HEADING}\n" in committed
+    # What the next run writes from it: its own report, then the same History, byte for byte.
+    history = committed[committed.index(f"\n{run.HISTORY_HEADING}\n") + 1 :]
+    assert run.with_history("# Benchmarks\n", committed).endswith(history)

@@ -190,7 +190,7 @@ def test_controller_killed_after_the_stop_and_the_host_finishes(brown: Brownfiel
     on_host("for i in $(seq 1 120); do systemctl is-active --quiet vllm-brown-b.service && break; sleep 0.5; done")
     assert on_host("systemctl is-active vllm-brown-b.service").strip() == "active"
     started_at = on_host("systemctl show -p ActiveEnterTimestampMonotonic --value vllm-brown-b.service").strip()
-    # The next `up` (after the README's recovery steps) finds the swap done and changes nothing there.
+    # The next `up` (after docs/troubleshooting.md's recovery steps) finds the swap done and changes nothing there.
     stack.cancel()
     recovery: list[str] = []
     result = stack.up(on_output=recovery.append)

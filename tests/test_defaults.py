@@ -85,7 +85,7 @@ def test_a_wrong_default_is_named_once_where_it_was_written() -> None:
     assert message.splitlines() == [
         "vllm-fleet:defaults.host.gpus.count: Input should be greater than or equal to 0 (got -1) "
         "(inherited by hosts[0] 'gpu-01' and 3 more)",
-        "vllm-fleet:defaults.host.gpuz: unknown key; check its spelling against the README's config reference "
+        "vllm-fleet:defaults.host.gpuz: unknown key; check its spelling against docs/config-reference.md "
         "(got 8) (inherited by hosts[0] 'gpu-01' and 3 more)",
     ]
 

@@ -1,4 +1,4 @@
-"""The downtime the preview expects for a stop-then-start swap, and the README table made from it."""
+"""The downtime the preview expects for a stop-then-start swap, and the table of docs/swaps.md made from it."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def test_a_tp8_record_sets_the_prewarmed_forecast(monkeypatch: pytest.MonkeyPatc
 
 def test_every_tp8_record_in_tests_device_gives_the_rate_the_forecast_uses() -> None:
     """Today there is none and the forecast is the H200 box's; once a run on 8 GPUs is committed, its record
-    must parse, and the newest one sets the forecast (and the README's table, below)."""
+    must parse, and the newest one sets the forecast (and docs/swaps.md's table, below)."""
     records = sorted(downtime.DEVICE_RECORDS.glob(downtime.TP8_RECORD_GLOB))
     rates = [downtime.read_tp8_record(path) for path in records]
     newest = max(
@@ -132,5 +132,5 @@ def test_prefetch_and_prewarm_order_the_estimates(no_tp8_record: None) -> None:
     assert warm < 5 * 60 < prefetch < lazy
 
 
-def test_readme_table_is_the_formulas_output() -> None:
-    assert downtime.reference_table() in (ROOT / "README.md").read_text()
+def test_the_swaps_page_table_is_the_formulas_output() -> None:
+    assert downtime.reference_table() in (ROOT / "docs" / "swaps.md").read_text()

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.usefixtures("pulumi_engine")
 PROD_ENV = {
     "VLLM_FLEET_OFFLINE": "1",
     "PULUMI_CONFIG_PASSPHRASE": "an-operators-own-passphrase",
-    # A local backend per test: the single-operator opt-out of a production stack (README, "State backend").
+    # A local backend per test: the single-operator opt-out of a production stack (docs/state-backend.md).
     "VLLM_FLEET_SINGLE_OPERATOR": "1",
 }
 

@@ -229,7 +229,7 @@ def test_controller_killed_mid_download(faults: Faults) -> None:
             assert on_host("find /shared/e2e-tiny-c -name '*.incomplete' | wc -l").strip() != "0", "not mid-download"
     finally:
         sandbox_env.mirror("/_mirror/config", "POST", {"rate_limit_bytes_per_s": 0})
-    # What the README tells a user to do after a killed `pulumi up`: drop the dead run's lock, clear
+    # What docs/troubleshooting.md tells a user to do after a killed `pulumi up`: drop the dead run's lock, clear
     # the create it left pending, and run `up` again.
     stack.cancel()
     stack.refresh(clear_pending_creates=True, on_output=faults.output.append)

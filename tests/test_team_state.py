@@ -241,7 +241,7 @@ def test_killed_controller_leaves_a_lock_and_a_pending_create_that_cancel_and_re
     refused = team.second.cli("up", "--yes", "--skip-preview")
     assert refused.returncode != 0
     assert f"(pid {process.pid})" in refused.stdout + refused.stderr, refused.stdout + refused.stderr
-    # What the README says: `pulumi cancel` (the run that holds the lock is known dead), then
+    # What docs/troubleshooting.md says: `pulumi cancel` (the run that holds the lock is known dead), then
     # `pulumi refresh --clear-pending-creates`, then `pulumi up`.
     cancel = team.second.cli("cancel", "--yes")
     assert cancel.returncode == 0, cancel.stderr

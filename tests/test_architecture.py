@@ -1,0 +1,82 @@
+"""docs/architecture.md says what the code does: its table of import directions is the imports the code has
+(no arrow more, none fewer), and its table of host tools is render/host_bundle.TOOLS."""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+
+from render import host_bundle
+from tests.support.paths import ROOT
+
+PAGE = (ROOT / "docs" / "architecture.md").read_text()
+PACKAGES = ("models", "render", "components", "controller", "host")
+
+
+def section_table(heading: str) -> list[list[str]]:
+    """The rows of the first table under `## heading`, each a list of its cells."""
+    section = PAGE.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("|")][2:]
+    return [[cell.strip() for cell in row.strip("|").split("|")] for row in rows]
+
+
+def code_names(cell: str) -> set[str]:
+    return set(re.findall(r"`([^`]+)`", cell))
+
+
+def imports_of(package: str) -> tuple[set[str], set[str]]:
+    """What the modules of a package import at their top level or inside functions: of this repository (the
+    host package's modules by name, the others by package), and beyond the standard library."""
+    ours: set[str] = set()
+    beyond: set[str] = set()
+    for path in sorted((ROOT / package).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                # `from host import contract` imports host.contract
+                names = [f"host.{a.name}" for a in node.names] if node.module == "host" else [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top == package or top == "__future__" or top in sys.stdlib_module_names:
+                    continue
+                if top == "host":
+                    ours.add(".".join(name.split(".")[:2]))
+                elif top in PACKAGES:
+                    ours.add(top)
+                else:
+                    beyond.add(top)
+    return ours, beyond
+
+
+def test_the_import_table_is_the_code_s_imports() -> None:
+    table = {
+        next(iter(code_names(row[0]))): (code_names(row[1]), code_names(row[2]))
+        for row in section_table("Import directions")
+    }
+    assert set(table) == set(PACKAGES)
+    for package in PACKAGES:
+        assert imports_of(package) == table[package], package
+
+
+def test_the_host_package_imports_vllm_only_in_its_args_check() -> None:
+    """The one import no static reading shows (the page says so): the host's vLLM, through importlib."""
+    dynamic = [
+        path.name
+        for path in sorted((ROOT / "host").glob("*.py"))
+        if re.search(r"import_module\(\s*[\"']vllm", path.read_text())
+    ]
+    assert dynamic == ["vllm_args_check.py"]
+
+
+def test_the_tool_table_is_the_bundle_s_tools() -> None:
+    rows = section_table("The host's tools")
+    listed = {next(iter(code_names(row[0]))): next(iter(code_names(row[1]))) for row in rows}
+    expected = {tool: module.replace(".", "/") + ".py" for tool, module in host_bundle.TOOLS.items()}
+    assert listed == expected
+    # Each module the table names is a tool, with the main() its launcher runs.
+    for module in listed.values():
+        assert re.search(r"^def main\(", (ROOT / module).read_text(), re.M), module
