@@ -344,12 +344,16 @@ class GpuPool:
         self.processes: list[Any] = []
         self.conns: list[Any] = []
         self.ready: list[dict[str, Any]] = []
+        self.barrier: Any = None
 
     def start(self) -> None:
-        barrier = self.context.Barrier(self.n)
+        # Kept on the pool: a spawned child opens the barrier's semaphores by name when it unpickles its
+        # arguments, after start() returns; a barrier collected by then has unlinked them (the one-GPU
+        # rehearsal of 2026-12-06 died so: FileNotFoundError in SemLock._rebuild).
+        self.barrier = self.context.Barrier(self.n)
         for rank in range(self.n):
             parent, child = self.context.Pipe()
-            process = self.context.Process(target=gpu_worker, args=(rank, self.n, barrier, child), daemon=True)
+            process = self.context.Process(target=gpu_worker, args=(rank, self.n, self.barrier, child), daemon=True)
             process.start()
             self.processes.append(process)
             self.conns.append(parent)
