@@ -34,6 +34,7 @@ from bench import engine_trace, forecast_error  # noqa: E402
 from controller import config_limit  # noqa: E402
 from controller.config_limit import MAX_ARG_STRLEN  # noqa: E402
 from models.loader import load_stack_file, read_stack_file  # noqa: E402
+from render.checkout import CACHE  # noqa: E402
 from scripts.fleet_stack import fleet_files, known_hosts_name  # noqa: E402
 from tests.support import engine, sandbox_env  # noqa: E402
 from tests.support.processes import run_captured  # noqa: E402
@@ -548,7 +549,7 @@ BIG_REPO = "bench/big-64x16m"
 
 
 def make_big_repo(shards: int = 64, shard_mib: int = 16) -> int:
-    repo = ROOT / ".cache" / "mirror" / "repos" / BIG_REPO
+    repo = ROOT / CACHE / "mirror" / "repos" / BIG_REPO
     if not (repo / f"model-{shards:05d}-of-{shards:05d}.safetensors").exists():
         repo.mkdir(parents=True, exist_ok=True)
         for i in range(1, shards + 1):

@@ -19,7 +19,7 @@ from components.deployment_args import DeploymentArgs
 from components.front_door import FrontDoor
 from components.host import GpuHost
 from models.config import ResolvedDeployment
-from render.access import access_delete_script, access_script, keys_map, stdin_bundle
+from render.access import AccessInputs, access_delete_script, access_script, keys_map, stdin_bundle
 
 
 @dataclass(frozen=True)
@@ -62,18 +62,6 @@ class DeploymentAccess(FleetComponent):
             owns_singleton=True,
         )
         self.register_outputs({})
-
-
-@dataclass(frozen=True)
-class AccessInputs:
-    """What the stack's access config and secrets give every deployment's access step (read by
-    controller/access.py before any resource exists)."""
-
-    api_keys: pulumi.Output[Mapping[str, str]]
-    tls_private_key: pulumi.Input[str] | None
-    certificate: str | None
-    # How many keys the front door accepts (none: it asks for none); the count is no secret.
-    key_count: int = 0
 
 
 def build_access(

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import pulumi
 
-from components.access import AccessInputs, build_access
+from components.access import build_access
 from components.adapters import DeploymentAdapters, DeploymentAdaptersArgs
 from components.deploy_report import DeployReport, DeployReportArgs
 from components.front_door import FrontDoor, FrontDoorArgs
@@ -20,6 +20,7 @@ from components.vllm_service import VllmService, VllmServiceArgs
 from host.contract import StartForecastRecord
 from models.adapters import adapter_download_name
 from models.config import ResolvedDeployment, StackConfig
+from render.access import AccessInputs
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,10 @@ from pathlib import Path
 import pulumi
 from pulumi.runtime import config as runtime_config
 
-from components.access import AccessInputs
 from controller.key_files import key_file_text
 from models.access import access_problems, parse_api_keys
 from models.config import StackConfig
-from render.access import check_certificate
+from render.access import AccessInputs, check_certificate
 
 
 def read_access(config: pulumi.Config, stack: StackConfig) -> AccessInputs:

@@ -27,9 +27,10 @@ from host.contract import MODEL_NO_MANIFEST, StartForecastRecord, Survey
 from models.config import StackConfig
 from models.hosts import Host
 from models.rules import stack_errors
+from render.checkout import CACHE
 from render.launch import load_strategy_note
 
-SURVEY_CACHE = Path(".cache") / "survey"
+SURVEY_CACHE = Path(CACHE) / "survey"
 
 
 def host_versions(config: StackConfig, surveys: Mapping[str, Survey]) -> tuple[StackConfig, list[str], list[str]]:

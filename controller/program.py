@@ -11,7 +11,6 @@ from pathlib import Path
 import pulumi
 from pulumi.runtime import config as runtime_config
 
-from components.access import AccessInputs
 from controller import config_limit, known_hosts, probe
 from controller.access import read_access
 from controller.key_files import key_file_text
@@ -26,6 +25,7 @@ from models.loader import (
     ConfigError,
     parse_stack_config,
 )
+from render.access import AccessInputs
 
 # A production stack's secrets must not be encrypted with the dev sandbox's passphrase, which
 # scripts/env.sh sets by default and this repository publishes.

@@ -25,6 +25,7 @@ from pathlib import Path
 from controller.known_hosts import HostKeys
 from controller.transport import SurveyFailed, ssh_survey
 from host.contract import LaunchQuestion, Survey
+from host.swap_files import write_file
 from models.config import ResolvedDeployment
 from models.hosts import Host
 from render import host_bundle
@@ -116,10 +117,7 @@ def _take_kept(path: Path, key: str, now: float, window: float) -> tuple[Survey,
 
 
 def _keep(path: Path, key: str, at: float, found: Survey) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(f".{os.getpid()}.tmp")
-    temporary.write_text(json.dumps({"key": key, "at": at, "survey": found.to_dict()}))
-    temporary.replace(path)
+    write_file(path, json.dumps({"key": key, "at": at, "survey": found.to_dict()}))
 
 
 def survey_all(

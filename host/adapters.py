@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from host.contract import ADAPTERS_FILE, ActiveRecord, Adapter, AdapterState, adapters_json
+from host.swap_files import write_file
 
 
 def read_wanted(path: Path) -> list[Adapter]:
@@ -38,9 +39,7 @@ def read_wanted(path: Path) -> list[Adapter]:
 
 
 def write_wanted(path: Path, adapters: list[Adapter]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(adapters_json(adapters) + "\n")
-    tmp.replace(path)
+    write_file(path, adapters_json(adapters) + "\n", make_parent=False)
 
 
 def file_errors(adapter: Adapter, max_rank: int) -> list[str]:

@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from host.contract import STATE_DIR
+from host.swap_files import write_file
 from host.vllm_args_check import host_vllm, installed_vllm
 
 # Parsed launches, one file each, named by `cache_key`.
@@ -414,10 +415,7 @@ def _keep(cache: Path, key: str, parsed: ParsedLaunch) -> None:
     """Keep a parsed launch (one vLLM refused too: the same words are refused again); a cache that cannot
     be written only costs the next survey vLLM's import."""
     with contextlib.suppress(OSError):
-        cache.mkdir(parents=True, exist_ok=True)
-        temporary = cache / f".{key}.{os.getpid()}.tmp"
-        temporary.write_text(json.dumps(parsed.to_dict(), sort_keys=True), encoding="utf-8")
-        temporary.replace(cache / f"{key}.json")
+        write_file(cache / f"{key}.json", json.dumps(parsed.to_dict(), sort_keys=True))
 
 
 def parse_all(launches: Sequence[Launch], cache: Path) -> Outcome:

@@ -25,6 +25,7 @@ from host.contract import (
     MODEL_VERIFIED,
     ModelFiles,
 )
+from host.swap_files import write_file
 
 # Where `hf download` keeps its partial files and per-file metadata, inside the model's directory.
 HF_CACHE = Path(".cache") / "huggingface"
@@ -81,12 +82,8 @@ def write_manifest(
     directory: Path, repo: str, sha: str, entries: dict[str, dict[str, Any]], complete: bool = True
 ) -> None:
     """`complete` is true only when `entries` covers every file of the revision."""
-    target = manifest_path(directory)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_suffix(".tmp")
     document = {"repo": repo, "revision": sha, "files": entries, "complete": complete}
-    tmp.write_text(json.dumps(document, indent=1, sort_keys=True))
-    os.replace(tmp, target)
+    write_file(manifest_path(directory), json.dumps(document, indent=1, sort_keys=True))
 
 
 def stat_entry(path: Path) -> dict[str, int]:
@@ -134,10 +131,7 @@ def _repairs_name(directory: Path) -> str:
 
 def record_repairs(state_root: Path, stack: str, directory: Path, repairs: int) -> None:
     path = state_root / REPAIRS_DIR / stack / _repairs_name(directory)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(f"{repairs} {directory}\n")
-    os.replace(temporary, path)
+    write_file(path, f"{repairs} {directory}\n")
 
 
 def recorded_repairs(state_root: Path, directory: Path) -> dict[str, int]:

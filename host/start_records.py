@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import time
 from collections.abc import Mapping
@@ -26,6 +25,7 @@ from typing import Any
 from host.contract import STARTS_KEPT, STATE_DIR, Loaded, Plan, StartForecastRecord, StartPhases, StartRecord
 from host.facts import engine_flags
 from host.model_files import read_manifest
+from host.swap_files import write_file
 
 STARTS = "starts"  # beside deployments/ and claims/ in the host's state directory
 
@@ -91,11 +91,8 @@ def write_record(root: Path, record: StartRecord) -> Path:
     """Add `record` to its model's file, which keeps that model's last STARTS_KEPT starts here (whichever
     deployment made them): written whole or not at all."""
     path = record_file(root, record.loaded.identity)
-    path.parent.mkdir(parents=True, exist_ok=True)
     kept = sorted([*_read_file(path), record], key=lambda r: r.at)[-STARTS_KEPT:]
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps({"starts": [r.to_dict() for r in kept]}, sort_keys=True) + "\n", encoding="utf-8")
-    temporary.replace(path)
+    write_file(path, json.dumps({"starts": [r.to_dict() for r in kept]}, sort_keys=True) + "\n")
     return path
 
 

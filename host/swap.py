@@ -29,6 +29,7 @@ from typing import Any
 
 from host.contract import ENGINE_READY_FILE, RUNNING_STATES, ActiveRecord, Plan, Result
 from host.locks import take_lock
+from host.swap_files import write_file
 from host.systemd import SystemdHost
 
 
@@ -50,10 +51,7 @@ def run_transaction(plan_file: str) -> int:
             result = Result(
                 "rollback-failed", f"swap transaction crashed: {type(error).__name__}: {error}", plan.digest
             )
-        path = result_path(plan)
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(asdict(result)), encoding="utf-8")
-        temporary.replace(path)
+        write_file(result_path(plan), json.dumps(asdict(result)), make_parent=False)
         # The step ends on this line (follow); what comes after it is the host's to finish, under the lock.
         print(last_line(result), flush=True)
         if transaction is not None:

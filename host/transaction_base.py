@@ -146,12 +146,7 @@ class TransactionBase:
             raise SwapRefused(" ".join(problems))
         if not write:
             return
-        directory = self.state_root / "claims"
-        directory.mkdir(parents=True, exist_ok=True)
-        path = directory / f"{self.plan.owner}.json"
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text(wanted.to_json(), encoding="utf-8")
-        temporary.replace(path)
+        write_file(self.state_root / "claims" / f"{self.plan.owner}.json", wanted.to_json())
 
     def tool_command(self, tool: str, *args: str) -> list[str]:
         """One of the host tools, run with the deployment's python."""
@@ -181,9 +176,7 @@ class TransactionBase:
         return ActiveRecord.parse(path.read_text(encoding="utf-8")) if path.is_file() else None
 
     def write_active(self, record: ActiveRecord) -> None:
-        temporary = self.state_dir / "active.tmp"
-        temporary.write_text(record.text(), encoding="utf-8")
-        temporary.replace(self.state_dir / "active")
+        write_file(self.state_dir / "active", record.text(), make_parent=False)
 
     def backup(self, unit: str, backups: Path) -> Backup:
         file = self.host.unit_file(unit)

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from host.contract import STATE_DIR
+from host.swap_files import write_file
 
 # Accepted launches, one file each, named by verdict_key.
 ARGS_CHECK_CACHE = f"{STATE_DIR}/args-check"
@@ -266,11 +267,8 @@ def remember(cache: Path, key: str, verdict: Verdict, version: str, unit: str) -
     if not verdict.accepted:
         return
     try:
-        cache.mkdir(parents=True, exist_ok=True)
-        temporary = cache / f".{key}.{os.getpid()}.tmp"
         at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
-        temporary.write_text(json.dumps({"version": version, "unit": unit, "at": at}), encoding="utf-8")
-        temporary.replace(cache / f"{key}.json")
+        write_file(cache / f"{key}.json", json.dumps({"version": version, "unit": unit, "at": at}))
     except OSError:
         pass
 

@@ -15,11 +15,29 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from host.contract import owner_key
 from models.config import ResolvedDeployment
 from render.paths import FRONT_DOOR_DIR, FRONT_DOOR_UNIT
 from render.scripts import ParamValue, Script, step_script
+
+if TYPE_CHECKING:  # the secrets' types only: render runs no Pulumi
+    import pulumi
+
+
+@dataclass(frozen=True)
+class AccessInputs:
+    """What the stack's access config and secrets give every deployment's access step (read by
+    controller/access.py before any resource exists)."""
+
+    api_keys: pulumi.Output[Mapping[str, str]]
+    tls_private_key: pulumi.Input[str] | None
+    certificate: str | None
+    # How many keys the front door accepts (none: it asks for none); the count is no secret.
+    key_count: int = 0
+
 
 ACCESS_ROOT = f"{FRONT_DOOR_DIR}/access"
 KEYS_DIR = f"{FRONT_DOOR_DIR}/keys"

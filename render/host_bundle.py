@@ -22,17 +22,18 @@ import functools
 import hashlib
 import io
 import lzma
-import os
 import zipfile
 from pathlib import Path
 
 from host.contract import BUNDLE_NAME, TOOLS_DIR
+from host.swap_files import write_file
+from render.checkout import CACHE
 
 HOST_PACKAGE = Path(__file__).resolve().parent.parent / "host"
 # The archive file the copy step sends and the bootstrap's compressed package, by the archive's digest,
 # beside the survey's cache (gitignored): xz at this preset takes a third of a second of CPU, the largest
 # single cost of a no-op preview of a small stack when it was done on every run.
-TRANSPORTED_CACHE = HOST_PACKAGE.parent / ".cache" / "host-bundle"
+TRANSPORTED_CACHE = HOST_PACKAGE.parent / CACHE / "host-bundle"
 # Where the copy step puts the archive on a host, one file per version; the tools step unpacks it from there.
 INCOMING_DIR = f"{TOOLS_DIR}/.incoming"
 # Tool name (what units and steps call) -> the module of the host package that runs it.
@@ -72,10 +73,7 @@ def archive() -> bytes:
 def _keep_in_cache(path: Path, data: bytes, versions: str) -> None:
     """Write `data` to `path` whole (a temporary file, then a rename) and remove the files of the other
     versions of host/ beside it (those matching the glob `versions`). OSError when the folder is not writable."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(f".{os.getpid()}.tmp")
-    temporary.write_bytes(data)
-    temporary.replace(path)
+    write_file(path, data)
     for stale in path.parent.glob(versions):
         if stale != path:
             stale.unlink(missing_ok=True)

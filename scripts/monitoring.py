@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -28,6 +27,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from host.swap_files import write_file  # noqa: E402
 from models.monitoring import Monitoring  # noqa: E402
 from render import monitoring as render  # noqa: E402
 from scripts.pulumi_cli import pulumi  # noqa: E402
@@ -36,9 +36,7 @@ from scripts.pulumi_cli import pulumi  # noqa: E402
 def _write(path: Path, text: str) -> None:
     if path.is_file() and path.read_text() == text:
         return
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)
+    write_file(path, text, make_parent=False)
 
 
 def files_for(stack: str, out: Path) -> dict[str, Path]:
