@@ -11,7 +11,6 @@ stack renders an unchanged step."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 
 from controller.assess import judgement
@@ -24,7 +23,6 @@ from models.hosts import Host
 from models.load_choice import LoadChoice, LoadFacts, pick_loader
 from models.vllm_flags import vllm_release
 from render.launch import load_choice, load_strategy_flag
-from render.units import render_unit
 
 # vLLM prefetches on its own only when the checkpoint is at most this share of the available RAM.
 PAGE_CACHE_SHARE = 0.9
@@ -236,8 +234,7 @@ def unit_changes(stack: str, rd: ResolvedDeployment, found: Survey) -> bool:
     unit = found.unit(rd.unit_name)
     if unit is None:
         return True
-    rendered = hashlib.sha256(render_unit(rd, stack).text.encode()).hexdigest()
-    return unit.sha256 != rendered or unit.env_matches_staged is False or unit.stopped
+    return unit.sha256 != applied(rd, stack).unit_sha256 or unit.env_matches_staged is False or unit.stopped
 
 
 def restart_forecast(

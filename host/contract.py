@@ -669,13 +669,13 @@ class AdapterState(Wire):
 class DeploymentState:
     """One deployment's state directory as the survey reports it: what its last swap left serving (None:
     nothing yet), the hand-made units its take-over put away, its adapters, how many drift repairs its
-    activations made (the `repairs` file) and how long its last start took."""
+    activations made (the `repairs` file). How long a start took is in the start records (Survey.starts),
+    per model."""
 
     record: ActiveRecord | None = None
     put_away: tuple[str, ...] = ()
     adapters: AdapterState | None = None
     repairs: int = 0
-    last_start_seconds: float | None = None
     # The forecast its last activation carried (its swap plan's): rendered again while no start comes, so
     # an unchanged stack renders an unchanged step.
     forecast: StartForecastRecord | None = None
@@ -692,7 +692,6 @@ class DeploymentState:
             "backendPort": record.backend_port if record else None,
             "adopted": list(self.put_away),
             "repairs": self.repairs,
-            "lastStartSeconds": self.last_start_seconds,
         }
         if record is not None and record.adopted is not None:
             entry["adoptedInPlace"] = record.adopted
@@ -713,14 +712,12 @@ class DeploymentState:
                 adopted=data.get("adoptedInPlace"),
             )
         adapters = data.get("adapters")
-        last = data.get("lastStartSeconds")
         forecast = data.get("forecast")
         return cls(
             record=record,
             put_away=_strings(data.get("adopted")),
             adapters=AdapterState.from_dict(adapters) if adapters is not None else None,
             repairs=int(data.get("repairs") or 0),
-            last_start_seconds=float(last) if isinstance(last, (int, float)) else None,
             forecast=StartForecastRecord.from_dict(forecast) if forecast else None,
         )
 

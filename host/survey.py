@@ -238,11 +238,6 @@ def deployment_states(state_root: str = STATE_DIR) -> dict[str, DeploymentState]
         if text is None:
             continue
         try:
-            with open(f"{base}/{owner}/swap-result.json", encoding="utf-8") as handle:
-                last = json.load(handle).get("timings", {}).get("start_to_ready")
-        except (OSError, ValueError, AttributeError):
-            last = None
-        try:
             with open(f"{base}/{owner}/swap-plan.json", encoding="utf-8") as handle:
                 planned = Plan.from_dict(json.load(handle))
             forecast = StartForecastRecord.of_plan(planned)
@@ -257,7 +252,6 @@ def deployment_states(state_root: str = STATE_DIR) -> dict[str, DeploymentState]
             # Its LoRA adapters (host/adapters.py): wanted, loaded by its engine, and their drift.
             adapters=adapter_state(Path(base) / owner),
             repairs=_number(f"{base}/{owner}/repairs"),
-            last_start_seconds=float(last) if isinstance(last, (int, float)) else None,
             # The forecast its last activation carried, which the next preview renders again while no start comes.
             forecast=forecast,
         )

@@ -148,12 +148,12 @@ def test_the_front_door_on_the_deployments_port_is_its_own(dev_raw: dict[str, An
     ]
 
 
-def serving(unit: str, gpus: list[int], last: float | None = None) -> dict[str, Any]:
+def serving(unit: str, gpus: list[int]) -> dict[str, Any]:
     return {
         "units": [{"name": unit, "activeState": "active", "enabled": True, "managed": True, "owner": "dev.chat"}],
         "listeners": [],
         "gpuHolders": [{"pid": 5, "gpus": gpus, "unit": unit}],
-        "active": {"dev.chat": {"unit": unit, "gpus": gpus, "backendPort": 18000, "lastStartSeconds": last}},
+        "active": {"dev.chat": {"unit": unit, "gpus": gpus, "backendPort": 18000}},
         "memory": {"totalMib": 24000, "availableMib": 20000},
     }
 
@@ -180,7 +180,7 @@ def test_preview_forecasts_stop_start_from_the_incoming_models_own_start(dev_raw
     """The deployment's last start (24.3 s) was tiny-chat-a's, the model that goes: the forecast of the
     swap to tiny-chat-b is tiny-chat-b's own last start on the host, not that one."""
     dev_raw["deployments"][0]["model"] = "tiny-chat-b"
-    found = serving("vllm-tiny-chat-a.service", [0], last=24.3)
+    found = serving("vllm-tiny-chat-a.service", [0])
     found["gpuHolders"].append({"pid": 9, "gpus": [1], "unit": "gpu-taker.service"})
     found["mounts"] = [{"path": "/", "type": "overlay"}]
     config = parse_stack_config(dev_raw)
@@ -226,7 +226,7 @@ def test_preview_forecasts_each_change_of_the_deployments_own_unit(dev_raw: dict
     """The unit that serves changes (its text differs from the stack's): the survey's reading of its engine
     decides a rewrite, a restart through the bridge on the free GPU, or, with none free, stop-then-start."""
     config = parse_stack_config(dev_raw)
-    found = serving("vllm-tiny-chat-a.service", [0], last=24.3)
+    found = serving("vllm-tiny-chat-a.service", [0])
     found["units"][0]["sha256"] = "0" * 64
     same = {"unit": "vllm-tiny-chat-a.service", "unitChanges": ["TimeoutStopSec=", "its comments"]}
     found["readings"] = {"dev.chat": same}
