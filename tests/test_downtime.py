@@ -25,10 +25,10 @@ from pulumi import automation as auto
 
 from host.contract import FRONT_DOOR_UNIT
 from render.paths import TEMPLATES
+from sandbox import sandbox_env
+from sandbox.sandbox_env import E2E_PORT, on_host
 from scripts.downtime_probe import DowntimeProbe
-from tests.support import sandbox_env
 from tests.support.paths import ROOT
-from tests.support.sandbox_env import E2E_PORT, on_host
 from tests.support.sandbox_stack import WatchedStack, module_state, start_without_failures
 
 STACK = "downtime"

@@ -31,9 +31,9 @@ from render.launch import args_check_spec, engine_environment, vllm_arguments
 from render.paths import FRONT_DOOR_UNIT, TEMPLATES, TOOLS_DIR, UNIT_DIR
 from render.scripts import MAX_SCRIPT_BYTES, Script, remote_invocation, step_script
 from render.units import render_bridge_unit, render_node_unit, render_unit, systemd_quote
+from sandbox.processes import run_captured
 from tests.support.host_package import ARCHIVE_URN, install_host_package
 from tests.support.paths import ROOT
-from tests.support.processes import run_captured
 from tests.support.reference import as_surveyed
 
 GOLDEN = Path(__file__).with_name("golden")
