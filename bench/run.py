@@ -35,10 +35,10 @@ from controller import config_limit  # noqa: E402
 from controller.config_limit import MAX_ARG_STRLEN  # noqa: E402
 from models.loader import load_stack_file, read_stack_file  # noqa: E402
 from render.checkout import CACHE  # noqa: E402
+from sandbox import engine, sandbox_env  # noqa: E402
+from sandbox.processes import run_captured  # noqa: E402
+from sandbox.sandbox_env import on_host  # noqa: E402
 from scripts.fleet_stack import fleet_files, known_hosts_name  # noqa: E402
-from tests.support import engine, sandbox_env  # noqa: E402
-from tests.support.processes import run_captured  # noqa: E402
-from tests.support.sandbox_env import on_host  # noqa: E402
 
 OUT = ROOT / "bench"
 RUNS = int(os.environ.get("BENCH_RUNS", "5"))

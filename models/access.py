@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, StringConstraints
+from pydantic import AfterValidator, Field, StringConstraints
 
 from models.base import ConfigModel
 from models.types import NAME_PATTERN
@@ -31,7 +31,9 @@ class Tls(ConfigModel):
     first), relative to the project or absolute. Its private key is the secret `vllm-fleet:tlsPrivateKey`
     (or `vllm-fleet:tlsPrivateKeyFile`, a file on this machine, as the sandbox generates one)."""
 
-    certificate_file: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_./-]{1,255}$")]
+    certificate_file: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_./-]{1,255}$")] = Field(
+        description="the PEM chain, server certificate first, a file beside the stack file"
+    )
 
 
 def _network(value: str) -> str:

@@ -21,8 +21,8 @@ class LoraLimits(ConfigModel):
 
     # Adapters in one batch (--max-loras) and held in CPU memory (--max-cpu-loras, at least max-loras).
     max_loras: Annotated[Int, Field(ge=1, le=256)] = 4
-    max_lora_rank: LoraRank = 16
-    max_cpu_loras: Annotated[Int, Field(ge=1, le=4096)] | None = None
+    max_lora_rank: LoraRank = Field(16, description="vLLM's `--max-lora-rank`: the largest rank an adapter may have")
+    max_cpu_loras: Annotated[Int, Field(ge=1, le=4096)] | None = Field(None, description="vLLM's `--max-cpu-loras`")
 
     @model_validator(mode="after")
     def _cpu_holds_the_batch(self) -> Self:
@@ -42,13 +42,13 @@ class AdapterSpec(ConfigModel):
     kept and removed like a model's; the engine loads it at runtime, so adding, updating or removing one
     restarts nothing."""
 
-    repo: HfRepo
-    revision: Revision = "main"
+    repo: HfRepo = Field(description="the Hugging Face repository of the adapter")
+    revision: Revision = Field("main", description="the commit to download; a production stack needs the 40-hex commit")
     # The models it was trained on or fits (same architecture and shapes): a deployment serving another
     # model cannot list it. Its adapter_config.json must name one of their repos as its base.
     bases: Annotated[tuple[Name, ...], Field(min_length=1)]
-    size_gb: Annotated[Float, Field(gt=0)] = 0.1
-    keep: bool = False
+    size_gb: Annotated[Float, Field(gt=0, description="its size on disk, counted in the storage's capacity")] = 0.1
+    keep: bool = Field(False, description="keep its files when no deployment serves it")
 
 
 class ResolvedAdapter(ConfigModel):

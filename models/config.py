@@ -95,22 +95,35 @@ class DistributedBackend(StrEnum):
 class ServingDefaults(ConfigModel):
     """How a model is served unless a deployment overrides it (the catalog's presets set these)."""
 
-    tensor_parallel: Annotated[Int, Field(ge=1, le=64)] = 1
-    pipeline_parallel: Annotated[Int, Field(ge=1, le=64)] = 1
-    expert_parallel: bool = False
-    max_model_len: Annotated[Int, Field(ge=16, le=10_000_000)] | None = None
-    gpu_memory_utilization: Annotated[Float, Field(gt=0.05, le=0.99)] = 0.9
-    tool_call_parser: ParserName | None = None
-    reasoning_parser: ParserName | None = None
-    enable_auto_tool_choice: bool = False
-    trust_remote_code: bool = False
-    attention_backend: AttentionBackend | None = None
+    tensor_parallel: Annotated[Int, Field(ge=1, le=64, description="vLLM's `--tensor-parallel-size`")] = 1
+    pipeline_parallel: Annotated[Int, Field(ge=1, le=64, description="vLLM's `--pipeline-parallel-size`")] = 1
+    expert_parallel: bool = Field(False, description="vLLM's `--enable-expert-parallel`")
+    max_model_len: Annotated[Int, Field(ge=16, le=10_000_000)] | None = Field(
+        None, description="vLLM's `--max-model-len`; unset, the model's own"
+    )
+    gpu_memory_utilization: Annotated[
+        Float, Field(gt=0.05, le=0.99, description="vLLM's `--gpu-memory-utilization`")
+    ] = 0.9
+    tool_call_parser: ParserName | None = Field(None, description="vLLM's `--tool-call-parser`")
+    reasoning_parser: ParserName | None = Field(None, description="vLLM's `--reasoning-parser`")
+    enable_auto_tool_choice: bool = Field(False, description="vLLM's `--enable-auto-tool-choice`")
+    trust_remote_code: bool = Field(False, description="vLLM's `--trust-remote-code`")
+    attention_backend: AttentionBackend | None = Field(
+        None, description="vLLM's attention backend (a flag, or `VLLM_ATTENTION_BACKEND` before vLLM 0.12)"
+    )
     # Unset or `auto`: picked from the host's facts (models/load_choice.py); any other value is passed as it is.
     safetensors_load_strategy: LoadStrategy | None = None
-    load_format: LoadFormat | None = None
-    model_loader_extra_config: LoaderConfig | None = None
-    extra_args: ExtraArgs = ()
-    extra_env: Environment = Field(default_factory=dict)
+    load_format: LoadFormat | None = Field(None, description="vLLM's `--load-format`")
+    model_loader_extra_config: LoaderConfig | None = Field(
+        None, description="vLLM's `--model-loader-extra-config`, a JSON object"
+    )
+    extra_args: ExtraArgs = Field(
+        (), description="more vLLM flags; the ones the project manages are refused, naming the key that sets them"
+    )
+    extra_env: Environment = Field(
+        default_factory=dict,
+        description="more environment of the engine (`VLLM_*` and others); managed ones are refused",
+    )
     lora: LoraLimits | None = None
 
 
@@ -169,14 +182,16 @@ class ReferenceLoad(ConfigModel):
 class ModelSpec(ConfigModel):
     """A model that must be on disk: catalog preset merged with the stack's overrides."""
 
-    repo: HfRepo
-    revision: Revision = "main"
-    dir: Name
-    size_gb: Annotated[Float, Field(gt=0)]
-    shards: Annotated[Int, Field(ge=1)] | None = None
-    quantization: Label | None = None
-    architecture: Label | None = None
-    notes: str | None = None
+    repo: HfRepo = Field(description="the Hugging Face repository")
+    revision: Revision = Field(
+        "main", description="the commit to download; a production stack needs the 40-hex commit, not a branch"
+    )
+    dir: Name = Field(description="its folder under the storage's path")
+    size_gb: Annotated[Float, Field(gt=0, description="its size on disk, for the disk and GPU memory rules")]
+    shards: Annotated[Int, Field(ge=1)] | None = Field(None, description="how many safetensors files it has")
+    quantization: Label | None = Field(None, description="a label for people (e.g. `int4`)")
+    architecture: Label | None = Field(None, description="a label for people (e.g. `DeepseekV3ForCausalLM`)")
+    notes: str | None = Field(None, description="free text for people")
     serving: ServingDefaults = ServingDefaults()
     reference_load: ReferenceLoad | None = None
     # Keep the files on disk when no deployment serves the model (swapping back downloads nothing).
@@ -201,7 +216,7 @@ def adapter_download(name: str, adapter: AdapterSpec) -> ModelSpec:
 class Rollout(ConfigModel):
     """Deployments of one group swap a few at a time: each waits until the one before it serves again."""
 
-    group: Name
+    group: Name = Field(description="the group's name: deployments that serve the same thing on several hosts")
     # How many of the group may be swapping (not serving) at once.
     max_unavailable: Annotated[Int, Field(ge=1, le=1000)] = 1
 
@@ -211,10 +226,10 @@ class SmokeBenchmark(ConfigModel):
     `vllm bench serve --dataset-name random --ignore-eos` measures, host/smoke_bench.py); its output
     tokens/s, median TTFT and TPOT become the deployment's stack outputs."""
 
-    requests: Annotated[Int, Field(ge=1, le=500)] = 8
-    input_len: Annotated[Int, Field(ge=1, le=32768)] = 32
-    output_len: Annotated[Int, Field(ge=1, le=8192)] = 16
-    concurrency: Annotated[Int, Field(ge=1, le=256)] = 2
+    requests: Annotated[Int, Field(ge=1, le=500, description="how many completions")] = 8
+    input_len: Annotated[Int, Field(ge=1, le=32768, description="tokens of each random prompt")] = 32
+    output_len: Annotated[Int, Field(ge=1, le=8192, description="tokens each completion generates")] = 16
+    concurrency: Annotated[Int, Field(ge=1, le=256, description="how many at once")] = 2
 
 
 def _unique_gpus(gpus: tuple[int, ...]) -> tuple[int, ...]:
@@ -224,9 +239,11 @@ def _unique_gpus(gpus: tuple[int, ...]) -> tuple[int, ...]:
 
 
 class Deployment(ConfigModel):
-    name: Name
-    host: Name
-    model: Name
+    name: Name = Field(description="the deployment's name (its steps, its state on the host, its unit by default)")
+    host: Name = Field(description="the host it serves on (the head, for a model across hosts)")
+    model: Name = Field(
+        description="the name of a `vllm-fleet:models` entry; changing it is a swap ([swaps.md](swaps.md))"
+    )
     # The GPUs this deployment may use. It serves on tensorParallel x pipelineParallel of them; when the
     # list has room for a second model beside the serving one, a swap starts the new model there while
     # the old one serves (blue/green) and the front door switches over.
@@ -250,7 +267,9 @@ class Deployment(ConfigModel):
     # must be in the page cache. Less, and the pre-warm reads them again once; still less, and the swap
     # refuses before anything stops (the load would read the rest from storage). null: measured and said only.
     prewarm_min_resident_share: Annotated[Float, Field(ge=0, le=1)] | None = None
-    served_model_name: ServedName | None = None
+    served_model_name: ServedName | None = Field(
+        None, description="the model id clients send; default the model's name"
+    )
     # Further model ids the engine answers to (vLLM serves every name --served-model-name lists). Unset:
     # the ids clients use today keep answering (what the deployment's engine or the units it replaces
     # serve now, read by the preview's survey: a hand-made launch without --served-model-name serves its
@@ -260,25 +279,39 @@ class Deployment(ConfigModel):
     public_url: (
         Annotated[str, StringConstraints(pattern=r"^https?://[A-Za-z0-9.:\[\]-]+(/[A-Za-z0-9._/-]*)?$")] | None
     ) = None
-    unit_name: UnitStem | None = None
+    unit_name: UnitStem | None = Field(
+        None,
+        description="the systemd unit's name (`vllm-...`); default from the model's name; the name of a hand-made "
+        "unit to adopt it in place ([first-deployment.md](first-deployment.md))",
+    )
     # Hand-made units already on the host that this deployment takes over: stopped and disabled inside
     # the swap (their files backed up, restored on rollback). Units neither managed nor named are never touched.
     replaces: tuple[SystemdServiceName, ...] = ()
     # GPU holders of no managed or adopted unit (a hand-started engine, a notebook): the GPU-release guard
     # stops them only when this says so; otherwise `pulumi preview` and the start fail naming them.
     foreign_gpu_processes: ForeignGpuProcesses = ForeignGpuProcesses.REFUSE
-    environment: Environment = Field(default_factory=dict)
-    overrides: ServingOverrides = ServingOverrides()
+    environment: Environment = Field(
+        default_factory=dict, description="more environment of the engine (e.g. NCCL tuning)"
+    )
+    overrides: ServingOverrides = Field(
+        ServingOverrides(), description="any field of the model's `serving`, for this deployment only"
+    )
     # How long a start may take before it counts as failed; derived from model size when unset.
     start_timeout_seconds: Annotated[Int, Field(ge=30, le=6 * 3600)] | None = None
     # How long the GPU-release guard waits for memory to drop before it stops stray holders.
     gpu_release_timeout_seconds: Annotated[Int, Field(ge=5, le=3600)] = 120
-    gpu_release_threshold_mib: Annotated[Int, Field(ge=1, le=100_000)] = 1000
+    gpu_release_threshold_mib: Annotated[
+        Int, Field(ge=1, le=100_000, description="a GPU counts as free below this much used memory")
+    ] = 1000
     rollout: Rollout | None = None
     # A model served across hosts: the head (`host`, first) runs the API server and the front door, each
     # other node a headless engine; tensorParallel x pipelineParallel GPUs in all, `gpus` on every node.
     nodes: tuple[Name, ...] = ()
-    distributed_backend: DistributedBackend = DistributedBackend.MP
+    distributed_backend: DistributedBackend = Field(
+        DistributedBackend.MP,
+        description="a model across hosts: vLLM's own multi-node engine (`mp`); `ray` is refused by the preview for "
+        "now",
+    )
     # The head's rendezvous ports (torch.distributed), on its cluster address: masterPort plus 0-99, a number
     # derived from the model, so engines of two models never join each other.
     master_port: Annotated[Int, Field(ge=1024, le=65535 - MASTER_PORT_SPREAD)] = 29500

@@ -4,8 +4,8 @@ Blue/green keeps the old engine serving until the new one answers: zero, as long
 GPUs hold both. Stop-then-start is out for the engine's start: a fixed part (engine and worker start,
 compilation, CUDA graph capture) plus reading the weights. The rates are the reference server's own
 lazy load, a published prefetch figure (REFERENCE.md) and a page-cache rate: a TP8 load on a machine
-with 8 GPUs where tests/device/ holds such a record (tests/device/tp8_load.py), else the one measured on
-an H200 box (tests/device/load_rate.py); docs/swaps.md ("On paper, for the reference server") tabulates them for the
+with 8 GPUs where bench/device/ holds such a record (bench/device/tp8_load.py), else the one measured on
+an H200 box (bench/device/load_rate.py); docs/swaps.md ("On paper, for the reference server") tabulates them for the
 reference server's models. Where the deployment has started on this host before, its measured start
 replaces the estimate.
 """
@@ -27,13 +27,13 @@ LAZY_GB_PER_SECOND = 547 / (33 * 60)
 # `--safetensors-load-strategy prefetch` (vllm#36012): DeepSeek-V3-0324 (~690 GB) weights in 435 s
 # instead of 1500 s on the slower of its two servers, about 1.6 GB/s. A published measurement on other
 # hardware, kept because nothing measured here applies: prefetch is bound by the storage's sequential
-# read rate, and /shared's is unknown. On the H200 box (tests/device/h200-load-2026-12-01.json) a
+# read rate, and /shared's is unknown. On the H200 box (bench/device/h200-load-2026-12-01.json) a
 # prefetch thread gained nothing over lazy reads from its local disk (`cold_single_prefetch` 1.46 GB/s,
 # `cold_single` 1.43), both disk-bound; its page-cache rate below is the ceiling prefetch can reach.
 PREFETCH_GB_PER_SECOND = 690 / 435
 # Weights already in the page cache (pre-warmed while the old model served), loaded by a TP8 engine's
 # workers: 8 processes, each reading every tensor through safe_open's mmap and copying its 1/8 slice to
-# the GPU, measured on an H200 box: tests/device/h200-load-2026-12-01.json, `warm_tp8.checkpoint_gbps`
+# the GPU, measured on an H200 box: bench/device/h200-load-2026-12-01.json, `warm_tp8.checkpoint_gbps`
 # (16 GB checkpoint in 1.9 s; a second run, h200-load-2026-12-01-run2.json, gave 8.63). The 8 workers
 # shared that box's one GPU, yet 8 processes copying disjoint whole tensors reached 18.55 GB/s into it
 # (`warm_disjoint8`): the bound was most likely each worker's walk over every tensor (mapping its
@@ -44,11 +44,11 @@ PREFETCH_GB_PER_SECOND = 690 / 435
 # stand-in for the pre-warmed load, not the reference's own. A TP8 record from a machine with 8 GPUs
 # replaces it (warm_rate below).
 WARM_GB_PER_SECOND = 8.41
-WARM_SOURCE = "tests/device/h200-load-2026-12-01.json, `warm_tp8.checkpoint_gbps` (8 workers sharing one H200)"
+WARM_SOURCE = "bench/device/h200-load-2026-12-01.json, `warm_tp8.checkpoint_gbps` (8 workers sharing one H200)"
 
 ROOT = Path(__file__).resolve().parents[1]
-# Where tests/device/tp8_load.py's records are committed, as <gpu>x8-tp8-load-<date>.json.
-DEVICE_RECORDS = ROOT / "tests" / "device"
+# Where bench/device/tp8_load.py's records are committed, as <gpu>x8-tp8-load-<date>.json.
+DEVICE_RECORDS = ROOT / "bench" / "device"
 TP8_RECORD_GLOB = "*-tp8-load-*.json"
 TP8_MIN_CHECKPOINT_GB = 120.0  # issue 50: a checkpoint this large at least, so the load is not a cache's
 
@@ -64,7 +64,7 @@ def _cited(path: Path) -> str:
 
 
 def read_tp8_record(path: Path) -> WarmRate:
-    """The pre-warmed TP8 rate of a tests/device/tp8_load.py record: 8 processes on 8 distinct GPUs
+    """The pre-warmed TP8 rate of a bench/device/tp8_load.py record: 8 processes on 8 distinct GPUs
     loaded their slices of a checkpoint the page cache held in full, as vLLM's default loader does, without
     error; the rate is the checkpoint's size over the time from the first start to the last end (the slower
     of its passes). ValueError, naming the file, when the record does not say all of that."""

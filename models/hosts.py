@@ -35,37 +35,56 @@ class Interconnect(StrEnum):
 class GpuSpec(ConfigModel):
     """What the host has; preflight compares it with what nvidia-smi reports."""
 
-    count: Annotated[Int, Field(ge=0, le=64)]
-    model: Label = "none"
-    memory_gib: Annotated[Float, Field(gt=0, le=4096)] = 1.0
-    interconnect: Interconnect = Interconnect.PCIE
-    compute_capability: Annotated[str, StringConstraints(pattern=r"^\d{1,2}\.\d$")] | None = None
+    count: Annotated[Int, Field(ge=0, le=64, description="how many GPUs the host has")]
+    model: Label = Field("none", description="the GPUs' model, as nvidia-smi names it")
+    memory_gib: Annotated[
+        Float, Field(gt=0, le=4096, description="each GPU's memory, for the rule that the weights and a KV cache fit")
+    ] = 1.0
+    interconnect: Interconnect = Field(Interconnect.PCIE, description="how the GPUs talk to each other")
+    compute_capability: Annotated[str, StringConstraints(pattern=r"^\d{1,2}\.\d$")] | None = Field(
+        None, description="the GPUs' CUDA compute capability (e.g. `12.0`)"
+    )
 
 
 class Runtime(ConfigModel):
     """The vLLM installation already on the host (the project does not install CUDA stacks)."""
 
-    python: AbsPath = "/root/ml-env/bin/python3"
-    vllm_version: VersionString | None = None
+    python: AbsPath = Field(
+        "/root/ml-env/bin/python3",
+        description="the python of the host's vLLM venv; the engines and vllm-args-check run with it",
+    )
+    vllm_version: VersionString | None = Field(
+        None,
+        description="optional: the vLLM release the venv must have (an assertion; unset, the survey reads it and "
+        "version-dependent rendering follows that reading)",
+    )
 
 
 class ClusterNetwork(ConfigModel):
     """Where the other nodes of a multi-node deployment reach this host: an address on a private network
     (the engines' traffic is unencrypted and can run code) and the interface that carries it."""
 
-    address: IpAddress
-    interface: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,15}$")]
+    address: IpAddress = Field(description="this host's address on the private network (`VLLM_HOST_IP`)")
+    interface: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,15}$")] = Field(
+        description="that network's interface (`GLOO_SOCKET_IFNAME`, `NCCL_SOCKET_IFNAME`)"
+    )
 
 
 DEFAULT_SSH_PORT = 22  # a host's port unless it names one; OpenSSH's known_hosts names others ([address]:port)
 
 
 class Host(ConfigModel):
-    name: Name
-    address: Annotated[str, AfterValidator(check_address)]
-    port: Annotated[Int, Field(ge=1, le=65535)] = DEFAULT_SSH_PORT
-    user: UnixUser = "root"
-    host_key: Annotated[str, StringConstraints(pattern=SSH_HOST_KEY_PATTERN)] | None = None
+    name: Name = Field(description="the host's name, which storage and deployments refer to")
+    address: Annotated[str, AfterValidator(check_address)] = Field(
+        description="the address the controller reaches the host's sshd at (an IP address or a DNS name)"
+    )
+    port: Annotated[Int, Field(ge=1, le=65535, description="sshd's port")] = DEFAULT_SSH_PORT
+    user: UnixUser = Field("root", description="the user the controller logs in as over SSH")
+    host_key: Annotated[str, StringConstraints(pattern=SSH_HOST_KEY_PATTERN)] | None = Field(
+        None,
+        description="the host's SSH key as `ssh-keyscan -t ed25519 ADDRESS` prints it; wins over `knownHostsFile` "
+        "([host-keys.md](host-keys.md))",
+    )
     gpus: GpuSpec
     runtime: Runtime = Runtime()
     # Host-local disk (an NVMe) that models are copied to before a swap, while the old model serves; the
@@ -73,7 +92,9 @@ class Host(ConfigModel):
     staging_path: Annotated[AbsPath, AfterValidator(not_a_system_directory)] | None = None
     # Bounded SSH connection: attempts x seconds is the longest a step waits for an unreachable host.
     dial_attempts: Annotated[Int, Field(ge=1, le=20)] = 3
-    dial_timeout_seconds: Annotated[Int, Field(ge=1, le=120)] = 10
+    dial_timeout_seconds: Annotated[
+        Int, Field(ge=1, le=120, description="seconds one SSH connection attempt may take")
+    ] = 10
     # Out of service: what runs there keeps running, `pulumi up` runs no step there and never contacts it,
     # and a change of what it should serve is refused until the cordon is lifted.
     cordon: bool = False
@@ -82,13 +103,17 @@ class Host(ConfigModel):
 
 
 class Storage(ConfigModel):
-    name: Name
-    host: Name
-    path: Annotated[AbsPath, AfterValidator(not_a_system_directory)]
-    hf_home: AbsPath | None = None
-    capacity_gb: Annotated[Float, Field(gt=0)]
-    free_margin_gb: Annotated[Float, Field(ge=0)] = 50.0
-    owner: UnixUser = "root"
+    name: Name = Field(description="the storage's name")
+    host: Name = Field(description="the host it belongs to (one storage per host)")
+    path: Annotated[AbsPath, AfterValidator(not_a_system_directory)] = Field(
+        description="where models live on the host (e.g. `/shared`)"
+    )
+    hf_home: AbsPath | None = Field(None, description="`HF_HOME` for downloads; default `<path>/huggingface`")
+    capacity_gb: Annotated[
+        Float, Field(gt=0, description="the storage's size: the models wanted there must fit it, less `freeMarginGb`")
+    ]
+    free_margin_gb: Annotated[Float, Field(ge=0, description="space always left free")] = 50.0
+    owner: UnixUser = Field("root", description="the Unix user that owns the model files")
 
     @property
     def effective_hf_home(self) -> str:

@@ -22,10 +22,14 @@ class Monitoring(ConfigModel):
     stuck_for_seconds: Seconds = 600
     # VllmFleetRequestsWaiting: more than this many requests queued, this long.
     waiting_requests: Annotated[Int, Field(ge=1, le=100000)] = 16
-    waiting_for_seconds: Seconds = 600
+    waiting_for_seconds: Seconds = Field(
+        600, description="how long requests must wait above `waitingRequests` before the alert fires"
+    )
     # VllmFleetKvCacheNearlyFull: the KV cache's use (0-1) above this fraction, this long.
     kv_cache_fraction: Annotated[Float, Field(gt=0, le=1)] = 0.95
-    kv_cache_for_seconds: Seconds = 900
+    kv_cache_for_seconds: Seconds = Field(
+        900, description="how long the KV cache must stay above `kvCacheFraction` before the alert fires"
+    )
     # VllmFleetModelDrift: the engine behind the front door serves a name other than the stack's, this long.
     drift_for_seconds: Seconds = 120
     # The window of the rates and percentiles of the recording rules and the alerts (a few scrapes at least).

@@ -1,8 +1,8 @@
 """Pure functions that render what runs on a host: the vLLM units, their environment, and every script.
 
 Nothing here imports Pulumi or touches a host, so every output is golden-tested and checked by
-`systemd-analyze verify` and `shellcheck` (tests/test_render.py). Templates are files beside the components
-that ship them, in `components/files/`; a step's script is the host package's (host/steps/), and its command
+`systemd-analyze verify` and `shellcheck` (tests/test_render.py). Templates, and the scripts sent whole before
+the host's tools exist, are files beside the code that renders them, in `render/templates/`; a step's script is the host package's (host/steps/), and its command
 one call of the host's `step` tool with the parameters rendered here. The modules, each importing only those
 before it:
   paths    where things are, in this repository and on a host

@@ -3,7 +3,7 @@ runs one of its tools over SSH before anything is installed.
 
 A host gets one archive (`/usr/local/lib/vllm-fleet/vllm-fleet-host.pyz`) and, for each tool the units
 and steps call by path, a launcher of three lines that runs the tool's module from it (the tools step
-writes them, components/files/tools.sh). The archive is
+writes them, render/templates/tools.sh). The archive is
 built reproducibly (sorted names, fixed timestamps and modes), so it changes, and its steps show an
 update in the preview, exactly when a file of `host/` changes; its digest is the package's version. It
 travels to a host as a file (`archive_file`, copied over SFTP by the host's tools-archive step), not

@@ -7,8 +7,9 @@ from pathlib import Path
 from host import contract
 from models.config import ResolvedDeployment
 
-# The templates and script bodies live beside the components that ship them.
-FILES = Path(__file__).resolve().parent.parent / "components" / "files"
+# The templates (units, the front door's nginx configuration) and the scripts sent whole live with the code
+# that renders them.
+TEMPLATES = Path(__file__).resolve().parent / "templates"
 # Where things live on a host: the contract with the host tools (host/contract.py) says it once.
 TOOLS_DIR = contract.TOOLS_DIR
 STATE_DIR = contract.STATE_DIR

@@ -13,7 +13,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 
 from host import step as host_step
-from render.paths import FILES, TOOLS_DIR
+from render.paths import TEMPLATES, TOOLS_DIR
 
 ParamValue = str | int | float | bool | Sequence[str]
 
@@ -48,8 +48,8 @@ class Script(str):
 
 
 def script_body(name: str) -> str:
-    """A file of components/files: a template, or the body of a script sent whole."""
-    return (FILES / name).read_text(encoding="utf-8")
+    """A file of render/templates: a template, or the body of a script sent whole."""
+    return (TEMPLATES / name).read_text(encoding="utf-8")
 
 
 def step_script(name: str, params: Mapping[str, ParamValue]) -> Script:
@@ -59,7 +59,7 @@ def step_script(name: str, params: Mapping[str, ParamValue]) -> Script:
 
 
 def render_script(name: str, params: Mapping[str, ParamValue]) -> Script:
-    """A script of components/files with its parameters bound, sent whole: what runs before the host's
+    """A script of render/templates with its parameters bound, sent whole: what runs before the host's
     tools are installed (their install, the preflight) or after they are gone (their removal)."""
     body = script_body(name)
     if not body.startswith("#!/usr/bin/env bash\n"):

@@ -1,5 +1,5 @@
 """The systemd units of a deployment's engines (the head's and each other node's) and their environment
-files, from the templates in components/files."""
+files, from the templates in render/templates."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from host.contract import ADAPTERS_FILE
 from host.unit_file import bridge_stem
 from models.config import ResolvedDeployment
 from render.launch import ENGINE_PORT_VARIABLE, engine_environment, node_watch_command, vllm_arguments
-from render.paths import ETC_DIR, FILES, TOOLS_DIR, deployment_state_dir, node_state_dir
+from render.paths import ETC_DIR, TEMPLATES, TOOLS_DIR, deployment_state_dir, node_state_dir
 
 _SYSTEMD_SAFE = re.compile(r"^[A-Za-z0-9_./:=,+@-]+$")
 
@@ -51,7 +51,7 @@ def render_unit(rd: ResolvedDeployment, stack: str, stem: str | None = None) -> 
     release_timeout = rd.deployment.gpu_release_timeout_seconds
     start_timeout = rd.start_timeout_seconds
     start_timeout_total = start_timeout + release_timeout + 60
-    template = Template((FILES / "vllm.service.tmpl").read_text(encoding="utf-8"))
+    template = Template((TEMPLATES / "vllm.service.tmpl").read_text(encoding="utf-8"))
     text = template.substitute(
         stack=stack,
         deployment=rd.deployment.name,
@@ -98,7 +98,7 @@ def render_node_unit(rd: ResolvedDeployment, stack: str, rank: int) -> RenderedU
     unit = rd.worker_unit_name(rank)
     gpus = ",".join(str(g) for g in rd.deployment.gpus)
     env = {"CUDA_VISIBLE_DEVICES": gpus} if rd.deployment.gpus else {}
-    text = Template((FILES / "vllm-node.service.tmpl").read_text(encoding="utf-8")).substitute(
+    text = Template((TEMPLATES / "vllm-node.service.tmpl").read_text(encoding="utf-8")).substitute(
         stack=stack,
         deployment=rd.deployment.name,
         rank=rank,

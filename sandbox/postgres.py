@@ -19,7 +19,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from tests.support.processes import free_port
+from sandbox.processes import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 STATE_SQL = ROOT / "scripts" / "state-db.sql"

@@ -4,8 +4,9 @@
 
 Every key of `Pulumi.<stack>.yaml` that `models.config.StackConfig` validates, with its type, default and
 rules, is read from pydantic's JSON schema of that model (the types, bounds, patterns and enums pydantic
-itself enforces); what a key means comes from the model: a field's `description`, else the comment lines
-written above the field in its class, else the class's docstring for a key that holds a model. The keys the
+itself enforces); what a key means comes from the model: a field's `Field(description=...)` (pydantic puts it
+in the schema), else the comment lines written above the field in its class, else the class's docstring for
+a key that holds a model; a field with none of them stops the script. The keys the
 loader reads outside StackConfig (the secrets, the key files, `defaults`, a model's `preset`) are described
 below by hand, and a key of the loader's lists without a description here stops the script.
 tests/test_config_reference.py compares the output with the committed page.
@@ -68,83 +69,6 @@ ESTIMATES_TEXT = (
     "raise it). Models wanted on a storage (served there, or `keep: true`) must fit `capacityGb - freeMarginGb`. "
     "The unit's start timeout is 600 s plus 6 s per GB of model unless `startTimeoutSeconds` says otherwise."
 )
-# What a field means where its model says nothing of it (no description, no comment above it). A field
-# that has neither, nor an entry here, stops the script: a new key comes with its line on the page.
-DESCRIBED = {
-    "hosts[].name": "the host's name, which storage and deployments refer to",
-    "hosts[].address": "the address the controller reaches the host's sshd at (an IP address or a DNS name)",
-    "hosts[].port": "sshd's port",
-    "hosts[].user": "the user the controller logs in as over SSH",
-    "hosts[].hostKey": "the host's SSH key as `ssh-keyscan -t ed25519 ADDRESS` prints it; wins over "
-    "`knownHostsFile` ([host-keys.md](host-keys.md))",
-    "hosts[].gpus.count": "how many GPUs the host has",
-    "hosts[].gpus.model": "the GPUs' model, as nvidia-smi names it",
-    "hosts[].gpus.memoryGib": "each GPU's memory, for the rule that the weights and a KV cache fit",
-    "hosts[].gpus.interconnect": "how the GPUs talk to each other",
-    "hosts[].gpus.computeCapability": "the GPUs' CUDA compute capability (e.g. `12.0`)",
-    "hosts[].runtime.python": "the python of the host's vLLM venv; the engines and vllm-args-check run with it",
-    "hosts[].runtime.vllmVersion": "optional: the vLLM release the venv must have (an assertion; unset, the "
-    "survey reads it and version-dependent rendering follows that reading)",
-    "hosts[].dialTimeoutSeconds": "seconds one SSH connection attempt may take",
-    "hosts[].cluster.address": "this host's address on the private network (`VLLM_HOST_IP`)",
-    "hosts[].cluster.interface": "that network's interface (`GLOO_SOCKET_IFNAME`, `NCCL_SOCKET_IFNAME`)",
-    "storage[].name": "the storage's name",
-    "storage[].host": "the host it belongs to (one storage per host)",
-    "storage[].path": "where models live on the host (e.g. `/shared`)",
-    "storage[].hfHome": "`HF_HOME` for downloads; default `<path>/huggingface`",
-    "storage[].capacityGb": "the storage's size: the models wanted there must fit it, less `freeMarginGb`",
-    "storage[].freeMarginGb": "space always left free",
-    "storage[].owner": "the Unix user that owns the model files",
-    "models.<name>.repo": "the Hugging Face repository",
-    "models.<name>.revision": "the commit to download; a production stack needs the 40-hex commit, not a branch",
-    "models.<name>.dir": "its folder under the storage's path",
-    "models.<name>.sizeGb": "its size on disk, for the disk and GPU memory rules",
-    "models.<name>.shards": "how many safetensors files it has",
-    "models.<name>.quantization": "a label for people (e.g. `int4`)",
-    "models.<name>.architecture": "a label for people (e.g. `DeepseekV3ForCausalLM`)",
-    "models.<name>.notes": "free text for people",
-    "models.<name>.serving.tensorParallel": "vLLM's `--tensor-parallel-size`",
-    "models.<name>.serving.pipelineParallel": "vLLM's `--pipeline-parallel-size`",
-    "models.<name>.serving.expertParallel": "vLLM's `--enable-expert-parallel`",
-    "models.<name>.serving.maxModelLen": "vLLM's `--max-model-len`; unset, the model's own",
-    "models.<name>.serving.gpuMemoryUtilization": "vLLM's `--gpu-memory-utilization`",
-    "models.<name>.serving.toolCallParser": "vLLM's `--tool-call-parser`",
-    "models.<name>.serving.reasoningParser": "vLLM's `--reasoning-parser`",
-    "models.<name>.serving.enableAutoToolChoice": "vLLM's `--enable-auto-tool-choice`",
-    "models.<name>.serving.trustRemoteCode": "vLLM's `--trust-remote-code`",
-    "models.<name>.serving.attentionBackend": "vLLM's attention backend (a flag, or `VLLM_ATTENTION_BACKEND` "
-    "before vLLM 0.12)",
-    "models.<name>.serving.loadFormat": "vLLM's `--load-format`",
-    "models.<name>.serving.modelLoaderExtraConfig": "vLLM's `--model-loader-extra-config`, a JSON object",
-    "models.<name>.serving.extraArgs": "more vLLM flags; the ones the project manages are refused, naming the key "
-    "that sets them",
-    "models.<name>.serving.extraEnv": "more environment of the engine (`VLLM_*` and others); managed ones are refused",
-    "models.<name>.serving.lora.maxLoraRank": "vLLM's `--max-lora-rank`: the largest rank an adapter may have",
-    "models.<name>.serving.lora.maxCpuLoras": "vLLM's `--max-cpu-loras`",
-    "deployments[].name": "the deployment's name (its steps, its state on the host, its unit by default)",
-    "deployments[].host": "the host it serves on (the head, for a model across hosts)",
-    "deployments[].model": "the name of a `vllm-fleet:models` entry; changing it is a swap ([swaps.md](swaps.md))",
-    "deployments[].servedModelName": "the model id clients send; default the model's name",
-    "deployments[].unitName": "the systemd unit's name (`vllm-...`); default from the model's name; the name "
-    "of a hand-made unit to adopt it in place ([first-deployment.md](first-deployment.md))",
-    "deployments[].environment": "more environment of the engine (e.g. NCCL tuning)",
-    "deployments[].overrides": "any field of the model's `serving`, for this deployment only",
-    "deployments[].gpuReleaseThresholdMib": "a GPU counts as free below this much used memory",
-    "deployments[].rollout.group": "the group's name: deployments that serve the same thing on several hosts",
-    "deployments[].distributedBackend": "a model across hosts: vLLM's own multi-node engine (`mp`); `ray` is "
-    "refused by the preview for now",
-    "deployments[].smokeBenchmark.requests": "how many completions",
-    "deployments[].smokeBenchmark.inputLen": "tokens of each random prompt",
-    "deployments[].smokeBenchmark.outputLen": "tokens each completion generates",
-    "deployments[].smokeBenchmark.concurrency": "how many at once",
-    "access.tls.certificateFile": "the PEM chain, server certificate first, a file beside the stack file",
-    "monitoring.waitingForSeconds": "how long requests must wait above `waitingRequests` before the alert fires",
-    "monitoring.kvCacheForSeconds": "how long the KV cache must stay above `kvCacheFraction` before the alert fires",
-    "adapters.<name>.repo": "the Hugging Face repository of the adapter",
-    "adapters.<name>.revision": "the commit to download; a production stack needs the 40-hex commit",
-    "adapters.<name>.sizeGb": "its size on disk, counted in the storage's capacity",
-    "adapters.<name>.keep": "keep its files when no deployment serves it",
-}
 # Fields whose children are another model's, said once there: a deployment's overrides are ServingDefaults'.
 NOT_EXPANDED = {"ServingOverrides"}
 MODULES = (config, hosts, access, adapters, monitoring)
@@ -301,9 +225,6 @@ class Reference:
         comment = self.comments.get(owner or "", {}).get(key)
         if comment:
             return one_line(comment)
-        described = DESCRIBED.get(path.removeprefix(f"{NAMESPACE}:"))
-        if described:
-            return one_line(described)
         target, name = self.resolve(self.without_null(node)[0])
         if name is not None and target.get("description"):
             return one_line(target["description"])
@@ -402,8 +323,8 @@ def render() -> str:
         lines += ["", f"## {NAMESPACE}:{key}", "", *table(rows)]
     if reference.undescribed:
         raise SystemExit(
-            f"config_reference: no description for {reference.undescribed}: give the field a comment in its model "
-            "(or a Field description), or an entry in DESCRIBED of scripts/config_reference.py"
+            f"config_reference: no description for {reference.undescribed}: give the field one in its model, "
+            '`Field(description="...")`, or a comment above it'
         )
     lines += ["", f"## {NAMESPACE}:defaults", "", *textwrap.wrap(DEFAULTS_TEXT, 110), ""]
     lines += ["## Estimates the rules use", "", *textwrap.wrap(ESTIMATES_TEXT, 110)]

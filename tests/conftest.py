@@ -1,5 +1,5 @@
 """Shared fixtures: the stack files as data, the sandbox and the engine. What tests import lives in
-tests/support/."""
+tests/support/ and, where bench/ needs it too, in sandbox/ (engine, sandbox_env, processes)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import engine, sandbox_env
+from sandbox import engine, sandbox_env
 from tests.support.stacks import stack_values
 
 

@@ -17,11 +17,11 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
+from sandbox import engine, sandbox_env
+from sandbox.processes import run_captured
+from sandbox.sandbox_env import E2E_PORT, on_host
 from scripts.api_client import client, tls_context
 from scripts.downtime_probe import DowntimeProbe
-from tests.support import engine, sandbox_env
-from tests.support.processes import run_captured
-from tests.support.sandbox_env import E2E_PORT, on_host
 from tests.support.sandbox_stack import SandboxStack, module_state
 
 STACK = "access"

@@ -21,14 +21,14 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
+from sandbox import sandbox_env
 from sandbox.hf_mirror import RepoStore
+from sandbox.sandbox_env import on_host
 from sandbox.tiny_adapters import A_ONLY_REPO, TERSE, TERSE_REPO
 from scripts import status
 from scripts.api_client import client
 from scripts.downtime_probe import DowntimeProbe
-from tests.support import sandbox_env
 from tests.support.paths import ROOT
-from tests.support.sandbox_env import on_host
 from tests.support.sandbox_stack import SandboxStack, module_state, start_without_failures
 
 STACK = "lora"

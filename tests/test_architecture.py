@@ -81,3 +81,25 @@ def test_the_tool_table_is_the_bundle_s_tools() -> None:
     # Each module the table names is a tool, with the main() its launcher runs.
     for module in listed.values():
         assert re.search(r"^def main\(", (ROOT / module).read_text(), re.M), module
+
+
+def test_nothing_outside_tests_imports_from_tests() -> None:
+    """What runs outside the tests (the program, the host package, bench/, the sandbox's helpers and their own
+    tests, scripts/) imports nothing of tests/: run-time helpers live where they run (the page's "Around
+    them")."""
+    tops = [top for top in sorted(ROOT.iterdir()) if top.name != "tests" and not top.name.startswith(".")]
+    outside = [path for top in tops for path in ([top] if top.suffix == ".py" else sorted(top.rglob("*.py")))]
+    assert any(path.relative_to(ROOT).parts[0] == "bench" for path in outside)
+    importers = []
+    for path in outside:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = (
+                [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and node.level == 0
+                else []
+            )
+            if any(name == "tests" or name.startswith("tests.") for name in names):
+                importers.append(str(path.relative_to(ROOT)))
+    assert not importers, importers

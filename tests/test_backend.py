@@ -11,9 +11,9 @@ from pulumi import automation as auto
 
 from models import backend
 from models.config import StackTier
-from tests.support import engine
+from sandbox import engine
+from sandbox.processes import run_captured
 from tests.support.paths import ROOT
-from tests.support.processes import run_captured
 
 PG = "postgres://vllm_fleet_state@db.internal:5432/vllm_fleet_state?sslmode=verify-full"
 

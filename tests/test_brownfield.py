@@ -19,9 +19,9 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
+from sandbox import engine, sandbox_env
+from sandbox.sandbox_env import E2E_PORT, on_host, serving_root, wait_serving
 from scripts.downtime_probe import DowntimeProbe
-from tests.support import engine, sandbox_env
-from tests.support.sandbox_env import E2E_PORT, on_host, serving_root, wait_serving
 from tests.support.sandbox_stack import WatchedStack, module_state
 
 STACK = "brown"

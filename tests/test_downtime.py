@@ -24,9 +24,11 @@ import yaml
 from pulumi import automation as auto
 
 from host.contract import FRONT_DOOR_UNIT
+from render.paths import TEMPLATES
+from sandbox import sandbox_env
+from sandbox.sandbox_env import E2E_PORT, on_host
 from scripts.downtime_probe import DowntimeProbe
-from tests.support import sandbox_env
-from tests.support.sandbox_env import E2E_PORT, on_host
+from tests.support.paths import ROOT
 from tests.support.sandbox_stack import WatchedStack, module_state, start_without_failures
 
 STACK = "downtime"
@@ -42,7 +44,7 @@ TAKER = "dt-gpu-taker.service"
 STAGING = "/srv/vllm-staging"
 UNIT = "vllm-dt-tiny-b.service"
 BRIDGE = "vllm-dt-tiny-b-bridge.service"
-TEMPLATE = Path("components/files/vllm.service.tmpl")
+TEMPLATE = (TEMPLATES / "vllm.service.tmpl").relative_to(ROOT)
 LORA = {"lora": {"maxLoras": 2, "maxLoraRank": 8}}
 
 

@@ -11,8 +11,8 @@ import pytest
 from models import downtime
 from tests.support.paths import ROOT
 
-H200_RECORD = ROOT / "tests" / "device" / "h200-load-2026-12-01.json"
-# A record of tests/device/tp8_load.py's shape with invented timings (its "fixture" key says so): 19.815 GB/s.
+H200_RECORD = ROOT / "bench" / "device" / "h200-load-2026-12-01.json"
+# A record of bench/device/tp8_load.py's shape with invented timings (its "fixture" key says so): 19.815 GB/s.
 FIXTURES = ROOT / "tests" / "fixtures" / "device-records"
 TP8_FIXTURE = FIXTURES / "h100x8-tp8-load-fixture.json"
 
@@ -35,7 +35,7 @@ def test_prewarmed_rate_without_a_tp8_record_is_the_h200_records_tp8_figure(no_t
     assert downtime.WARM_GB_PER_SECOND == record["warm_tp8"]["checkpoint_gbps"] == 8.41
     warm = downtime.warm_rate(downtime.DEVICE_RECORDS)
     assert warm == downtime.WarmRate(8.41, downtime.WARM_SOURCE)
-    assert "tests/device/h200-load-2026-12-01.json" in warm.source
+    assert "bench/device/h200-load-2026-12-01.json" in warm.source
 
 
 def test_a_tp8_record_sets_the_prewarmed_forecast(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,12 +9,11 @@ import pytest
 from openai import OpenAI
 from pulumi import automation as auto
 
-from sandbox import tiny_models
+from sandbox import engine, sandbox_env, tiny_models
+from sandbox.processes import run_captured
+from sandbox.sandbox_env import on_host, served_ids
 from scripts import status
 from scripts.downtime_probe import DowntimeProbe
-from tests.support import engine, sandbox_env
-from tests.support.processes import run_captured
-from tests.support.sandbox_env import on_host, served_ids
 from tests.support.sandbox_stack import SandboxStack, module_state
 
 STACK = "e2e"

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from pulumi import automation as auto
 
-from tests.support import engine
+from sandbox import engine
+from sandbox.processes import run_captured
 from tests.support.paths import ROOT
-from tests.support.processes import run_captured
 
 pytestmark = pytest.mark.usefixtures("pulumi_engine")
 

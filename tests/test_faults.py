@@ -14,8 +14,8 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
-from tests.support import engine, sandbox_env
-from tests.support.sandbox_env import on_host, served_ids
+from sandbox import engine, sandbox_env
+from sandbox.sandbox_env import on_host, served_ids
 from tests.support.sandbox_stack import SandboxStack, module_state
 
 STACK = "faults"

@@ -19,7 +19,7 @@ from controller.probe import HostUnreachable, probe_all, probe_ssh
 from host.contract import Survey
 from models.hosts import Host
 from models.loader import parse_stack_config
-from tests.support.processes import free_port
+from sandbox.processes import free_port
 
 DELAY = 1.0
 

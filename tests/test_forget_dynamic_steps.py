@@ -6,9 +6,9 @@ import copy
 import json
 import sys
 
+from sandbox.processes import run_captured
 from scripts.forget_dynamic_steps import DYNAMIC_TYPE, forget_dynamic_steps
 from tests.support.paths import ROOT
-from tests.support.processes import run_captured
 
 STACK = "urn:pulumi:prod::vllm-fleet::pulumi:pulumi:Stack::vllm-fleet-prod"
 HOST = "urn:pulumi:prod::vllm-fleet::vllm-fleet:index:GpuHost::gpu-01"

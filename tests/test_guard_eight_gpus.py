@@ -1,11 +1,11 @@
-"""The judgements of tests/device/guard_eight_gpus.py, which runs the GPU-release guard against 8 real GPUs:
+"""The judgements of bench/device/guard_eight_gpus.py, which runs the GPU-release guard against 8 real GPUs:
 here on what the guard's reading gives (host.facts over recorded and written nvidia-smi output), so a
 check that could not fail would show."""
 
 from __future__ import annotations
 
+from bench.device import guard_eight_gpus as g
 from host import facts
-from tests.device import guard_eight_gpus as g
 from tests.support.paths import FIXTURES
 
 UUIDS = [f"GPU-0000000{i}-0000-0000-0000-000000000000" for i in range(8)]

@@ -18,8 +18,8 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
-from tests.support import sandbox_env
-from tests.support.sandbox_env import TEST_HOST, exec_on
+from sandbox import sandbox_env
+from sandbox.sandbox_env import TEST_HOST, exec_on
 from tests.support.sandbox_stack import SandboxStack, module_state
 
 STACK = "host-key"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pulumi import automation as auto
 
-from tests.support import engine
+from sandbox import engine
 
 CORPUS = sorted((Path(__file__).parent / "corpus" / "invalid").glob("*.yaml"))
 pytestmark = pytest.mark.usefixtures("pulumi_engine")

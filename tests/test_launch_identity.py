@@ -19,10 +19,10 @@ from host.launch_identity import ADOPTION, SAME_UNIT, Launch, Outcome, differenc
 from models.loader import parse_stack_config, read_stack_file
 from render import host_bundle
 from render.units import render_unit
-from tests.support import sandbox_env
+from sandbox import sandbox_env
+from sandbox.processes import run_captured
+from sandbox.sandbox_env import on_host
 from tests.support.paths import ROOT
-from tests.support.processes import run_captured
-from tests.support.sandbox_env import on_host
 
 PYTHON = "/opt/vllm-env/bin/python3"
 MODEL = "/tmp/launch-identity/tiny-chat-a"

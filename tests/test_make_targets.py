@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from sandbox.processes import run_captured
 from tests.support.paths import ROOT
-from tests.support.processes import run_captured
 
 pytestmark = pytest.mark.usefixtures("pulumi_engine")
 

@@ -21,8 +21,8 @@ from models.monitoring import Monitoring
 from render import monitoring as render
 from render import report
 from render.units import render_unit
+from sandbox.processes import run_captured
 from scripts.monitoring import promtool_check, write_files
-from tests.support.processes import run_captured
 from tests.support.pulumi_mocks import run_program
 from tests.support.stacks import stack_values
 

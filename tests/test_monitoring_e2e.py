@@ -24,13 +24,13 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
+from sandbox import sandbox_env
+from sandbox.processes import answers, free_port
+from sandbox.sandbox_env import E2E_PORT, on_host
 from scripts import status
 from scripts.api_client import client
 from scripts.monitoring import promtool_check, write_files
-from tests.support import sandbox_env
 from tests.support.paths import ROOT
-from tests.support.processes import answers, free_port
-from tests.support.sandbox_env import E2E_PORT, on_host
 from tests.support.sandbox_stack import SandboxStack, module_state
 
 STACK = "monitor"

@@ -14,9 +14,9 @@ import pytest
 from openai import OpenAI
 from pulumi import automation as auto
 
+from sandbox import sandbox_env
+from sandbox.sandbox_env import E2E_PORT, on_host
 from scripts.downtime_probe import DowntimeProbe
-from tests.support import sandbox_env
-from tests.support.sandbox_env import E2E_PORT, on_host
 from tests.support.sandbox_stack import SandboxStack, module_state
 
 STACK = "multinode-e2e"

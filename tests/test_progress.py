@@ -7,8 +7,8 @@ import re
 import subprocess
 from pathlib import Path
 
+from sandbox.processes import run_captured
 from tests.support.paths import ROOT
-from tests.support.processes import run_captured
 
 
 def run_step(tmp_path: Path, command: str) -> subprocess.CompletedProcess[str]:

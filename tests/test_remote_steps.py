@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from pulumi import automation as auto
 
-from tests.support import engine, sandbox_env
+from sandbox import engine, sandbox_env
 from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.usefixtures("sandbox")

@@ -28,12 +28,12 @@ from models.loader import load_stack_file, parse_stack_config
 from render import access as render_access
 from render import host_bundle, steps
 from render.launch import args_check_spec, engine_environment, vllm_arguments
-from render.paths import FILES, FRONT_DOOR_UNIT, TOOLS_DIR, UNIT_DIR
+from render.paths import FRONT_DOOR_UNIT, TEMPLATES, TOOLS_DIR, UNIT_DIR
 from render.scripts import MAX_SCRIPT_BYTES, Script, remote_invocation, step_script
 from render.units import render_bridge_unit, render_node_unit, render_unit, systemd_quote
+from sandbox.processes import run_captured
 from tests.support.host_package import ARCHIVE_URN, install_host_package
 from tests.support.paths import ROOT
-from tests.support.processes import run_captured
 from tests.support.reference import as_surveyed
 
 GOLDEN = Path(__file__).with_name("golden")
@@ -135,11 +135,11 @@ def _digest(text: str) -> str:
 
 
 def _shared_bodies() -> list[tuple[str, str]]:
-    """Each script body of components/files and of the host package's steps (host/steps) as it stands in a
+    """Each script body of render/templates and of the host package's steps (host/steps) as it stands in a
     rendered script, with the line that stands for it in a golden file: after its `#!` line (the parameters
     go there). Longest first."""
     parts: dict[str, str] = {}
-    for path in sorted([*FILES.glob("*.sh"), *(ROOT / "host" / "steps").glob("*.sh")]):
+    for path in sorted([*TEMPLATES.glob("*.sh"), *(ROOT / "host" / "steps").glob("*.sh")]):
         text = path.read_text(encoding="utf-8")
         where = path.relative_to(ROOT)
         part = text.split("\n", 1)[1]

@@ -30,10 +30,10 @@ from pulumi import automation as auto
 from host.contract import FRONT_DOOR_UNIT
 from models.loader import parse_stack_config
 from render.launch import engine_environment, vllm_arguments
+from sandbox import sandbox_env
+from sandbox.sandbox_env import E2E_PORT, on_host, served_ids, wait_serving
 from scripts.downtime_probe import DowntimeProbe
-from tests.support import sandbox_env
 from tests.support.paths import ROOT
-from tests.support.sandbox_env import E2E_PORT, on_host, served_ids, wait_serving
 from tests.support.sandbox_stack import WatchedStack, module_state
 
 STACK = "seed"

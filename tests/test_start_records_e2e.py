@@ -12,8 +12,8 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
-from tests.support import sandbox_env
-from tests.support.sandbox_env import on_host, served_ids
+from sandbox import sandbox_env
+from sandbox.sandbox_env import on_host, served_ids
 from tests.support.sandbox_stack import SandboxStack, module_state
 
 STACK = "starts"

@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 from pulumi import automation as auto
 
+from sandbox import engine, sandbox_env
 from sandbox.postgres import Cluster, PostgresMissing
-from tests.support import engine, sandbox_env
-from tests.support.processes import run_captured
-from tests.support.sandbox_env import on_host
+from sandbox.processes import run_captured
+from sandbox.sandbox_env import on_host
 
 # The module's PostgreSQL test needs no sandbox, but starts a real server: it runs with the others.
 pytestmark = pytest.mark.e2e

@@ -1,4 +1,4 @@
-"""The CPU side of tests/device/tp8_load.py, which runs on a machine with 8 GPUs: the checkpoint's shards and
+"""The CPU side of bench/device/tp8_load.py, which runs on a machine with 8 GPUs: the checkpoint's shards and
 each rank's slices (on a checkpoint of a few MB with Kimi's names and shapes, smaller dimensions), its
 sizing as it is written, the aggregation of the processes' timings into the record, nvidia-smi's topology
 and NVLink outputs, and the record read back by models/downtime.py."""
@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
+from bench.device import checkpoint, gpu_facts, tp8_load
+from bench.device import load_rate as base
 from models import downtime
-from tests.device import checkpoint, gpu_facts, tp8_load
-from tests.device import load_rate as base
 from tests.support.paths import ROOT
 
 # Kimi's tensors with dimensions that every TP size up to 8 still splits evenly: a shard is a few KB.
@@ -240,7 +240,7 @@ def warm_record(n: int = 8, gb: float = 150.0, resident: float = 1.0) -> dict[st
         for seconds in (10.0, 9.5)
     ]  # fmt: skip
     gpus = {"count": n, "names": ["NVIDIA H100 80GB HBM3"] * n, "uuids": UUIDS[:n]}
-    record = tp8_load.record_head(n, gpus, ["--out", "/out"], "python3 -m tests.device.tp8_load --out /out", 0.0)
+    record = tp8_load.record_head(n, gpus, ["--out", "/out"], "python3 -m bench.device.tp8_load --out /out", 0.0)
     record["checkpoint"] = {"shards": 64, "gb": gb}
     record["warm_tp"] = tp8_load.warm_tp_section(passes, resident, resident)
     return record
@@ -367,13 +367,13 @@ def test_query_reads_each_gpus_fields() -> None:
 
 
 def test_the_8_gpu_call_is_one_command_of_the_device_tool() -> None:
-    """tests/device/README.md's command: one line within the device tool's 2,000 characters, both scripts,
+    """bench/device/README.md's command: one line within the device tool's 2,000 characters, both scripts,
     their time limits inside one 10-minute call and the load's budget inside its limit."""
-    readme = (ROOT / "tests" / "device" / "README.md").read_text()
+    readme = (ROOT / "bench" / "device" / "README.md").read_text()
     command = readme.split("```sh\n", 1)[1].split("\n```", 1)[0]
     assert "\n" not in command and len(command) <= 2000
-    assert 'timeout -k 5 120 python3 -m tests.device.guard_eight_gpus --out "$OUT"' in command
-    assert 'timeout -k 10 445 python3 -m tests.device.tp8_load --out "$OUT" --budget-s 410' in command
+    assert 'timeout -k 5 120 python3 -m bench.device.guard_eight_gpus --out "$OUT"' in command
+    assert 'timeout -k 10 445 python3 -m bench.device.tp8_load --out "$OUT" --budget-s 410' in command
     limits = [int(kill) + int(seconds) for kill, seconds in re.findall(r"timeout -k (\d+) (\d+)", command)]
     assert len(limits) == 2 and sum(limits) <= 590
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 
 from host.unit_file import from_bus, read_unit
+from sandbox.sandbox_env import on_host
 from tests.host.test_unit_file import HAND_MADE, HAND_MADE_LAUNCH
 from tests.support.paths import ROOT
-from tests.support.sandbox_env import on_host
 
 PROPERTIES = ("ExecStart", "Environment", "EnvironmentFiles", "User", "WorkingDirectory")
 RUN_DIR = "/run/systemd/system"

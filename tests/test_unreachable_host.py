@@ -13,8 +13,8 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
-from tests.support import engine, sandbox_env
-from tests.support.processes import free_port
+from sandbox import engine, sandbox_env
+from sandbox.processes import free_port
 
 pytestmark = pytest.mark.usefixtures("pulumi_engine")
 

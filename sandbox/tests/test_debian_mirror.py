@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.processes import run_captured
+from sandbox.processes import run_captured
 
 HOST_SH = Path(__file__).resolve().parents[1] / "host.sh"
 

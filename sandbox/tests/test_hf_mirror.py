@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tests.support.processes import run_captured
+from sandbox.processes import run_captured
 
 # Set before huggingface_hub is imported: it reads these into constants at import time.
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
@@ -41,11 +41,10 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
-from sandbox import hf_mirror
+from sandbox import hf_mirror, sandbox_env
 from sandbox.hf_mirror import REVISIONS_DIR, HFMirror, check_loopback, parse_range
 from sandbox.tiny_adapters import TERSE_REPO, generate_default_adapters
 from sandbox.tiny_models import generate
-from tests.support import sandbox_env
 
 # Run the module the way a developer would (python -m), from the folder its package lives in, wherever
 # these tests and the module end up being moved to.

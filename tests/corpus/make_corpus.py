@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 import yaml
 
-from tests.support.sandbox_env import dev_config
+from sandbox.sandbox_env import dev_config
 
 OUT = Path(__file__).with_name("invalid")
 

@@ -16,8 +16,8 @@ import pytest
 from host import facts
 from host import gpu_release_guard as guard
 from host.contract import ProcessUnit
+from sandbox.processes import run_captured
 from tests.support.paths import FIXTURES, ROOT
-from tests.support.processes import run_captured
 
 
 def fixture(name: str) -> str:

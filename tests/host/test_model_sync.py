@@ -17,8 +17,8 @@ import pytest
 from host import contract, hf_download, model_files, model_sync
 from host.hf_download import Hasher
 from host.model_files import RemoteFile
+from sandbox import sandbox_env
 from sandbox.hf_mirror import HFMirror
-from tests.support import sandbox_env
 
 SHA = "a" * 40
 

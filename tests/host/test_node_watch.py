@@ -19,7 +19,7 @@ import pytest
 
 from host import node_watch
 from host.contract import NodeLaunch
-from tests.support.processes import free_port
+from sandbox.processes import free_port
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 # A line of /proc/net/tcp: 10.99.0.2:34931 -> 10.99.0.1:41278, established, inode 4242.

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from host import contract, model_files, model_sync, page_cache, prewarm
-from tests.support.processes import run_captured
+from sandbox.processes import run_captured
 
 GIB = page_cache.GIB
 

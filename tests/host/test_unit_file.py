@@ -11,7 +11,7 @@ import pytest
 from host import unit_file
 from host.unit_file import KEEPS_RUNNING, UnitLaunch, launch_change, read_unit, words
 from models.loader import parse_stack_config
-from render.paths import FILES
+from render.paths import TEMPLATES
 from render.units import render_unit
 from tests.support.paths import ROOT
 from tests.support.stacks import stack_values
@@ -98,7 +98,7 @@ def rendered(**serving: Any) -> str:
 
 def test_a_reworded_comment_of_the_template_is_a_rewrite_and_a_reload_not_a_restart() -> None:
     before = rendered()
-    template = (FILES / "vllm.service.tmpl").read_text()
+    template = (TEMPLATES / "vllm.service.tmpl").read_text()
     assert "# Stop the whole control group" in template
     after = before.replace("# Stop the whole control group", "# Stop every process of the control group")
     change = launch_change(before, after)

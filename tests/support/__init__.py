@@ -1,4 +1,6 @@
-"""What the tests and bench/ share: the repository's paths, the real engine, the sandbox and one
-end-to-end module's stack on it (sandbox_stack), running local programs (processes), Pulumi mocks.
+"""What the tests share and nothing else uses: the repository's paths and the recorded fixtures, one
+end-to-end module's stack on the sandbox (sandbox_stack), the stack files as data, Pulumi mocks, the host
+package installed locally.
 
-Test modules import from here, never from one another; bench/ imports only this package."""
+Test modules import from here (and from sandbox/: the real engine, the sandbox host and its mirror, running
+local programs, which bench/ uses too), never from one another."""

@@ -16,8 +16,8 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
+from sandbox import engine, sandbox_env
 from scripts.downtime_probe import DowntimeProbe
-from tests.support import engine, sandbox_env
 
 
 class SandboxStack:

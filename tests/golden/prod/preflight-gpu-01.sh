@@ -7,4 +7,4 @@ readonly EXPECTED_VLLM_VERSION=0.11.1.dev0
 readonly STACK=prod
 readonly HOST_KEYS_DIR=/var/lib/vllm-fleet/host-keys
 readonly PINNED_HOST_KEY=SHA256:az50aXq0BcLVAGjx+nVB1IEQDCuy2XAfbCBJ8BvPnLM
-# <the body of components/files/preflight.sh after line 1: 63 lines, 3710 bytes, sha256 4028f21b25db85140562bf494045937d0109dbf337cda3d888b6794f4ba01d1b>
+# <the body of render/templates/preflight.sh after line 1: 63 lines, 3710 bytes, sha256 4028f21b25db85140562bf494045937d0109dbf337cda3d888b6794f4ba01d1b>

@@ -1,7 +1,8 @@
 """Drive the real Pulumi engine (the binaries `make setup` built) through the Automation API.
 
-Each test gets a copy of the project in a temporary folder (so stack files the engine writes, such as
-an encryption salt, never touch the checkout) and a local state backend of its own.
+Each test (and each bench section that needs one) gets a copy of the project in a temporary folder (so stack
+files the engine writes, such as an encryption salt, never touch the checkout) and a local state backend of its
+own. The tests and bench/ import it; it lives here, beside the sandbox the engine deploys to, not under tests/.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from typing import IO, Any
 
 from pulumi import automation as auto
 
-from tests.support.paths import ROOT
-from tests.support.processes import run_captured
+from sandbox.processes import run_captured
 
+ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ROOT / ".tools"
 # The project's PULUMI_HOME (scripts/env.sh), where make setup registered the command provider.
 SHARED_HOME = TOOLS / "pulumi-home"

@@ -10,8 +10,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from bench.device.load_rate import command as run
 from host.facts import parse_csv, run_nvidia_smi
-from tests.device.load_rate import command as run
 
 GPU_QUERY = [
     "index",

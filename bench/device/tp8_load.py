@@ -2,7 +2,7 @@
 not part of `make test`). It feeds models/downtime.py's pre-warmed rate, which one H200 stood in for
 until now (load_rate.py: 8 workers sharing one GPU).
 
-    python3 -m tests.device.tp8_load --out DIR [--gpus 8] [--size GB | --max-gb GB] [--budget-s 420] [--dir DIR]
+    python3 -m bench.device.tp8_load --out DIR [--gpus 8] [--size GB | --max-gb GB] [--budget-s 420] [--dir DIR]
 
 From the repository's root. It writes a synthetic safetensors checkpoint shaped like Kimi-K2.5 INT4's (64
 shards; bf16 embedding, attention and shared experts, int32-packed int4 routed experts with bf16 group
@@ -54,8 +54,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.device import load_rate as base
-from tests.device.checkpoint import (
+from bench.device import load_rate as base
+from bench.device.checkpoint import (
     GB,
     SHARDS,
     ShardPlanner,
@@ -66,7 +66,7 @@ from tests.device.checkpoint import (
     shard_name,
     write_shard_file,
 )
-from tests.device.gpu_facts import gpu_facts, gpu_slug
+from bench.device.gpu_facts import gpu_facts, gpu_slug
 
 MIN_GB = 120.0  # issue 50: at least this much, where the disk holds it
 KIND = "tp-load"  # what models/downtime.py looks for in a record
@@ -166,7 +166,7 @@ def record_head(n: int, gpus: dict[str, Any], argv: Sequence[str], ran_as: str, 
         "default loader does (TP slices), and by one reader per GPU into pinned buffers; GB = 1e9 bytes",
         "kind": KIND,
         "tp": n,
-        "command": " ".join(["python3 -m tests.device.tp8_load", *argv]),
+        "command": " ".join(["python3 -m bench.device.tp8_load", *argv]),
         "ran_as": ran_as,
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
         "paths": PATHS,

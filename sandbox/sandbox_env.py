@@ -1,4 +1,5 @@
-"""The sandbox host and the mirror for end-to-end tests: bring them up, talk to them, record timings."""
+"""The sandbox host and the mirror as the end-to-end tests and bench/ use them: bring them up, talk to them,
+the stack files that point at them, record timings."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from typing import Any
 import yaml
 
 from models.loader import read_stack_file
-from tests.support.paths import ROOT
-from tests.support.processes import run_captured
+from sandbox.processes import run_captured
 
+ROOT = Path(__file__).resolve().parent.parent
 HOST_SH = ROOT / "sandbox" / "host.sh"
 MIRROR_SH = ROOT / "scripts" / "mirror.sh"
 # The mirror of scripts/mirror.sh, on the port it and sandbox/host.sh read.

@@ -1,7 +1,7 @@
 """How fast weights go from safetensors shards into GPU memory the way vLLM's default loader moves them
 (run through the `device` tool; not part of `make test`, which has no GPU). It feeds models/downtime.py.
 
-    python3 tests/device/load_rate.py OUT.json [--dir DIR] [--shards 4] [--shard-gb 4] [--budget-s 420]
+    python3 bench/device/load_rate.py OUT.json [--dir DIR] [--shards 4] [--shard-gb 4] [--budget-s 420]
 
 It writes shards shaped like Kimi-K2.5 INT4's checkpoint (bf16 embedding, MLA attention and shared
 experts; routed experts as compressed-tensors int32-packed weights with bf16 group scales; every
@@ -612,7 +612,7 @@ def main() -> int:
     paths = [directory / f"model-{i + 1:05d}-of-{len(plan):05d}.safetensors" for i in range(len(plan))]
     report: dict[str, Any] = {
         "what": "safetensors shards -> GPU memory as vLLM's default (lazy) loader moves them; GB = 1e9 bytes",
-        "command": "python3 tests/device/load_rate.py OUT.json" + "".join(f" {a}" for a in sys.argv[2:]),
+        "command": "python3 bench/device/load_rate.py OUT.json" + "".join(f" {a}" for a in sys.argv[2:]),
         "ran_as": " ".join([sys.executable, *sys.argv]),
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "checkpoint": {

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.device import load_rate as base
+from bench.device import load_rate as base
 
 GB = base.GB
 SHARDS = 64  # Kimi-K2.5 INT4's checkpoint: 64 safetensors shards

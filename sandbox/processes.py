@@ -1,5 +1,5 @@
-"""Programs and services on this machine as a test uses them: a program run to its end with its output
-captured as text, a free loopback port, whether a URL answers."""
+"""Programs and services on this machine as the tests, bench/ and the sandbox's helpers use them: a program
+run to its end with its output captured as text, a free loopback port, whether a URL answers."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ part of `make test`, which has no GPU). The case the fixtures recorded: a proces
 forks a child after CUDA initialisation, and is SIGKILLed; nvidia-smi keeps naming the dead parent
 while the unlisted child holds the memory.
 
-    python3 tests/device/guard_on_gpu.py OUT.json
+    python3 bench/device/guard_on_gpu.py OUT.json
 
 Checks, in order: the guard with --foreign refuse fails and names the child (found through its open
 /dev/nvidia* files, since nvidia-smi does not list it); the guard with --foreign stop stops the child and

@@ -4,7 +4,7 @@ holds memory on its own GPU with every GPU visible (as a TP engine's workers see
 forks a child after CUDA is up and is then SIGKILLed: its memory stays held by a child that nvidia-smi
 does not list, while nvidia-smi goes on naming the dead parent.
 
-    python3 -m tests.device.guard_eight_gpus --out DIR [--gpus 8] [--hold-gib 4] [--timeout 30]
+    python3 -m bench.device.guard_eight_gpus --out DIR [--gpus 8] [--hold-gib 4] [--timeout 30]
 
 From the repository's root. Each check is a line of the record's `checks` (name, passed, detail):
 1. nvidia-smi's minor numbers are the GPUs' indices (the guard reads a /dev/nvidiaN it finds open as GPU N);
@@ -39,9 +39,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.device.gpu_facts import gpu_slug, parse_query
+from bench.device.load_rate import command as run
 from host import facts
-from tests.device.gpu_facts import gpu_slug, parse_query
-from tests.device.load_rate import command as run
 
 ROOT = Path(__file__).resolve().parents[2]
 THRESHOLD_MIB = 1000
@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     record: dict[str, Any] = {
         "what": f"gpu-release-guard on {n} GPUs held by real CUDA processes, one forked child outliving its killed parent",
         "kind": "guard-across-gpus",
-        "command": "python3 -m tests.device.guard_eight_gpus " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": "python3 -m bench.device.guard_eight_gpus " + " ".join(sys.argv[1:] if argv is None else argv),
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "gpus": table,
         "pid1": pid1,
