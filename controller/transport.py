@@ -22,9 +22,9 @@ from host.contract import LaunchQuestion, Survey
 from models.hosts import Host
 from render import host_bundle
 
-SURVEY_MODULE = "host.survey"
+SURVEY_MODULE = "host.tools.survey"
 # What `make status` runs (installed as TOOLS_DIR/status too, for the post-deploy report).
-STATUS_MODULE = "host.status"
+STATUS_MODULE = "host.tools.status"
 
 
 class SurveyFailed(Exception):

@@ -64,13 +64,14 @@ def test_the_import_table_is_the_code_s_imports() -> None:
 
 def test_the_host_package_imports_vllm_only_where_it_asks_vllm_s_parser() -> None:
     """The imports no static reading shows (the page says so): the host's vLLM, through importlib, where its
-    parser reads a launch (the args check, the launch identity)."""
+    parser reads a launch (host/vllm_parser.py, for the args check and the launch identity) and where the
+    args check and the launch identity read its tables (attention backends, environment variables)."""
     dynamic = [
-        path.name
-        for path in sorted((ROOT / "host").glob("*.py"))
+        path.relative_to(ROOT / "host").as_posix()
+        for path in sorted((ROOT / "host").rglob("*.py"))
         if re.search(r"import_module\(\s*[\"']vllm", path.read_text())
     ]
-    assert dynamic == ["launch_identity.py", "vllm_args_check.py"]
+    assert dynamic == ["launch_identity.py", "tools/vllm_args_check.py", "vllm_parser.py"]
 
 
 def test_the_tool_table_is_the_bundle_s_tools() -> None:
