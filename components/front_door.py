@@ -2,7 +2,7 @@
 
 Clients keep one address across swaps. The step installs nginx when the host lacks it and runs it as
 vllm-fleet-frontdoor.service with a configuration of its own; which engine a deployment's site points
-at is the swap's business on the host (host/swap.py), since only the host knows when the new engine
+at is the swap's business on the host (host/tools/swap.py), since only the host knows when the new engine
 is ready. Deployments depend on it, so it is removed after the last of their sites.
 """
 

@@ -5,7 +5,7 @@ which the next plain `pulumi up` puts it back.
 A repair count is a parameter of the step that repairs: the host records the count of the step's last run,
 and the program renders one more while the survey finds drift, which changes the step, so `pulumi up` runs
 it (and `pulumi preview` shows it); once it ran, the host's count equals the rendered one and nothing
-changes until the next drift. The activation (host/swap.py) starts a stopped unit and puts an edited unit
+changes until the next drift. The activation (host/tools/swap.py) starts a stopped unit and puts an edited unit
 or environment file back; the download step (model-sync sync) fetches missing or changed model files again
 and verifies them, while the engine keeps serving what it loaded; the adapters step loads the wanted
 adapters again.

@@ -1,5 +1,5 @@
 """The facts every program run decides on: what runs on each host it may change, read over SSH
-(controller/transport.py runs host/survey.py there) in every `pulumi preview` and `pulumi up`, all hosts at
+(controller/transport.py runs host/tools/survey.py there) in every `pulumi preview` and `pulumi up`, all hosts at
 once (at most SURVEY_WORKERS sessions). A cordoned host is never asked (controller/checks.py leaves it out).
 
 The two program runs of one `pulumi up` (its preview, then its update) judge one survey: the preview's run

@@ -22,9 +22,9 @@ from host.contract import LaunchQuestion, Survey
 from models.hosts import Host
 from render import host_bundle
 
-SURVEY_MODULE = "host.survey"
+SURVEY_MODULE = "host.tools.survey"
 # What `make status` runs (installed as TOOLS_DIR/status too, for the post-deploy report).
-STATUS_MODULE = "host.status"
+STATUS_MODULE = "host.tools.status"
 
 
 class SurveyFailed(Exception):
@@ -37,7 +37,7 @@ def ssh_python(
     module: str,
     args: Sequence[str],
     timeout: float = 60,
-    what: str = "host/status.py",
+    what: str = "host/tools/status.py",
     known_hosts: Path | None = None,
 ) -> str:
     """Run a module of the host package in the host's python3 over plain OpenSSH, the package sent along
@@ -76,7 +76,7 @@ def ssh_python(
 
 
 def survey_arguments(host: Host, model_dirs: Sequence[str], questions: Sequence[LaunchQuestion] = ()) -> list[str]:
-    """host/survey.py's arguments: the runtime whose vLLM release it reads, the model directories it checks,
+    """host/tools/survey.py's arguments: the runtime whose vLLM release it reads, the model directories it checks,
     and per deployment the stack's launch its serving engine is compared with."""
     return [
         "--python",
@@ -99,7 +99,7 @@ def ssh_survey(
     known_hosts: Path | None = None,
     questions: Sequence[LaunchQuestion] = (),
 ) -> Survey:
-    """What runs on `host` now (host/survey.py there), parsed once here into the contract's Survey."""
+    """What runs on `host` now (host/tools/survey.py there), parsed once here into the contract's Survey."""
     text = ssh_python(
         host,
         private_key,

@@ -1,5 +1,5 @@
-#!/usr/bin/env python3
-"""vllm-fleet adapters: the LoRA adapters a deployment's engine serves, loaded at runtime (no restart).
+"""The LoRA adapters a deployment's engine serves, loaded at runtime (no restart); the `adapters` tool
+(host/tools/adapters.py) runs `apply`.
 
 The deployment's adapters step runs `adapters apply` with the wanted set: it checks every adapter's files
 (adapter_config.json: a LoRA, of a base the stack names, within the engine's --max-lora-rank) before it
@@ -17,10 +17,8 @@ library only.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -234,19 +232,3 @@ def apply(state_dir: Path, wanted: list[Adapter], max_rank: int, log: Callable[[
         return 1
     log(f"serving adapters: {', '.join(a.name for a in wanted) or 'none'}")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    sub = parser.add_subparsers(dest="command", required=True)
-    apply_cmd = sub.add_parser("apply", help="check, record and load the wanted adapters (JSON on stdin)")
-    apply_cmd.add_argument("--state-dir", type=Path, required=True)
-    apply_cmd.add_argument("--max-rank", type=int, required=True)
-    args = parser.parse_args(argv)
-    spec = json.load(sys.stdin)
-    wanted = [Adapter.from_dict(entry) for entry in spec.get("adapters", [])]
-    return apply(args.state_dir, wanted, args.max_rank, lambda m: print(f"adapters: {m}", flush=True))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

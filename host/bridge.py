@@ -18,7 +18,7 @@ where the unit is not, so a host that goes down half-way boots into what served.
 served: before the first switch the bridge goes and the unit never stopped; after it, the unit's files of
 before go back and its old launch starts again on its GPUs, the front door switches to it and the bridge
 stops; if even that does not serve, the bridge keeps serving and the next `pulumi up` moves from it to the
-unit as a model swap does. The transaction runs in a transient unit (host/swap.py): it finishes whatever
+unit as a model swap does. The transaction runs in a transient unit (host/tools/swap.py): it finishes whatever
 becomes of the controller. Standard library only.
 """
 

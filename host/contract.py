@@ -330,7 +330,7 @@ class ActiveRecord:
         return Placement(self.gpus, self.backend_port) if self.backend_port is not None else None
 
 
-# ---- a node of a model served across hosts (host/node.py stages and activates it, node-watch runs it) --
+# ---- a node of a model served across hosts (host/tools/node.py stages and activates it, node-watch runs it) --
 
 # In a node's state directory: the launches its engine may run, one per model the head may serve
 # (`<master port>.json`), and `current`, the master port of the one node-watch runs now.
@@ -393,7 +393,7 @@ class NodePlan(DeploymentPlan):
 
 
 # In a deployment's state directory while its swap runs: the unit whose engine answers now, before the front
-# door switches to it (host/swap.py starts the report's smoke benchmark on it).
+# door switches to it (host/tools/swap.py starts the report's smoke benchmark on it).
 ENGINE_READY_FILE = "engine-ready"
 
 

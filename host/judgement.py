@@ -1,7 +1,7 @@
 """The one judgement of a swap: how it runs, where the new engine goes, and what on the host is in its way.
 
 The preview (controller/assess.py, from the survey it ran over SSH) and the swap transaction on the host
-(host/swap.py, from the survey it runs right before it stops anything) call `judge` with the same inputs:
+(host/tools/swap.py, from the survey it runs right before it stops anything) call `judge` with the same inputs:
 the plan, the survey (host/contract.Survey) and the other deployments' claims. So what the preview
 forecasts and refuses is what the host will do and refuse. Who holds a GPU and whether it may be stopped is
 one rule (`holder_verdict`, one table), which the GPU-release guard applies too at every engine start.

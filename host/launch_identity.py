@@ -2,7 +2,7 @@
 """Whether two vLLM launches are the same engine, as the host's own vLLM reads them.
 
 A launch (a command line and its environment, as a unit runs it) is read by the host's vLLM argument
-parser, the one `python -m vllm.entrypoints.openai.api_server` builds (host/vllm_args_check.host_vllm),
+parser, the one `python -m vllm.entrypoints.openai.api_server` builds (host/vllm_parser.host_vllm),
 defaults applied: `--max_model_len=512` and `--max-model-len 512`, `-tp 1` and nothing, a written-out
 `--gpu-memory-utilization 0.9` and vLLM's default, `vllm serve <path>` and `python -m
 vllm.entrypoints.openai.api_server --model <path>` all parse to the same engine arguments. The VLLM_*
@@ -52,7 +52,7 @@ from typing import Any
 
 from host.contract import STATE_DIR
 from host.swap_files import write_file
-from host.vllm_args_check import host_vllm, installed_vllm
+from host.vllm_parser import host_vllm, installed_vllm
 
 # Parsed launches, one file each, named by `cache_key`.
 PARSED_CACHE = f"{STATE_DIR}/parsed-launches"
@@ -431,7 +431,7 @@ def parse_all(launches: Sequence[Launch], cache: Path) -> Outcome:
     missing = [index for index, parsed in enumerate(found) if parsed is None]
     if missing:
         # Parsing computes nothing: keep the OpenMP runtime vLLM loads off the machine's topology
-        # (host/vllm_args_check.py's main says what it did on a busy host).
+        # (host/tools/vllm_args_check.py's main says what it did on a busy host).
         os.environ.setdefault("KMP_AFFINITY", "disabled")
         os.environ.setdefault("OMP_PROC_BIND", "false")
         os.environ.setdefault("OMP_NUM_THREADS", "1")

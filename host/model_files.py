@@ -118,6 +118,21 @@ def changed_since_verified(directory: Path, changed: Sequence[str], most: int | 
     )
 
 
+def verified_unchanged(directory: Path) -> tuple[bool, str]:
+    """model-sync's check: whether the directory's files are those its verified manifest records (sizes and
+    mtimes, no byte read), and the line that says so or what is wrong."""
+    manifest = read_manifest(directory)
+    if manifest is None:
+        return (
+            False,
+            f"{directory} has no verified manifest; run `pulumi up` where the stack is deployed from to download it",
+        )
+    changed = changed_files(directory, manifest)
+    if changed:
+        return False, changed_since_verified(directory, changed)
+    return True, f"{manifest['repo']}@{manifest['revision']}: {len(manifest['files'])} files unchanged"
+
+
 # Per stack and model directory, the drift repairs that stack's download step made there: the preview
 # renders one more while files are missing or changed, which re-runs the step, and the step records it here
 # once the files are verified again. Kept in the host's state, not in the model directory, which an operator

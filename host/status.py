@@ -1,5 +1,5 @@
-#!/usr/bin/env python3
-"""vllm-fleet status: what a host's deployments are doing now, read-only, as one JSON document on stdout.
+"""What a host's deployments are doing now, read-only (the `status` tool, host/tools/status.py, prints it as
+one JSON document on stdout).
 
 The controller pipes the host package into the host's python3 over SSH (render/host_bundle.py) (`make status`,
 scripts/status.py), and the serving step's swap runs it once the deployment serves (the post-deploy report;
@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -151,7 +150,7 @@ def gpus() -> tuple[GpuUse, ...]:
 def measure(spec: dict[str, Any], with_bench: bool) -> dict[str, Any]:
     """What the report asks of the engines themselves: their load (/metrics), then the smoke benchmarks
     (one engine at a time). A swap runs this as soon as its new engine answers, before the front door
-    switches to it (host/swap.py), and hands it to `report`."""
+    switches to it (host/tools/swap.py), and hands it to `report`."""
     wanted = requests(spec)
     engines = {d.owner: engine_url(d.unit, d.front_door) for d in wanted}
     # Read before the smoke benchmark sends requests, which the engine would count as running.
@@ -215,15 +214,3 @@ def report(
                 ),
             )
         return StatusReport(deployments, gpus_now.result(), surveyed.result() if surveyed is not None else None)
-
-
-def main(argv: list[str]) -> int:
-    with_bench = "--bench" in argv
-    spec = json.loads(next(a for a in argv if not a.startswith("--")))
-    json.dump(report(spec, with_bench, with_survey="--survey" in argv).to_dict(), sys.stdout, sort_keys=True)
-    sys.stdout.write("\n")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -1,5 +1,5 @@
-#!/usr/bin/env python3
-"""vllm-fleet survey: what already runs on a host, read-only, as one JSON document on stdout.
+"""The survey of a host: what already runs on it, read-only (the `survey` tool, host/tools/survey.py, prints
+it as one JSON document on stdout).
 
 The controller runs it over SSH in every program run (`pulumi preview` too), before the tools are
 installed, by piping the host package into the host's python (render/host_bundle.py); the swap
@@ -36,13 +36,11 @@ it belongs to no unit (host/facts.py reads all of these). Standard library only.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -338,32 +336,3 @@ def vllm_facts(python: str) -> tuple[str | None, dict[str, str | None] | None]:
     except ValueError:
         found = {}
     return found.get("vllm"), ({name: found.get(name) for name in LOADER_EXTRAS} if found else None)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="survey", description="what already runs on this host, as JSON")
-    parser.add_argument("--python", help="the vLLM venv's python: report its vLLM version as well")
-    parser.add_argument(
-        "--model-dir", action="append", default=[], help="a model directory to check against its manifest"
-    )
-    parser.add_argument(
-        "--question",
-        action="append",
-        default=[],
-        help="JSON of a host/contract.LaunchQuestion: how a deployment's serving engine was launched against the stack's",
-    )
-    args = parser.parse_args(argv)
-    questions = [LaunchQuestion.from_dict(json.loads(text)) for text in args.question]
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        vllm = pool.submit(vllm_facts, args.python) if args.python else None
-        found = survey(args.model_dir, questions)
-        if vllm is not None:
-            version, extras = vllm.result()
-            found = dataclasses.replace(found, vllm_version=version, vllm_extras=extras)
-    json.dump(found.to_dict(), sys.stdout, sort_keys=True)
-    sys.stdout.write("\n")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -64,7 +64,7 @@ __all__ = ["STATE_ROOT", "SwapRefused", "Transaction", "host_lock"]
 
 
 class Transaction(PortMove, Rewrite, Rollback):
-    """One swap of one deployment (host/swap.py runs it in a transient unit, under the host lock)."""
+    """One swap of one deployment (host/tools/swap.py runs it in a transient unit, under the host lock)."""
 
     def check_model(self) -> None:
         self.log(f"checking {self.plan.model_dir} against its verified manifest")

@@ -256,7 +256,7 @@ class TransactionBase:
         them; the reload only makes systemd stop listing them (0.1-0.3 s on the sandbox, more on a server
         with hundreds of units), and the step, which ends with the result, need not wait for it. While it
         runs, systemd answers no systemctl: it first waits for the step's post-deploy report, which reads
-        the unit's state, to be done (`wait_for_the_step`: host/swap.py's steps_done, bounded)."""
+        the unit's state, to be done (`wait_for_the_step`: host/tools/swap.py's steps_done, bounded)."""
         (self.state_dir / ENGINE_READY_FILE).unlink(missing_ok=True)
         if not self.removed_units:
             return

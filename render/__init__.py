@@ -11,7 +11,7 @@ before it:
   launch   the engine's command line and environment, by the host's vLLM version
   units    the systemd units of a deployment's engines
   access   who may call a deployment: the front door's access files and their step
-  plan     what host/swap.py does for a deployment
+  plan     what host/tools/swap.py does for a deployment
   report   the post-deploy report: what to ask host/status.py, its step, the outputs from its answer
   steps    the parameters of each step
 """

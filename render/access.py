@@ -5,7 +5,7 @@ Each deployment has, beside the front door's configuration:
   access/<stack>.<deployment>/api.conf      the key check of every /v1/ request
   access/<stack>.<deployment>/metrics.conf  who may read /metrics (allow ...; deny all)
   keys/<stack>.<deployment>.conf            (0600) the map of the accepted `Authorization` headers
-The deployment's site (written by its swap, host/swap.py) includes them by path and never changes when
+The deployment's site (written by its swap, host/tools/swap.py) includes them by path and never changes when
 they do: adding or removing a key, a certificate or a /metrics address rewrites these files and reloads
 nginx gracefully, and no engine restarts. The keys and the TLS key reach the host on stdin only.
 """
@@ -60,7 +60,7 @@ def key_variable(stack: str, deployment: str) -> str:
 
 
 def plan_fields(rd: ResolvedDeployment, stack: str) -> dict[str, object]:
-    """What the swap needs to write the site and to check the front door through it (host/swap.py Plan)."""
+    """What the swap needs to write the site and to check the front door through it (host/tools/swap.py Plan)."""
     return {"access_dir": access_dir(stack, rd.deployment.name), "keys_file": keys_file(stack, rd.deployment.name)}
 
 

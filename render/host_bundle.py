@@ -38,30 +38,31 @@ TRANSPORTED_CACHE = HOST_PACKAGE.parent / CACHE / "host-bundle"
 INCOMING_DIR = f"{TOOLS_DIR}/.incoming"
 # Tool name (what units and steps call) -> the module of the host package that runs it.
 TOOLS: dict[str, str] = {
-    "gpu-release-guard": "host.gpu_release_guard",
-    "wait-ready": "host.wait_ready",
-    "model-sync": "host.model_sync",
-    "vllm-args-check": "host.vllm_args_check",
-    "swap": "host.swap",
-    "survey": "host.survey",
-    "prewarm": "host.prewarm",
-    "node-watch": "host.node_watch",
-    "node": "host.node",
-    "status": "host.status",
-    "clean-shm": "host.clean_shm",
-    "adapters": "host.adapters",
-    "step": "host.step",
+    "gpu-release-guard": "host.tools.gpu_release_guard",
+    "wait-ready": "host.tools.wait_ready",
+    "model-sync": "host.tools.model_sync",
+    "vllm-args-check": "host.tools.vllm_args_check",
+    "swap": "host.tools.swap",
+    "survey": "host.tools.survey",
+    "prewarm": "host.tools.prewarm",
+    "node-watch": "host.tools.node_watch",
+    "node": "host.tools.node",
+    "status": "host.tools.status",
+    "clean-shm": "host.tools.clean_shm",
+    "adapters": "host.tools.adapters",
+    "step": "host.tools.step",
 }
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 
 
 @functools.cache
 def archive() -> bytes:
-    """The host package as a zip archive, byte for byte the same for the same sources: its modules and its
-    steps' scripts (host/steps/, which the `step` tool runs)."""
+    """The host package as a zip archive, byte for byte the same for the same sources: its library's modules,
+    its tools' (host/tools/) and its steps' scripts (host/steps/, which the `step` tool runs)."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as bundle:
-        for path in sorted([*HOST_PACKAGE.glob("*.py"), *HOST_PACKAGE.glob("steps/*.sh")]):
+        sources = [*HOST_PACKAGE.glob("*.py"), *HOST_PACKAGE.glob("tools/*.py"), *HOST_PACKAGE.glob("steps/*.sh")]
+        for path in sorted(sources):
             # Stored, not deflated: the archive travels xz-compressed as a whole (`transported`), which
             # shares what the modules have in common (per-file deflate outgrew one SSH argument).
             info = zipfile.ZipInfo(path.relative_to(HOST_PACKAGE.parent).as_posix(), date_time=_FIXED_TIME)

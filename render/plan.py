@@ -61,7 +61,7 @@ def swap_plan(rd: ResolvedDeployment, stack: str, forecast: StartForecastRecord 
 
 
 def node_plan(rd: ResolvedDeployment, stack: str, rank: int) -> NodePlan:
-    """What node `rank` > 0's steps check and install there (host/node.py reads it)."""
+    """What node `rank` > 0's steps check and install there (host/tools/node.py reads it)."""
     head = rd.node_hosts[0]
     assert head.cluster is not None  # validated: every node has a cluster network
     node = rd.node_hosts[rank]

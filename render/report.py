@@ -48,7 +48,7 @@ def spec(rd: ResolvedDeployment, stack: str) -> dict[str, Any]:
 
 
 def swap_arguments(entry: Mapping[str, Any]) -> list[str]:
-    """`swap start`'s arguments for the report (host/swap.py): host/status.py's JSON argument, and its
+    """`swap start`'s arguments for the report (host/tools/swap.py): host/status.py's JSON argument, and its
     smoke benchmark when the deployment enables one. The entry holds the unit's digest and the benchmark,
     so a change of either re-runs the serving step, which reports (a transaction with nothing to change
     ends at once as "unchanged")."""

@@ -168,7 +168,7 @@ def stage_script(rd: ResolvedDeployment, stack: str) -> Script:
 
 def node_stage_script(rd: ResolvedDeployment, stack: str, rank: int) -> Script:
     """Stage node `rank`'s headless unit and its launch of this model like the head's unit, checked by that
-    node's own vLLM, and judge the node's GPUs there (host/node.py check)."""
+    node's own vLLM, and judge the node's GPUs there (host/tools/node.py check)."""
     unit = render_node_unit(rd, stack, rank)
     python = rd.node_hosts[rank].runtime.python
     return _stage(

@@ -1,6 +1,6 @@
 """`make status`: what each deployment of a stack does now, and its drift from what the stack applied.
 
-Reads the stack's outputs (`pulumi stack output deployments`), asks each host once over SSH (host/status.py
+Reads the stack's outputs (`pulumi stack output deployments`), asks each host once over SSH (host/tools/status.py
 piped into its python3, read-only, with the host's survey: the one `pulumi preview` reads), and prints per
 deployment: the unit's state and since when, the model and revision on disk with its verification state,
 the GPUs and their memory, requests running and waiting (vLLM's /metrics, from the engine on the host's

@@ -379,7 +379,9 @@ def test_the_host_package_installs_and_every_tool_runs_from_it(tmp_path: Path) -
     tools_dir = tmp_path / "tools"
     tools_dir.mkdir()
     install_host_package(tools_dir)
-    modules = sorted(f"host/{p.name}" for p in (ROOT / "host").glob("*.py"))
+    modules = sorted(
+        p.relative_to(ROOT).as_posix() for p in [*(ROOT / "host").glob("*.py"), *(ROOT / "host").glob("tools/*.py")]
+    )
     bodies = sorted(f"host/steps/{p.name}" for p in (ROOT / "host" / "steps").glob("*.sh"))
     with zipfile.ZipFile(tools_dir / BUNDLE_NAME) as bundle:
         # Each module with its bytecode, compiled by the python3 that installed it; the steps' scripts as they are.
@@ -390,10 +392,10 @@ def test_the_host_package_installs_and_every_tool_runs_from_it(tmp_path: Path) -
     assert [p.name for p in (tools_dir / ".incoming").iterdir()] == [f"{host_bundle.version()}.pyz"]
     assert (tools_dir / "swap").read_text() == (
         "#!/usr/bin/env python3\n"
-        f"# vllm-fleet swap: runs host.swap from the host package {BUNDLE_NAME} beside this file.\n"
+        f"# vllm-fleet swap: runs host.tools.swap from the host package {BUNDLE_NAME} beside this file.\n"
         "import os, runpy, sys\n"
         f'sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "{BUNDLE_NAME}"))\n'
-        'runpy.run_module("host.swap", run_name="__main__", alter_sys=True)\n'
+        'runpy.run_module("host.tools.swap", run_name="__main__", alter_sys=True)\n'
     )
     assert (tools_dir / "swap").stat().st_mode & 0o777 == 0o755
     for tool in ("swap", "prewarm", "model-sync", "gpu-release-guard", "node-watch", "clean-shm", "step"):
@@ -475,7 +477,7 @@ def test_the_installed_host_package_carries_bytecode_its_python3_loads(tmp_path:
         [
             python3,
             "-c",
-            f"import sys; sys.path.insert(0, {str(compiled_only)!r}); import host.swap, host.contract; "
+            f"import sys; sys.path.insert(0, {str(compiled_only)!r}); import host.tools.swap, host.contract; "
             "print(host.contract.adapters_json.__code__.co_filename)",
         ],
         cwd=tmp_path,
@@ -488,7 +490,7 @@ def test_the_host_package_is_built_reproducibly_and_bootstraps_without_installin
     assert host_bundle.archive() == host_bundle.archive.__wrapped__()
     # What the survey sends over SSH: the archive inside a bootstrap on stdin, run in a bare directory.
     result = run_captured(
-        [sys.executable, "-", "--help"], input=host_bundle.bootstrap_source("host.swap"), cwd=tmp_path
+        [sys.executable, "-", "--help"], input=host_bundle.bootstrap_source("host.tools.swap"), cwd=tmp_path
     )
     assert result.returncode == 0 and "usage" in result.stdout.lower(), result.stderr[-500:]
     assert list(Path(tempfile.gettempdir()).glob("vllm-fleet-host-*.pyz")) == []  # removed after the run

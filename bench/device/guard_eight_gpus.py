@@ -191,7 +191,7 @@ def used_mib(gpu: int) -> int:
 def guard(gpus: Sequence[int], foreign: str, timeout: float) -> tuple[int, str, float]:
     started = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-m", "host.gpu_release_guard", "--gpus", ",".join(map(str, gpus)),
+        [sys.executable, "-m", "host.tools.gpu_release_guard", "--gpus", ",".join(map(str, gpus)),
          "--threshold-mib", str(THRESHOLD_MIB), "--timeout", str(timeout),
          "--unit", "vllm-device-check.service", "--foreign", foreign],
         capture_output=True, text=True, check=False, cwd=ROOT, timeout=timeout + 60,

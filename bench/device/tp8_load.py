@@ -434,7 +434,7 @@ def host_facts(directory: Path) -> dict[str, Any]:
 
 
 def read_back(paths: Sequence[Path]) -> dict[str, Any]:
-    """The shards the page cache does not hold in full, read into it (as host/prewarm.py does before a swap)."""
+    """The shards the page cache does not hold in full, read into it (as host/tools/prewarm.py does before a swap)."""
     missing = [p for p in paths if (base.resident_fraction([p]) or 0.0) < 0.999]
     if not missing:
         return {"shards_read": 0}

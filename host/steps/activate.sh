@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # vllm-fleet activate: make a deployment serve its staged unit (a swap, when the model changed).
 #
-# The swap itself is host/swap.py, run as a transient systemd unit on the host: it checks everything it
+# The swap itself is host/tools/swap.py, run as a transient systemd unit on the host: it checks everything it
 # can while the old model serves, then stops the old units (the deployment's previous unit and the
 # hand-made ones it replaces), starts the new one, waits until it serves, and puts the old ones back if
 # it does not. Running there, it finishes whatever happens to this SSH session or the controller. This

@@ -37,7 +37,7 @@ timeout 200 "$PYTHON" "$TOOLS_DIR/vllm-args-check" --spec "$staged/$UNIT_STEM.ar
   exit "$rc"
 }
 # A node of a model across hosts (NODE_PLAN set): its launch of this model and its plan, then the node's
-# own judgement of its GPUs (host/node.py check: the rule the preview applied), while every engine runs.
+# own judgement of its GPUs (host/tools/node.py check: the rule the preview applied), while every engine runs.
 if [ -n "$NODE_PLAN" ]; then
   printf '%s\n' "$NODE_LAUNCH" > "$staged/launch.json.tmp"
   printf '%s\n' "$NODE_PLAN" > "$staged/node-plan.json.tmp"

@@ -15,7 +15,7 @@ from typing import IO
 
 import pytest
 
-from host import clean_shm
+from host.tools import clean_shm
 
 SHM = Path("/dev/shm")
 

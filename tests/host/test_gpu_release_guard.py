@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from host import facts
-from host import gpu_release_guard as guard
 from host.contract import ProcessUnit
+from host.tools import gpu_release_guard as guard
 from sandbox.processes import run_captured
 from tests.support.paths import FIXTURES, ROOT
 
@@ -223,7 +223,7 @@ def test_visible_gpus_reads_the_environment(tmp_path: Path) -> None:
 
 def test_cli_with_no_gpus_is_a_no_op() -> None:
     result = run_captured(
-        [sys.executable, "-m", "host.gpu_release_guard", "--gpus", "none"], cwd=ROOT, env={**os.environ}
+        [sys.executable, "-m", "host.tools.gpu_release_guard", "--gpus", "none"], cwd=ROOT, env={**os.environ}
     )
     assert result.returncode == 0 and "nothing to release" in result.stdout
 

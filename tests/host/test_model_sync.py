@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from host import contract, hf_download, model_files, model_sync
+from host import contract, hf_download, model_files
 from host.hf_download import Hasher
 from host.model_files import RemoteFile
+from host.tools import model_sync
 from sandbox import sandbox_env
 from sandbox.hf_mirror import HFMirror
 

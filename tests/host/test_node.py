@@ -1,5 +1,5 @@
 """A node of a model across hosts: the judgement its unit step and the preview make of its GPUs
-(host/judgement.judge_node), and which launches its activation keeps (host/node.py)."""
+(host/judgement.judge_node), and which launches its activation keeps (host/tools/node.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from host.contract import Claims, NodeLaunch, NodePlan, Survey
 from host.judgement import judge_node
-from host.node import keep_launches
+from host.tools.node import keep_launches
 
 PLAN = NodePlan(
     stack="prod",

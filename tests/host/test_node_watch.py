@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from host import node_watch
 from host.contract import NodeLaunch
+from host.tools import node_watch
 from sandbox.processes import free_port
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -53,7 +53,7 @@ def test_stops_only_after_the_engine_joined_and_then_lost_the_head() -> None:
 
 def node_watch_command(engine: str, *options: str) -> list[str]:
     """node-watch run from the host package, with `options`, watching a Python engine that runs `engine`."""
-    return [sys.executable, "-m", "host.node_watch", *options, "--", sys.executable, "-c", engine]
+    return [sys.executable, "-m", "host.tools.node_watch", *options, "--", sys.executable, "-c", engine]
 
 
 def test_a_real_engine_stand_in_is_stopped_when_its_head_closes_the_connection() -> None:
@@ -145,7 +145,7 @@ class StandInHead:
 def watch_launches(directory: Path) -> subprocess.Popen[str]:
     options = ["--head", "127.0.0.1", "--grace", "1", "--poll", "0.2", "--launches", str(directory)]
     return subprocess.Popen(
-        [sys.executable, "-m", "host.node_watch", *options],
+        [sys.executable, "-m", "host.tools.node_watch", *options],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

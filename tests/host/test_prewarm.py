@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from host import contract, model_files, model_sync, page_cache, prewarm
+from host import contract, model_files, page_cache
+from host.tools import model_sync, prewarm
 from sandbox.processes import run_captured
 
 GIB = page_cache.GIB

@@ -1,6 +1,6 @@
-"""host/step.py: a step's command is one call of the host's `step` tool, which binds the parameters in
-front of the package's script, passes the step's stdin on, keeps its exit status and stops it at the
-step's time limit."""
+"""host/tools/step.py and host/step.py: a step's command is one call of the host's `step` tool, which binds
+the parameters in front of the package's script, passes the step's stdin on, keeps its exit status and stops
+it at the step's time limit."""
 
 from __future__ import annotations
 
@@ -19,11 +19,12 @@ def run_step(tmp_path: Path, body: str, *args: str, stdin: str = "") -> subproce
     """`step` run as the host runs it, with host/steps/NAME.sh replaced by `body` (a copy of the package)."""
     package = tmp_path / "package"
     (package / "host" / "steps").mkdir(parents=True)
-    for module in ("__init__.py", "step.py"):
+    (package / "host" / "tools").mkdir()
+    for module in ("__init__.py", "step.py", "tools/__init__.py", "tools/step.py"):
         (package / "host" / module).write_text((ROOT / "host" / module).read_text())
     (package / "host" / "steps" / "probe.sh").write_text(body)
     return subprocess.run(
-        [sys.executable, "-m", "host.step", "probe", *args],
+        [sys.executable, "-m", "host.tools.step", "probe", *args],
         cwd=package,
         input=stdin,
         capture_output=True,

@@ -20,7 +20,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from host import contract, front_door, judgement, swap, systemd
+from host import contract, front_door, judgement, systemd
+from host.tools import swap
 from host.transaction import Transaction
 from host.transaction_base import TransactionBase
 

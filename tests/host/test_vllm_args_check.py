@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from host import vllm_args_check as tool
+from host.tools import vllm_args_check as tool
 
 ORIGINS = {
     "--disable-log-requests": "vllm-fleet:models.kimi-k2.5-int4.serving.extraArgs",

@@ -48,4 +48,4 @@ readonly PLAN='{
 }'
 REPORT_ARGS=(--report '{"deployments": [{"bench": {"concurrency": 2, "inputLen": 32, "outputLen": 16, "requests": 8}, "deployment": "chat", "frontDoor": "http://127.0.0.1:8000", "gpus": [0, 1], "host": {"address": "127.0.0.1", "hostKey": null, "name": "sandbox", "port": 2222, "user": "root"}, "modelDir": "/shared/tiny-chat-a", "owner": "dev.chat", "python": "/opt/vllm-env/bin/python3", "servedName": "chat", "stateDir": "/var/lib/vllm-fleet/deployments/dev.chat", "unit": "vllm-tiny-chat-a.service", "unitSha256": "d4cad1dcfa09a1580d45c083c0a768468cb63ddd53eabd415062326f6ded3f05"}]}' --bench)
 readonly REPORT_ARGS
-# <the body of host/steps/activate.sh after line 1: 20 lines, 1406 bytes, sha256 0c73d6b0206bd3796f0e4a39982a204e359b18995bdacf3401dbf48ab681c789>
+# <the body of host/steps/activate.sh after line 1: 20 lines, 1412 bytes, sha256 479805646b340a860b9ae45c073da332757d9a632a5c53c030b6efb31e9ed236>

@@ -47,4 +47,4 @@ readonly PLAN='{
 }'
 REPORT_ARGS=(--report '{"deployments": [{"bench": null, "deployment": "across", "frontDoor": "http://127.0.0.1:8002", "gpus": [2], "host": {"address": "127.0.0.1", "hostKey": null, "name": "fleet-1", "port": 2231, "user": "root"}, "modelDir": "/shared/tiny-chat-a", "owner": "fleet.across", "python": "/opt/vllm-env/bin/python3", "servedName": "across", "stateDir": "/var/lib/vllm-fleet/deployments/fleet.across", "unit": "vllm-across.service", "unitSha256": "d9991fd2e6fd3ab7d2730ce7745e28e644f76a4dce3fb5cc41fcdfa14039e693"}]}')
 readonly REPORT_ARGS
-# <the body of host/steps/activate.sh after line 1: 20 lines, 1406 bytes, sha256 0c73d6b0206bd3796f0e4a39982a204e359b18995bdacf3401dbf48ab681c789>
+# <the body of host/steps/activate.sh after line 1: 20 lines, 1412 bytes, sha256 479805646b340a860b9ae45c073da332757d9a632a5c53c030b6efb31e9ed236>

@@ -48,4 +48,4 @@ readonly PLAN='{
 }'
 REPORT_ARGS=(--report '{"deployments": [{"bench": null, "deployment": "chat-1", "frontDoor": "http://127.0.0.1:8000", "gpus": [0, 1], "host": {"address": "127.0.0.1", "hostKey": null, "name": "fleet-1", "port": 2231, "user": "root"}, "modelDir": "/shared/tiny-chat-a", "owner": "fleet.chat-1", "python": "/opt/vllm-env/bin/python3", "servedName": "chat", "stateDir": "/var/lib/vllm-fleet/deployments/fleet.chat-1", "unit": "vllm-tiny-chat-a.service", "unitSha256": "fab81f238e6c6f5006d5f9a80f090cc5dc1ddc47c5bea7c2c498c7d77fdf2e48"}]}')
 readonly REPORT_ARGS
-# <the body of host/steps/activate.sh after line 1: 20 lines, 1406 bytes, sha256 0c73d6b0206bd3796f0e4a39982a204e359b18995bdacf3401dbf48ab681c789>
+# <the body of host/steps/activate.sh after line 1: 20 lines, 1412 bytes, sha256 479805646b340a860b9ae45c073da332757d9a632a5c53c030b6efb31e9ed236>

@@ -76,4 +76,4 @@ readonly NODE_PLAN='{
   "tools_dir": "/usr/local/lib/vllm-fleet",
   "unit_name": "vllm-across-node1.service"
 }'
-# <the body of host/steps/stage.sh after line 1: 55 lines, 3205 bytes, sha256 c1888ef721e908fbe1cd8fd796a9313517cb0400f7ed3ec4cf9e01a8a99785cb>
+# <the body of host/steps/stage.sh after line 1: 55 lines, 3211 bytes, sha256 9565f4f6c0a995d3f60ce86165f39d2f7ed873664363ce08f5ff4652c88b1c32>

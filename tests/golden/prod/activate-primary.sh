@@ -59,4 +59,4 @@ readonly PLAN='{
 }'
 REPORT_ARGS=(--report '{"deployments": [{"bench": null, "deployment": "primary", "frontDoor": "http://127.0.0.1:8000", "gpus": [0, 1, 2, 3, 4, 5, 6, 7], "host": {"address": "10.40.0.11", "hostKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIF/YMcoT532LXfUQvgXIcTEcumoFw1vI6JkD8tNza+8P placeholder-not-the-servers-key", "name": "gpu-01", "port": 22, "user": "root"}, "modelDir": "/shared/kimi-k2.5-int4", "owner": "prod.primary", "python": "/root/ml-env/bin/python3", "servedName": "kimi-k2.5-int4", "stateDir": "/var/lib/vllm-fleet/deployments/prod.primary", "unit": "vllm-kimi-k25-int4.service", "unitSha256": "4b1d6c4e6513dfd9967f41ce30a80bfd02ac80c9c20543100ce169f282ef758f"}]}')
 readonly REPORT_ARGS
-# <the body of host/steps/activate.sh after line 1: 20 lines, 1406 bytes, sha256 0c73d6b0206bd3796f0e4a39982a204e359b18995bdacf3401dbf48ab681c789>
+# <the body of host/steps/activate.sh after line 1: 20 lines, 1412 bytes, sha256 479805646b340a860b9ae45c073da332757d9a632a5c53c030b6efb31e9ed236>

@@ -30,7 +30,6 @@ from host.locks import take_lock
 from host.model_files import (
     RemoteFile,
     changed_files,
-    changed_since_verified,
     expected_hash,
     forget_file,
     hash_file,
@@ -38,6 +37,7 @@ from host.model_files import (
     read_manifest,
     record_repairs,
     remove_partials,
+    verified_unchanged,
     write_manifest,
 )
 
@@ -164,14 +164,10 @@ def manifest_of(directory: Path, missing: str) -> dict[str, Any]:
 
 
 def check(args: argparse.Namespace) -> int:
-    directory = Path(args.dir)
-    manifest = manifest_of(
-        directory, "verified manifest; run `pulumi up` where the stack is deployed from to download it"
-    )
-    changed = changed_files(directory, manifest)
-    if changed:
-        raise Refused(changed_since_verified(directory, changed))
-    print(f"model-sync: {manifest['repo']}@{manifest['revision']}: {len(manifest['files'])} files unchanged")
+    unchanged, message = verified_unchanged(Path(args.dir))
+    if not unchanged:
+        raise Refused(message)
+    print(f"model-sync: {message}")
     return 0
 
 

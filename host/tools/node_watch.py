@@ -13,7 +13,7 @@ Restart=always starts a fresh engine that waits for the next head. When the engi
 this program exits with its status.
 
 Which engine it starts: with --launches DIR, the launch of the model the head runs now. A node keeps one
-launch per model the head may serve (host/node.py installs them; `<master port>.json`), and the head's
+launch per model the head may serve (host/tools/node.py installs them; `<master port>.json`), and the head's
 rendezvous port is per model, so the launch to run is the one whose master port the head listens on. A
 node therefore follows its head: through a swap (the head stops the old model, its nodes lose it and
 restart, and join the new one), through the head's rollback (the new head never listens, or goes away
@@ -41,6 +41,7 @@ from typing import NoReturn
 
 from host.contract import NODE_CURRENT, NodeLaunch
 from host.facts import children_by_parent
+from host.model_files import verified_unchanged
 
 ESTABLISHED = "01"  # the state column of /proc/net/tcp{,6}
 
@@ -166,9 +167,9 @@ def head_runs(launches: Sequence[NodeLaunch], head_listens: Callable[[int], bool
 def model_files_unchanged(directory: str) -> bool:
     """model-sync's check of the launch's model files against their verified manifest (the unit's own
     ExecStartPre cannot: which model runs is chosen here)."""
-    from host import model_sync  # only this mode needs it
-
-    return model_sync.main(["check", "--dir", directory]) == 0
+    unchanged, message = verified_unchanged(Path(directory))
+    print(f"model-sync: {message}", file=sys.stdout if unchanged else sys.stderr, flush=True)
+    return unchanged
 
 
 def run_launches(head: str, directory: Path, grace: float, poll: float, stop_signals: StopSignals) -> int:

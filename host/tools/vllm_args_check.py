@@ -32,7 +32,6 @@ import argparse
 import contextlib
 import hashlib
 import importlib
-import importlib.metadata
 import io
 import json
 import os
@@ -46,13 +45,10 @@ from typing import Any
 
 from host.contract import STATE_DIR
 from host.swap_files import write_file
+from host.vllm_parser import host_vllm, installed_vllm
 
 # Accepted launches, one file each, named by verdict_key.
 ARGS_CHECK_CACHE = f"{STATE_DIR}/args-check"
-
-# Where vLLM keeps the server's parser, newest layout first (it moved between releases).
-PARSER_MODULES = ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args")
-FLEXIBLE_PARSER_MODULES = ("vllm.utils.argparse_utils", "vllm.utils")
 
 
 @dataclass(frozen=True)
@@ -166,50 +162,6 @@ def host_backends() -> tuple[list[str] | None, list[str] | None]:
     except (ImportError, AttributeError):
         known = None
     return backends, known
-
-
-def _import_first(names: Sequence[str], attribute: str) -> Any:
-    errors = []
-    for name in names:
-        try:
-            module = importlib.import_module(name)
-        except ImportError as error:
-            errors.append(f"{name}: {error}")
-            continue
-        if hasattr(module, attribute):
-            return getattr(module, attribute)
-        errors.append(f"{name} has no {attribute}")
-    raise ImportError(f"this vLLM has no {attribute} where vllm-fleet looks for it ({'; '.join(errors)})")
-
-
-def host_vllm() -> tuple[str, Callable[[], argparse.ArgumentParser], Callable[[argparse.Namespace], Any] | None]:
-    """The installed vLLM's version, a factory of its server parser, and its serve-args validator."""
-    vllm = importlib.import_module("vllm")  # the host's; the controller has none
-    version = str(getattr(vllm, "__version__", "unknown"))
-    make_arg_parser = _import_first(PARSER_MODULES, "make_arg_parser")
-    flexible = _import_first(FLEXIBLE_PARSER_MODULES, "FlexibleArgumentParser")
-    try:
-        validate = _import_first(PARSER_MODULES, "validate_parsed_serve_args")
-    except ImportError:
-        validate = None
-
-    def make_parser() -> argparse.ArgumentParser:
-        parser: argparse.ArgumentParser = make_arg_parser(
-            flexible(description="vLLM OpenAI-Compatible RESTful API server.")
-        )
-        return parser
-
-    return version, make_parser, validate
-
-
-def installed_vllm() -> tuple[str, str] | None:
-    """The installed vLLM's version and a digest of its RECORD, from its metadata: no import."""
-    try:
-        dist = importlib.metadata.distribution("vllm")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    record = dist.read_text("RECORD") or ""
-    return dist.version, hashlib.sha256(record.encode()).hexdigest()
 
 
 # The flags whose values only name what is served (see the module's docstring).
