@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from host.contract import Launch, Listener, Memory, Mount, ProcessUnit, is_managed, managed_owner
+from host.processes import run_captured
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,7 @@ Runner = Callable[[list[str]], str]
 
 def run_nvidia_smi(args: list[str]) -> str:
     binary = os.environ.get("VLLM_FLEET_NVIDIA_SMI", "nvidia-smi")
-    result = subprocess.run([binary, *args], capture_output=True, text=True, timeout=30, check=False)
+    result = run_captured([binary, *args], timeout=30)
     if result.returncode != 0:
         raise RuntimeError(f"nvidia-smi {' '.join(args)} exited {result.returncode}: {result.stderr.strip()}")
     return result.stdout
@@ -226,13 +227,7 @@ def read_process_units(names: list[str]) -> dict[str, ProcessUnit]:
 
     def show(*units: str) -> list[dict[str, str]]:
         try:
-            out = subprocess.run(
-                ["systemctl", "show", *units, "--property=ActiveState,FragmentPath"],
-                capture_output=True,
-                text=True,
-                timeout=30,
-                check=False,
-            ).stdout
+            out = run_captured(["systemctl", "show", *units, "--property=ActiveState,FragmentPath"], timeout=30).stdout
         except (OSError, subprocess.TimeoutExpired):
             return []
         blocks = [block for block in out.strip("\n").split("\n\n") if block.strip()]

@@ -6,7 +6,6 @@ build on it. Standard library only."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from host.contract import (
 from host.facts import unit_environment, unit_launch
 from host.judgement import claim_conflicts
 from host.page_cache import Residency
+from host.processes import run_captured
 from host.start_phases import journal_command, parse_journal, phases_of, progress_line
 from host.start_records import (
     checkpoint_bytes,
@@ -154,7 +154,7 @@ class TransactionBase:
 
     def run_tool(self, tool: str, *args: str) -> int:
         """Run one of the host tools, its output logged line by line."""
-        result = subprocess.run(self.tool_command(tool, *args), capture_output=True, text=True, check=False)
+        result = run_captured(self.tool_command(tool, *args))
         for line in (result.stdout + result.stderr).splitlines():
             self.log(line)
         return result.returncode

@@ -13,6 +13,7 @@ import pytest
 
 from host import step
 from tests.support.paths import ROOT
+from tests.support.processes import run_captured
 
 
 def run_step(tmp_path: Path, body: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
@@ -22,15 +23,7 @@ def run_step(tmp_path: Path, body: str, *args: str, stdin: str = "") -> subproce
     for module in ("__init__.py", "step.py"):
         (package / "host" / module).write_text((ROOT / "host" / module).read_text())
     (package / "host" / "steps" / "probe.sh").write_text(body)
-    return subprocess.run(
-        [sys.executable, "-m", "host.step", "probe", *args],
-        cwd=package,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    return run_captured([sys.executable, "-m", "host.step", "probe", *args], cwd=package, input=stdin, timeout=30)
 
 
 def test_parameters_become_readonly_variables_and_arrays() -> None:
