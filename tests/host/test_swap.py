@@ -1046,6 +1046,13 @@ def systemctl_order(world: World) -> list[tuple[str, str]]:
     return [(c[1], c[-1]) for c in world.systemd.calls if c[0] == "systemctl"]
 
 
+def assert_ran_in_order(world: World, steps: list[tuple[str, str]]) -> None:
+    """systemctl ran each of `steps` (verb, unit) after the one before it, other calls between them."""
+    order = systemctl_order(world)
+    at = [order.index(step, order.index(steps[i - 1]) + 1 if i else 0) for i, step in enumerate(steps)]
+    assert at == sorted(at), order
+
+
 def failed_swap(world: World, swap_mode: str = "auto") -> contract.Result:
     """From vllm-a serving, a swap to vllm-b, which fails to start: rolled back, vllm-a serves, and the
     front door's site is as it was."""
