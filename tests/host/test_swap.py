@@ -609,11 +609,9 @@ def test_a_transaction_that_had_ended_this_plan_before_the_step_came_is_checked_
     world = World(tmp_path)
     plan = world.plan()
     plan_file = world.plan_file(plan)
-    swap.result_path(plan).write_text(
-        json.dumps({"status": "succeeded", "message": "done", "plan_digest": plan.digest})
-    )
+    swap.result_path(plan).write_text(result_text(plan, message="done"))
     host = TransactionStillRunning(world.unit_dir)
-    checked = json.dumps({"status": "unchanged", "message": "already serves", "plan_digest": plan.digest})
+    checked = result_text(plan, "unchanged", "already serves")
 
     def run(*argv: str, check: bool = True) -> str:
         if argv[0] == "systemd-run":
@@ -631,11 +629,16 @@ def test_a_transaction_that_had_ended_this_plan_before_the_step_came_is_checked_
 REPORT_SPEC = {"deployments": [{"owner": "dev.chat", "unit": "vllm-new.service"}]}
 
 
+def result_text(plan: contract.Plan, status: str = "succeeded", message: str = "ok") -> str:
+    """The result file a swap transaction writes for `plan`."""
+    return json.dumps({"status": status, "message": message, "plan_digest": plan.digest})
+
+
 def attach_to_result(world: World, status: str) -> tuple[Path, TransactionStillRunning]:
     """A plan whose running transaction ends with `status` for this very plan (the attach path)."""
     plan = world.plan()
     plan_file = world.plan_file(plan)
-    result = json.dumps({"status": status, "message": "done", "plan_digest": plan.digest})
+    result = result_text(plan, status, "done")
     return plan_file, TransactionStillRunning(world.unit_dir, result=result, result_file=swap.result_path(plan))
 
 
@@ -716,7 +719,7 @@ def test_the_report_starts_once_the_new_unit_is_recorded_active_while_the_swap_f
     plan_file = world.plan_file(plan)
     active = Path(plan.state_dir) / "active"
     host = TransactionWritingItsResult(world.unit_dir, result_file=swap.result_path(plan))
-    result = json.dumps({"status": "succeeded", "message": "ok", "plan_digest": plan.digest})
+    result = result_text(plan)
     written: dict[str, float] = {}
 
     def record_active() -> None:
@@ -754,7 +757,7 @@ def test_the_smoke_benchmark_starts_when_the_new_engine_answers_before_the_front
     plan = world.plan()
     state_dir = Path(plan.state_dir)
     host = TransactionWritingItsResult(world.unit_dir, result_file=swap.result_path(plan))
-    result = json.dumps({"status": "succeeded", "message": "ok", "plan_digest": plan.digest})
+    result = result_text(plan)
     at: dict[str, float] = {}
 
     def mark_ready() -> None:
@@ -858,7 +861,7 @@ def test_the_step_holds_the_plan_files_lock_while_it_runs_and_not_after(tmp_path
     plan = world.plan()
     plan_file = world.plan_file(plan)
     held: list[bool] = []
-    result = json.dumps({"status": "succeeded", "message": "ok", "plan_digest": plan.digest})
+    result = result_text(plan)
     host = TransactionStartedByTheStep(world.unit_dir, result_file=swap.result_path(plan), result=result)
 
     def reporter(spec: dict[str, Any], with_bench: bool, measured: dict[str, Any] | None) -> dict[str, Any]:
@@ -880,14 +883,14 @@ def test_the_transaction_marks_its_new_engine_ready_and_clears_the_mark_after_it
 
 
 def transaction_writing_its_result(
-    tmp_path: Path, exits: bool = True
+    tmp_path: Path, exits: bool = True, kind: type[TransactionWritingItsResult] = TransactionWritingItsResult
 ) -> tuple[contract.Plan, TransactionWritingItsResult]:
-    """A plan and a host whose swap transaction writes its succeeded result in 0.1 s and exits (or not)."""
+    """A plan and a host (of `kind`) whose swap transaction writes its succeeded result in 0.1 s and exits
+    (or not)."""
     world = World(tmp_path)
     plan = world.plan()
-    host = TransactionWritingItsResult(world.unit_dir, result_file=swap.result_path(plan), exits=exits)
-    result = json.dumps({"status": "succeeded", "message": "ok", "plan_digest": plan.digest})
-    threading.Timer(0.1, write_result, args=(swap.result_path(plan), result)).start()
+    host = kind(world.unit_dir, result_file=swap.result_path(plan), exits=exits)
+    threading.Timer(0.1, write_result, args=(swap.result_path(plan), result_text(plan))).start()
     return plan, host
 
 
@@ -940,11 +943,7 @@ class TransactionSayingItsLastLine(TransactionWritingItsResult):
 def test_the_step_ends_on_the_transactions_last_line_not_on_its_exit(tmp_path: Path) -> None:
     # What the transaction does after its result (the manager's reload that forgets the removed units,
     # 0.1-0.3 s here, more on a server with hundreds of units) is the host's, not the step's wait.
-    world = World(tmp_path)
-    plan = world.plan()
-    host = TransactionSayingItsLastLine(world.unit_dir, result_file=swap.result_path(plan), exits=False)
-    result = json.dumps({"status": "succeeded", "message": "ok", "plan_digest": plan.digest})
-    threading.Timer(0.1, write_result, args=(swap.result_path(plan), result)).start()
+    plan, host = transaction_writing_its_result(tmp_path, exits=False, kind=TransactionSayingItsLastLine)
     said: list[str] = []
     started = time.monotonic()
     swap.follow(plan, host, said.append, "c0")
@@ -978,7 +977,7 @@ def test_a_last_line_read_before_the_result_was_seen_still_ends_the_step(
     monkeypatch.setattr(swap, "FINISH_WAIT", 60.0)
     world = World(tmp_path)
     plan = world.plan()
-    result = json.dumps({"status": "succeeded", "message": "ok", "plan_digest": plan.digest})
+    result = result_text(plan)
     host = TransactionEndingDuringTheRead(
         world.unit_dir, result_file=swap.result_path(plan), exits=False, result=result
     )
