@@ -1,8 +1,11 @@
-"""A program run to its end on the host with its output captured as text: the one way the host's tools and
-library run a command and read what it printed. Standard library only, as all of host/."""
+"""Programs the host's tools run: one run to its end with its output captured as text (the one way the
+tools and library run a command and read what it printed), and a process group stopped, SIGTERM first.
+Standard library only, as all of host/."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 from collections.abc import Sequence
 from typing import Any
@@ -25,3 +28,17 @@ def stdout_of(*command: str, timeout: float = 30) -> str:
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return result.stdout if result.returncode == 0 else ""
+
+
+def stop_group(child: subprocess.Popen[Any], kill_after: float) -> None:
+    """SIGTERM to the process group `child` leads (started with start_new_session), SIGKILL if it has not
+    exited `kill_after` seconds later; returns once it has (at once when the group is already gone)."""
+    try:
+        os.killpg(child.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        child.wait(timeout=kill_after)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()

@@ -20,7 +20,7 @@ def run_step(tmp_path: Path, body: str, *args: str, stdin: str = "") -> subproce
     """`step` run as the host runs it, with host/steps/NAME.sh replaced by `body` (a copy of the package)."""
     package = tmp_path / "package"
     (package / "host" / "steps").mkdir(parents=True)
-    for module in ("__init__.py", "step.py"):
+    for module in ("__init__.py", "step.py", "processes.py"):
         (package / "host" / module).write_text((ROOT / "host" / module).read_text())
     (package / "host" / "steps" / "probe.sh").write_text(body)
     return run_captured([sys.executable, "-m", "host.step", "probe", *args], cwd=package, input=stdin, timeout=30)
