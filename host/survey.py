@@ -67,7 +67,7 @@ from host.contract import (
     pinned_host_keys,
     read_claims,
 )
-from host.engine_launch import reading
+from host.engine_launch import reading, text_of
 from host.facts import (
     APPS_QUERY,
     GPU_UUID_QUERY,
@@ -251,19 +251,13 @@ def deployment_states(state_root: str = STATE_DIR) -> dict[str, DeploymentState]
 
 
 def memory() -> Memory:
-    try:
-        with open("/proc/meminfo", encoding="utf-8") as handle:
-            return parse_meminfo(handle.read())
-    except OSError:
-        return Memory()
+    """/proc/meminfo's totals (0 where it cannot be read)."""
+    return parse_meminfo(text_of("/proc/meminfo") or "")
 
 
 def mounts() -> list[Mount]:
-    try:
-        with open("/proc/self/mounts", encoding="utf-8") as handle:
-            return parse_mounts(handle.read())
-    except OSError:
-        return []
+    """The mount table (none where it cannot be read)."""
+    return parse_mounts(text_of("/proc/self/mounts") or "")
 
 
 def _listdir(path: str) -> list[str]:
