@@ -66,6 +66,11 @@ def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
+def medians(rows: list[dict[str, Any]], *columns: str) -> dict[str, float]:
+    """`median_<column>` for each of `columns`: the median of that column over `rows`."""
+    return {f"median_{column}": median([row[column] for row in rows]) for column in columns}
+
+
 def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
     """A distribution-free interval for the median of what `values` sample, at least `confidence` sure:
     the k-th smallest and the k-th largest value, k the largest rank at which both tails of Binomial(n, 1/2)
@@ -275,6 +280,25 @@ def timings(out: str) -> dict[str, float]:
     return {k: float(v.rstrip("s")) for k, v in (pair.split("=") for pair in match.group(1).split())}
 
 
+def the_two_models() -> tuple[str, str, str]:
+    """The dev stack file's text as it is, the tiny model it serves, and the other one (a swap's target)."""
+    current = read_stack_file(STACK_FILE)["deployments"][0]["model"]
+    return STACK_FILE.read_text(), current, "tiny-chat-b" if current == "tiny-chat-a" else "tiny-chat-a"
+
+
+def serving(original: str, current: str, model: str, stop_start: bool) -> str:
+    """The dev stack file's text with `model` in place of `current`, every model kept on disk (so no swap
+    downloads), and swapMode stop-start where asked."""
+    text = original.replace(f"      model: {current}\n", f"      model: {model}\n")
+    text = text.replace("      keep: false\n", "      keep: true\n")
+    return text.replace("      port: 8000\n", "      port: 8000\n      swapMode: stop-start\n") if stop_start else text
+
+
+def pulumi_up() -> str:
+    """`pulumi up` of the dev stack as its file says now; what it printed."""
+    return run_captured(["pulumi", "up", "--stack", STACK, "--yes"], cwd=ROOT, env=ENV, check=True).stdout
+
+
 def served_name() -> str:
     """The name the dev stack's deployment serves under (its model's name unless it names one)."""
     deployment = read_stack_file(STACK_FILE)["deployments"][0]
@@ -287,20 +311,13 @@ def bench_swap() -> dict[str, Any]:
     dev stack lists two GPUs), then stop-then-start (swapMode: stop-start). The first swaps are a warm-up."""
     from scripts.downtime_probe import DowntimeProbe
 
-    stack_file = STACK_FILE
-    original = stack_file.read_text()
-    current = read_stack_file(stack_file)["deployments"][0]["model"]
-    other = "tiny-chat-b" if current == "tiny-chat-a" else "tiny-chat-a"
+    original, current, other = the_two_models()
     served = served_name()
 
     def up_with(model: str, mode: str) -> tuple[str, float]:
-        text = original.replace(f"      model: {current}\n", f"      model: {model}\n")
-        text = text.replace("      keep: false\n", "      keep: true\n")
-        if mode == "stop-start":
-            text = text.replace("      port: 8000\n", "      port: 8000\n      swapMode: stop-start\n")
-        stack_file.write_text(text)
+        STACK_FILE.write_text(serving(original, current, model, stop_start=mode == "stop-start"))
         started = time.monotonic()
-        out = run_captured(["pulumi", "up", "--stack", STACK, "--yes"], cwd=ROOT, env=ENV, check=True).stdout
+        out = pulumi_up()
         return out, time.monotonic() - started
 
     rows: list[dict[str, Any]] = []
@@ -342,24 +359,22 @@ def bench_swap() -> dict[str, Any]:
                 print(f"bench: swap {rows[-1]}", flush=True)
     finally:
         probe.stop()
-        stack_file.write_text(original)
-        run_captured(["pulumi", "up", "--stack", STACK, "--yes"], cwd=ROOT, env=ENV, check=True)
+        STACK_FILE.write_text(original)
+        pulumi_up()
     modes: dict[str, Any] = {}
     for mode in ("blue-green", "stop-start"):
         picked = [r for r in rows if r["mode"] == mode]
         if picked:
             modes[mode] = {
                 "swaps": len(picked),
-                "median_longest_gap": median([r["longest_gap"] for r in picked]),
+                **medians(picked, "longest_gap"),
                 "max_longest_gap": max(r["longest_gap"] for r in picked),
                 # Each swap's gap beyond its own engine's start-to-ready (what a stop-then-start adds).
                 "max_gap_beyond_start": max(r["longest_gap"] - r["start_to_ready"] for r in picked),
                 "failed": sum(r["failed"] for r in picked),
                 "stalled": sum(r["stalled"] for r in picked),
                 "requests": sum(r["requests"] for r in picked),
-                "median_start_to_ready": median([r["start_to_ready"] for r in picked]),
-                "median_total": median([r["total"] for r in picked]),
-                "median_overhead": median([r["overhead"] for r in picked]),
+                **medians(picked, "start_to_ready", "total", "overhead"),
                 "median_engine": median([r["engine_start_to_ready"] for r in picked]),
             }
     return {"rows": rows, "modes": modes}
@@ -376,20 +391,12 @@ def bench_forecast() -> dict[str, Any]:
     record the host kept beside what came (bench/forecast_error.py)."""
     from host.contract import StartRecord, Survey
 
-    stack_file = STACK_FILE
-    original = stack_file.read_text()
-    current = read_stack_file(stack_file)["deployments"][0]["model"]
-    other = "tiny-chat-b" if current == "tiny-chat-a" else "tiny-chat-a"
-    python = read_stack_file(stack_file)["hosts"][0].get("runtime", {}).get("python", "/opt/vllm-env/bin/python3")
-
-    def stack_for(model: str) -> None:
-        text = original.replace(f"      model: {current}\n", f"      model: {model}\n")
-        text = text.replace("      keep: false\n", "      keep: true\n")
-        stack_file.write_text(text.replace("      port: 8000\n", "      port: 8000\n      swapMode: stop-start\n"))
+    original, current, other = the_two_models()
+    python = read_stack_file(STACK_FILE)["hosts"][0].get("runtime", {}).get("python", "/opt/vllm-env/bin/python3")
 
     def up(model: str) -> str:
-        stack_for(model)
-        return run_captured(["pulumi", "up", "--stack", STACK, "--yes"], cwd=ROOT, env=ENV, check=True).stdout
+        STACK_FILE.write_text(serving(original, current, model, stop_start=True))
+        return pulumi_up()
 
     def swap(model: str) -> StartRecord:
         up(model)
@@ -401,8 +408,8 @@ def bench_forecast() -> dict[str, Any]:
         # Each model's first swap goes on the rates; from its second on, on its own starts here.
         return forecast_error.run_series([other, current] * RUNS, swap, load=lambda: os.getloadavg()[0])
     finally:
-        stack_file.write_text(original)
-        run_captured(["pulumi", "up", "--stack", STACK, "--yes"], cwd=ROOT, env=ENV, check=True)
+        STACK_FILE.write_text(original)
+        pulumi_up()
 
 
 # ---- 2b. pre-warm: what reading the model into the page cache before the stop saves the load --------
@@ -638,10 +645,7 @@ def bench_download() -> dict[str, Any]:
     on_host("rm -rf /shared/bench-component /shared/bench-plain")
     summary = {
         mode: {
-            "median_wall": median([r["wall"] for r in picked]),
-            "median_client_cpu": median([r["client_cpu"] for r in picked]),
-            "median_mirror_cpu": median([r["mirror_cpu"] for r in picked]),
-            "median_forwarders_cpu": median([r["forwarders_cpu"] for r in picked]),
+            **medians(picked, "wall", "client_cpu", "mirror_cpu", "forwarders_cpu"),
             # CPUs kept busy by all of them together: near the machine's count, the run waited for CPU.
             "cores_busy": median(
                 [(r["client_cpu"] + r["mirror_cpu"] + r["forwarders_cpu"]) / r["wall"] for r in picked]
@@ -848,8 +852,7 @@ def bench_fleet(tmp: Path, sizes: tuple[int, ...] = FLEET_SIZES) -> dict[str, An
         count = RUNS if hosts <= 32 else 2 if hosts <= FLEET_LARGE else 1
         runs = [measure_preview(project, stack, {**env, **PREVIEW_ENV}) for _ in range(count)]
         results[str(hosts)] = {
-            "median_s": median([r["s"] for r in runs]),
-            "median_cpu_s": median([r["cpu_s"] for r in runs]),
+            **medians(runs, "s", "cpu_s"),
             "peak_rss_mib": max(r["peak_kib"] for r in runs) / 1024,
             "resources": int(runs[0]["resources"]),
             "runs_s": [r["s"] for r in runs],

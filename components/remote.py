@@ -233,12 +233,12 @@ def remote_step(
             logging="stdoutAndStderr" if log_output else "none",
             triggers=host_triggers(host),
         ),
-        pulumi.ResourceOptions(
-            parent=parent,
-            depends_on=depends_on or [],
+        step_options(
+            host,
+            parent,
+            depends_on,
+            COMMAND_INPUTS,
             delete_before_replace=owns_singleton,
-            # On a cordoned host the state's inputs stand, whatever the program now renders: no step runs.
-            ignore_changes=COMMAND_INPUTS if host.cordon else None,
             # The provider echoes its inputs as outputs; stdin is named too, so an update that changes it (a
             # rotated API key) stores and logs it as a secret as well.
             additional_secret_outputs=["stdin", "stdout", "stderr"] if carries_secret else [],
@@ -248,6 +248,23 @@ def remote_step(
                 delete=f"{timeout_seconds + KILL_AFTER_SECONDS}s",
             ),
         ),
+    )
+
+
+def step_options(
+    host: Host,
+    parent: pulumi.Resource,
+    depends_on: list[pulumi.Resource] | None,
+    inputs: list[str],
+    **options: Any,
+) -> pulumi.ResourceOptions:
+    """The options every step has: its parent, the steps it waits for, and on a cordoned host its `inputs`
+    as the state has them, whatever the program now renders (so no step runs); `options` add the rest."""
+    return pulumi.ResourceOptions(
+        parent=parent,
+        depends_on=depends_on or [],
+        ignore_changes=inputs if host.cordon else None,
+        **options,
     )
 
 
@@ -275,9 +292,5 @@ def remote_copy(
             remotePath=remote_path,
             triggers=host_triggers(host),
         ),
-        pulumi.ResourceOptions(
-            parent=parent,
-            depends_on=depends_on or [],
-            ignore_changes=COPY_INPUTS if host.cordon else None,
-        ),
+        step_options(host, parent, depends_on, COPY_INPUTS),
     )

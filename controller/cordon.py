@@ -17,12 +17,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 from collections.abc import Sequence
 from functools import cache
 
 import pulumi
 
+from controller.transport import run_captured
 from models.hosts import Host
 
 # A host's steps: its commands and the copy of its host package (components/remote.py).
@@ -42,11 +42,8 @@ def applied_steps() -> dict[tuple[str, int, str], dict[str, str]]:
     """The steps in the stack's last checkpoint, by the host they ran on: each step's name and the command
     it ran (its `create` input)."""
     cli = shutil.which("pulumi") or "pulumi"
-    result = subprocess.run(
+    result = run_captured(
         [cli, "stack", "export", "--stack", pulumi.get_stack()],
-        capture_output=True,
-        text=True,
-        check=False,
         timeout=120,
         env={**os.environ, "PULUMI_SKIP_UPDATE_CHECK": "true"},
     )

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from controller.assess import judgement
 from controller.drift import applied
 from host.contract import StartForecastRecord, Survey, filesystem_of, owner_key
+from host.judgement import Decision
 from models import downtime
 from models.config import GIB_PER_GB, ResolvedDeployment, StackConfig
 from models.forecast import HostFacts, StartForecast, forecast_start, target_of
@@ -210,15 +211,21 @@ def _swap(stack: str, rd: ResolvedDeployment, found: Survey, choice: LoadChoice 
     decision = judgement(stack, rd, found).decision
     if decision.mode == "adopt":
         return f"the take-over of {old_unit} adopts it in place ({decision.reason}); expected downtime 0 s", False
+    return _new_engine(f"the swap from {old_unit} to {rd.unit_name}", decision, rd, found, choice), True
+
+
+def _new_engine(
+    subject: str, decision: Decision, rd: ResolvedDeployment, found: Survey, choice: LoadChoice | None
+) -> str:
+    """`subject` (a swap, or a unit that restarts) starting a new engine as `decision` says: new engine
+    first, blue/green or stop-then-start, with why, the downtime to expect and the new engine's start."""
+    start = _start(rd, found, choice)
     if decision.mode == "port-move":
-        head = f"the swap from {old_unit} to {rd.unit_name} will run new engine first ({decision.reason})"
-        return f"{head}; {PORT_MOVE}; the new engine's start: {_start(rd, found, choice)}", True
+        return f"{subject} will run new engine first ({decision.reason}); {PORT_MOVE}; the new engine's start: {start}"
     why = NODES if rd.multi_node else decision.reason
-    mode = "blue/green" if decision.mode == "blue-green" else "stop-then-start"
-    head = f"the swap from {old_unit} to {rd.unit_name} will run {mode} ({why})"
     if decision.mode == "blue-green":
-        return f"{head}; expected downtime 0 s; the new engine's start: {_start(rd, found, choice)}", True
-    return f"{head}; expected downtime: the start of {rd.model_name}, {_start(rd, found, choice)}", True
+        return f"{subject} will run blue/green ({why}); expected downtime 0 s; the new engine's start: {start}"
+    return f"{subject} will run stop-then-start ({why}); expected downtime: the start of {rd.model_name}, {start}"
 
 
 # Why a model across hosts restarts stop-then-start (render/plan.py renders its swapMode so).
@@ -251,11 +258,4 @@ def restart_forecast(
         return f"{unit}: {decision.reason}; expected downtime 0 s", False
     if decision.mode == "bridge":
         return f"{unit} restarts with its new launch: {decision.reason}; each load: {_start(rd, found, choice)}", True
-    if decision.mode == "port-move":
-        line = f"{unit} will run new engine first ({decision.reason}); {PORT_MOVE}; the new engine's start: "
-        return line + _start(rd, found, choice), True
-    why = NODES if rd.multi_node else decision.reason
-    return (
-        f"{unit} will run stop-then-start ({why}); expected downtime: the start of {rd.model_name}, {_start(rd, found, choice)}",
-        True,
-    )
+    return _new_engine(unit, decision, rd, found, choice), True

@@ -25,6 +25,7 @@ from pathlib import Path
 from controller.known_hosts import HostKeys
 from controller.transport import SurveyFailed, ssh_survey
 from host.contract import LaunchQuestion, Survey
+from host.facts import lineage
 from host.swap_files import write_file
 from models.config import ResolvedDeployment
 from models.hosts import Host
@@ -54,18 +55,14 @@ def pulumi_operation(proc: Path = Path("/proc"), pid: int | None = None) -> str 
     """The `pulumi` process that runs this program (the nearest ancestor of that name: the CLI starts the
     language host, which starts the program), as PID.start-time, which no other process has; None when
     there is none to be found (the preview's survey then serves no update)."""
-    pid = os.getpid() if pid is None else pid
-    seen: set[int] = set()
-    while pid > 1 and pid not in seen:
-        seen.add(pid)
+    for ancestor in lineage(os.getpid() if pid is None else pid, str(proc)):
         try:
-            stat = (proc / str(pid) / "stat").read_text()
+            stat = (proc / str(ancestor) / "stat").read_text()
         except OSError:
             return None
         name, fields = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
         if name == "pulumi":
-            return f"{pid}.{fields[19]}"  # field 22 of stat: the start time, in clock ticks since boot
-        pid = int(fields[1])
+            return f"{ancestor}.{fields[19]}"  # field 22 of stat: the start time, in clock ticks since boot
     return None
 
 

@@ -16,6 +16,7 @@ import subprocess
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from controller.known_hosts import key_refusal, known_hosts_options
 from host.contract import LaunchQuestion, Survey
@@ -29,6 +30,15 @@ STATUS_MODULE = "host.tools.status"
 
 class SurveyFailed(Exception):
     pass
+
+
+def run_captured(
+    command: Sequence[str], *, timeout: float | None = None, **options: Any
+) -> subprocess.CompletedProcess[str]:
+    """A program run to its end from the controller, stdout and stderr captured as text and no raise on a
+    non-zero exit (the caller reads returncode and names the fix); `options` are subprocess.run's (input,
+    env). TimeoutExpired after `timeout` seconds, as there."""
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False, **options)
 
 
 def ssh_python(
@@ -56,14 +66,7 @@ def ssh_python(
             " ".join(["python3", "-", *(shlex.quote(a) for a in args)]),
         ]  # fmt: skip
         try:
-            result = subprocess.run(
-                command,
-                input=host_bundle.bootstrap_source(module),
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                check=False,
-            )
+            result = run_captured(command, timeout=timeout, input=host_bundle.bootstrap_source(module))
         except subprocess.TimeoutExpired:
             raise SurveyFailed(f"host {host.name!r}: {what} took over {timeout:g} s") from None
     if result.returncode != 0:

@@ -91,9 +91,7 @@ class Bridge(BlueGreen):
         assert old.unit == plan.unit_name and own is not None, (
             "a bridge restarts the unit that serves behind the front door"
         )
-        backups = self.state_dir / "previous"
-        shutil.rmtree(backups, ignore_errors=True)
-        backups.mkdir(parents=True, mode=0o700)
+        backups = self.fresh_backups_dir()
         # The unit's files as they served, for a way back to its old launch (host/rollback.py's, for a bridge).
         saved = [
             (path, backups / path.name, mode)
@@ -164,12 +162,8 @@ class Bridge(BlueGreen):
         for path, copy, mode in saved:
             install_file(copy, path, mode)
         self.host.run("systemctl", "daemon-reload")
-        timeout = self.host.start_timeout(plan.unit_name)
-        self.log(f"{plan.unit_name} did not serve its new launch; starting its old launch again (up to {timeout:g} s)")
-        restarted = now()
-        self.host.run("systemctl", "start", "--no-block", plan.unit_name, check=False)
-        ready = self.wait_active(plan.unit_name, timeout)
-        self.timings["rollback_start_to_ready"] = now() - restarted
+        saying = f"{plan.unit_name} did not serve its new launch; starting its old launch again"
+        ready = self.start_again(plan.unit_name, saying, "rollback_start_to_ready")
         switched = self.switch_front_door(own) if ready else "it did not become ready"
         if switched is None:
             self.serving(plan.unit_name, own, instead_of=bridge)

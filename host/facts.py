@@ -13,11 +13,12 @@ import os
 import re
 import shlex
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from host.contract import Launch, Listener, Memory, Mount, ProcessUnit, is_managed, managed_owner
+from host.processes import run_captured
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,7 @@ Runner = Callable[[list[str]], str]
 
 def run_nvidia_smi(args: list[str]) -> str:
     binary = os.environ.get("VLLM_FLEET_NVIDIA_SMI", "nvidia-smi")
-    result = subprocess.run([binary, *args], capture_output=True, text=True, timeout=30, check=False)
+    result = run_captured([binary, *args], timeout=30)
     if result.returncode != 0:
         raise RuntimeError(f"nvidia-smi {' '.join(args)} exited {result.returncode}: {result.stderr.strip()}")
     return result.stdout
@@ -172,15 +173,23 @@ def parent_pid(pid: int, proc: str) -> int:
         return 0
 
 
+def lineage(pid: int, proc: str = "/proc") -> Iterator[int]:
+    """`pid`, its parent, its parent's parent and so on, PID 1 left out; it ends early where a process is
+    gone or the chain loops back."""
+    seen: set[int] = set()
+    while pid > 1 and pid not in seen:
+        seen.add(pid)
+        yield pid
+        pid = parent_pid(pid, proc)
+
+
 def visible_gpus(pid: int, proc: str = "/proc") -> set[int] | None:
     """GPUs a process was started with (CUDA_VISIBLE_DEVICES of it or its nearest ancestor that set
     it: vLLM's engine core and workers drop the variable but use their server's devices), or None
     when it could use any."""
-    seen: set[int] = set()
-    while pid > 1 and pid not in seen:
-        seen.add(pid)
+    for ancestor in lineage(pid, proc):
         try:
-            with open(f"{proc}/{pid}/environ", "rb") as handle:
+            with open(f"{proc}/{ancestor}/environ", "rb") as handle:
                 entries = handle.read().split(b"\0")
         except OSError:
             return None
@@ -191,7 +200,6 @@ def visible_gpus(pid: int, proc: str = "/proc") -> set[int] | None:
                     return {int(v) for v in value.split(",") if v.strip()}
                 except ValueError:
                     return None  # UUID form: cannot tell, so treat it as possibly ours
-        pid = parent_pid(pid, proc)
     return None
 
 
@@ -226,13 +234,7 @@ def read_process_units(names: list[str]) -> dict[str, ProcessUnit]:
 
     def show(*units: str) -> list[dict[str, str]]:
         try:
-            out = subprocess.run(
-                ["systemctl", "show", *units, "--property=ActiveState,FragmentPath"],
-                capture_output=True,
-                text=True,
-                timeout=30,
-                check=False,
-            ).stdout
+            out = run_captured(["systemctl", "show", *units, "--property=ActiveState,FragmentPath"], timeout=30).stdout
         except (OSError, subprocess.TimeoutExpired):
             return []
         blocks = [block for block in out.strip("\n").split("\n\n") if block.strip()]

@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from host.contract import STATE_DIR
+from host.processes import run_captured
 from host.swap_files import write_file
 from host.vllm_parser import host_vllm, installed_vllm
 
@@ -463,14 +464,8 @@ def parse_with(python: str, launches: Sequence[Launch], cache: str = PARSED_CACH
     document = json.dumps({"launches": [launch.to_dict() for launch in launches]})
     environment = {**os.environ, "PYTHONPATH": package_root()}
     try:
-        result = subprocess.run(
-            [python, "-m", "host.launch_identity", "--cache", cache],
-            input=document,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=environment,
-            check=False,
+        result = run_captured(
+            [python, "-m", "host.launch_identity", "--cache", cache], timeout=timeout, input=document, env=environment
         )
     except (OSError, subprocess.TimeoutExpired) as error:
         raise ParseFailed(f"{python} could not read the launches with its vLLM: {error}") from None

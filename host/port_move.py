@@ -17,7 +17,6 @@ library only."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -46,10 +45,7 @@ class PortMove(Bridge, TakeOver):
         managed unit runs once the old engine has stopped, when it must take over from a bridge (its name
         is the old engine's)."""
         plan = self.plan
-        backups_dir = self.state_dir / "previous"
-        shutil.rmtree(backups_dir, ignore_errors=True)
-        backups_dir.mkdir(parents=True, mode=0o700)
-        backups = [self.backup(unit, backups_dir) for unit in leaving]
+        backups = self.back_up(leaving)
         serving = [b.unit for b in backups if b.was_running]
         through_bridge = plan.unit_name in serving
         first = self.bridge if through_bridge else plan.unit_name
@@ -161,10 +157,8 @@ class PortMove(Bridge, TakeOver):
         for backup in backups:
             if not backup.was_running:
                 continue
-            timeout = self.host.start_timeout(backup.unit)
-            self.log(f"starting {backup.unit} again on port {plan.port} (up to {timeout:g} s)")
-            self.host.run("systemctl", "start", "--no-block", backup.unit, check=False)
-            (restarted if self.wait_active(backup.unit, timeout) else failed).append(backup.unit)
+            ready = self.start_again(backup.unit, f"starting {backup.unit} again on port {plan.port}")
+            (restarted if ready else failed).append(backup.unit)
         status = "rollback-failed" if failed else "rolled-back"
         again = f"{' and '.join(restarted)} serves again" if restarted else "nothing serves again"
         return Result(

@@ -10,7 +10,6 @@ from pathlib import Path
 from host.contract import ActiveRecord, Result, adopted_drop_in
 from host.front_door_switch import FrontDoorSwitch
 from host.swap_files import file_text, install_file, restore_file, write_file
-from host.systemd import now
 from host.transaction_base import Backup
 
 
@@ -64,13 +63,9 @@ class Rollback(FrontDoorSwitch):
                 self.host.run("systemctl", "enable", "--quiet", backup.unit, check=False)
             if not backup.was_running:
                 continue
-            # Wait with the old unit's own start timeout, not the new model's.
-            timeout = self.host.start_timeout(backup.unit)
-            self.log(f"rolling back: starting {backup.unit} again (up to {timeout:g} s)")
-            started = now()
-            self.host.run("systemctl", "start", "--no-block", backup.unit, check=False)
-            (restarted if self.wait_active(backup.unit, timeout) else failed).append(backup.unit)
-            self.timings["rollback_start_to_ready"] = now() - started
+            saying = f"rolling back: starting {backup.unit} again"
+            ready = self.start_again(backup.unit, saying, "rollback_start_to_ready")
+            (restarted if ready else failed).append(backup.unit)
         if not any(b.was_running for b in backups):
             (self.state_root / "claims" / f"{plan.owner}.json").unlink(missing_ok=True)
         if failed:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -36,23 +35,16 @@ from host import smoke_bench, survey
 from host.adapters import adapter_state
 from host.contract import STATE_DIR, DeploymentStatus, GpuUse, StatusReport, StatusRequest
 from host.model_files import model_state
+from host.processes import stdout_of
 from host.start_records import read_records
 from host.systemd import parse_show
 
 _METRIC = re.compile(r"^(vllm:num_requests_(?:running|waiting))(?:\{[^}]*\})?\s+([0-9.eE+-]+)$")
 
 
-def run(*args: str, timeout: float = 30) -> str:
-    try:
-        result = subprocess.run(args, capture_output=True, text=True, timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return result.stdout if result.returncode == 0 else ""
-
-
 def unit_facts(unit: str) -> dict[str, str]:
     return parse_show(
-        run("systemctl", "show", unit, "--property=ActiveState,SubState,UnitFileState,ActiveEnterTimestamp,StateChangeTimestamp")
+        stdout_of("systemctl", "show", unit, "--property=ActiveState,SubState,UnitFileState,ActiveEnterTimestamp,StateChangeTimestamp")
     )  # fmt: skip
 
 
@@ -89,7 +81,7 @@ def metrics(base_url: str) -> dict[str, float] | None:
 
 
 def vllm_version(python: str) -> str | None:
-    out = run(python, "-c", "import importlib.metadata as m; print(m.version('vllm'))").strip()
+    out = stdout_of(python, "-c", "import importlib.metadata as m; print(m.version('vllm'))").strip()
     return out or None
 
 
@@ -138,7 +130,7 @@ def bench(base_url: str, served_name: str, model_dir: str, spec: dict[str, int])
 
 def gpus() -> tuple[GpuUse, ...]:
     out = []
-    for line in run(
+    for line in stdout_of(
         "nvidia-smi", "--query-gpu=index,memory.used,memory.total", "--format=csv,noheader,nounits"
     ).splitlines():
         cells = [c.strip() for c in line.split(",")]
@@ -183,7 +175,7 @@ def report(
         waits = {
             d.owner: (
                 pool.submit(vllm_version, d.python),
-                pool.submit(run, *start_jobs_journal(d.unit)),
+                pool.submit(stdout_of, *start_jobs_journal(d.unit)),
             )
             for d in wanted
         }

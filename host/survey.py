@@ -40,7 +40,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import subprocess
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -66,7 +65,7 @@ from host.contract import (
     pinned_host_keys,
     read_claims,
 )
-from host.engine_launch import reading
+from host.engine_launch import reading, text_of
 from host.facts import (
     APPS_QUERY,
     GPU_UUID_QUERY,
@@ -82,21 +81,14 @@ from host.facts import (
     unit_of,
 )
 from host.model_files import model_state
+from host.processes import stdout_of
 from host.start_records import read_records
 from host.systemd import parse_show
 
 
-def run(*args: str) -> str:
-    try:
-        result = subprocess.run(args, capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return result.stdout if result.returncode == 0 else ""
-
-
 def gpu_uuids() -> dict[str, int]:
     """nvidia-smi's GPUs, UUID -> index (their count is what a launch without CUDA_VISIBLE_DEVICES uses)."""
-    return parse_gpu_uuids(run("nvidia-smi", *GPU_UUID_QUERY))
+    return parse_gpu_uuids(stdout_of("nvidia-smi", *GPU_UUID_QUERY))
 
 
 def gpu_holders(
@@ -106,7 +98,7 @@ def gpu_holders(
     unit's state and owner read from `known` (the survey's vllm units) or from systemd. `apps`: the output
     of its compute-apps query, when it already ran."""
     uuids = gpu_uuids() if uuids is None else uuids
-    apps = run("nvidia-smi", *APPS_QUERY) if apps is None else apps
+    apps = stdout_of("nvidia-smi", *APPS_QUERY) if apps is None else apps
     found = [(app, unit_of(app.pid)) for app in parse_compute_apps(apps, uuids)]
     known = known or {}
     others = read_process_units(sorted({name for _, name in found if name is not None and name not in known}))
@@ -137,11 +129,11 @@ def unit_properties(names: list[str]) -> dict[str, dict[str, str]]:
     took ~10 ms per unit), or one each when the answer does not have a block per name."""
     if not names:
         return {}
-    blocks = parse_show_blocks(run("systemctl", "show", *names, f"--property={UNIT_PROPERTIES}"))
+    blocks = parse_show_blocks(stdout_of("systemctl", "show", *names, f"--property={UNIT_PROPERTIES}"))
     if len(blocks) == len(names):
         return dict(zip(names, blocks, strict=True))
     return {
-        name: (parse_show_blocks(run("systemctl", "show", name, f"--property={UNIT_PROPERTIES}")) or [{}])[0]
+        name: (parse_show_blocks(stdout_of("systemctl", "show", name, f"--property={UNIT_PROPERTIES}")) or [{}])[0]
         for name in names
     }
 
@@ -176,8 +168,8 @@ def units() -> list[Unit]:
 
 def read_units() -> tuple[list[Unit], dict[str, str]]:
     """The vllm-* units, and each one's file with its drop-ins appended (what systemd starts)."""
-    listing = run("systemctl", "list-units", "--all", "--plain", "--no-legend", "--type=service", "vllm-*")
-    files = run("systemctl", "list-unit-files", "--plain", "--no-legend", "--type=service", "vllm-*")
+    listing = stdout_of("systemctl", "list-units", "--all", "--plain", "--no-legend", "--type=service", "vllm-*")
+    files = stdout_of("systemctl", "list-unit-files", "--plain", "--no-legend", "--type=service", "vllm-*")
     names = sorted({line.split()[0] for line in (listing + files).splitlines() if line.split()})
     names = [n for n in names if n.endswith(".service")]
     shown = unit_properties(names)
@@ -257,19 +249,13 @@ def deployment_states(state_root: str = STATE_DIR) -> dict[str, DeploymentState]
 
 
 def memory() -> Memory:
-    try:
-        with open("/proc/meminfo", encoding="utf-8") as handle:
-            return parse_meminfo(handle.read())
-    except OSError:
-        return Memory()
+    """/proc/meminfo's totals (0 where it cannot be read)."""
+    return parse_meminfo(text_of("/proc/meminfo") or "")
 
 
 def mounts() -> list[Mount]:
-    try:
-        with open("/proc/self/mounts", encoding="utf-8") as handle:
-            return parse_mounts(handle.read())
-    except OSError:
-        return []
+    """The mount table (none where it cannot be read)."""
+    return parse_mounts(text_of("/proc/self/mounts") or "")
 
 
 def _listdir(path: str) -> list[str]:
@@ -285,8 +271,8 @@ def survey(model_dirs: list[str] | tuple[str, ...] = (), questions: Sequence[Lau
     # daemon): the survey is part of every program run and of the swap itself.
     with ThreadPoolExecutor(max_workers=3) as pool:
         found_units = pool.submit(read_units)
-        apps = pool.submit(run, "nvidia-smi", *APPS_QUERY)
-        sockets = pool.submit(run, "ss", "-ltnpH")
+        apps = pool.submit(stdout_of, "nvidia-smi", *APPS_QUERY)
+        sockets = pool.submit(stdout_of, "ss", "-ltnpH")
         uuids = gpu_uuids()  # one nvidia-smi query for the holders and the count
         vllm_units, unit_texts = found_units.result()
         holders = gpu_holders(uuids, apps.result(), {u.name: u for u in vllm_units})
@@ -332,7 +318,7 @@ def vllm_facts(python: str) -> tuple[str | None, dict[str, str | None] | None]:
         f"print(json.dumps({{name: v(name) for name in ('vllm', *{LOADER_EXTRAS!r})}}))\n"
     )
     try:
-        found = json.loads(run(python, "-c", code) or "{}")
+        found = json.loads(stdout_of(python, "-c", code) or "{}")
     except ValueError:
         found = {}
     return found.get("vllm"), ({name: found.get(name) for name in LOADER_EXTRAS} if found else None)

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import re
-import subprocess
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
 from host.contract import BACKEND_HEADER, RUNNING_STATES
 from host.facts import children_by_parent
+from host.processes import run_captured
 
 DEFAULT_START_TIMEOUT = 90.0  # systemd's DefaultTimeoutStartSec
 
@@ -106,14 +106,14 @@ class SystemdHost:
         return int(self.show(unit, "MainPID").get("MainPID") or 0)
 
     def run(self, *args: str, check: bool = True) -> str:
-        result = subprocess.run(args, capture_output=True, text=True, check=False)
+        result = run_captured(args)
         if check and result.returncode != 0:
             raise RuntimeError(f"{' '.join(args)} exited {result.returncode}: {result.stderr.strip()}")
         return result.stdout
 
     def attempt(self, *args: str) -> tuple[int, str]:
         """Exit status and output (stderr after stdout) of a command that may fail."""
-        result = subprocess.run(args, capture_output=True, text=True, check=False)
+        result = run_captured(args)
         return result.returncode, (result.stdout + result.stderr).strip()
 
     def listens(self, address: str, port: int) -> bool:

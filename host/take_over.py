@@ -27,10 +27,7 @@ class TakeOver(TransactionBase):
         adopted = judgement.adoption
         assert adopted is not None
         placement = judgement.decision.placement
-        backups_dir = self.state_dir / "previous"
-        shutil.rmtree(backups_dir, ignore_errors=True)
-        backups_dir.mkdir(parents=True, mode=0o700)
-        backups = [self.backup(unit, backups_dir) for unit in judgement.leaving]
+        backups = self.back_up(judgement.leaving)
         pid_before = self.host.show(plan.unit_name, "MainPID").get("MainPID", "0")
         launch = adopted_launch_drop_in(
             adopted.unit, adopted.argv, adopted.ids, staged_unit.read_text(encoding="utf-8")

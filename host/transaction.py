@@ -325,10 +325,8 @@ class Transaction(PortMove, Rewrite, Rollback):
         old_unit = old.unit if old else ""
         unit_path = self.unit_dir / plan.unit_name
         env_path = self.env_dir / f"{plan.unit_stem}.env"
-        backups_dir = self.state_dir / "previous"
-        shutil.rmtree(backups_dir, ignore_errors=True)
-        backups_dir.mkdir(parents=True, mode=0o700)
-        backups = [self.backup(unit, backups_dir) for unit in leaving]
+        backups = self.back_up(leaving)
+        backups_dir = self.backups_dir
         env_backup = backups_dir / env_path.name
         if env_path.is_file():
             shutil.copy2(env_path, env_backup)

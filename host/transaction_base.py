@@ -6,10 +6,9 @@ build on it. Standard library only."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from host.contract import (
 from host.facts import unit_environment, unit_launch
 from host.judgement import claim_conflicts
 from host.page_cache import Residency
+from host.processes import run_captured
 from host.start_phases import journal_command, parse_journal, phases_of, progress_line
 from host.start_records import (
     checkpoint_bytes,
@@ -154,7 +154,7 @@ class TransactionBase:
 
     def run_tool(self, tool: str, *args: str) -> int:
         """Run one of the host tools, its output logged line by line."""
-        result = subprocess.run(self.tool_command(tool, *args), capture_output=True, text=True, check=False)
+        result = run_captured(self.tool_command(tool, *args))
         for line in (result.stdout + result.stderr).splitlines():
             self.log(line)
         return result.returncode
@@ -177,6 +177,22 @@ class TransactionBase:
 
     def write_active(self, record: ActiveRecord) -> None:
         write_file(self.state_dir / "active", record.text(), make_parent=False)
+
+    @property
+    def backups_dir(self) -> Path:
+        """Where the swap keeps what a rollback puts back (`previous/` in the deployment's state)."""
+        return self.state_dir / "previous"
+
+    def fresh_backups_dir(self) -> Path:
+        """backups_dir emptied of an earlier swap's backups."""
+        shutil.rmtree(self.backups_dir, ignore_errors=True)
+        self.backups_dir.mkdir(parents=True, mode=0o700)
+        return self.backups_dir
+
+    def back_up(self, leaving: Sequence[str]) -> list[Backup]:
+        """A fresh backups_dir holding a backup of each unit in `leaving`."""
+        backups_dir = self.fresh_backups_dir()
+        return [self.backup(unit, backups_dir) for unit in leaving]
 
     def backup(self, unit: str, backups: Path) -> Backup:
         file = self.host.unit_file(unit)
@@ -339,6 +355,19 @@ class TransactionBase:
         size = checkpoint_bytes(Path(plan.load_dir or plan.model_dir))
         forecast = plan.forecast_seconds or None
         return progress_line(plan.model or plan.served_name, phases_of(parse_journal(journal)), elapsed, size, forecast)
+
+    def start_again(self, unit: str, saying: str, timing: str | None = None) -> bool:
+        """Start a unit that served before once more and wait for it with its own start timeout (not the new
+        model's); whether it became active. `saying` is logged with the timeout; with `timing`, the seconds
+        from its start to active are kept in timings under that name."""
+        timeout = self.host.start_timeout(unit)
+        self.log(f"{saying} (up to {timeout:g} s)")
+        started = now()
+        self.host.run("systemctl", "start", "--no-block", unit, check=False)
+        ready = self.wait_active(unit, timeout)
+        if timing is not None:
+            self.timings[timing] = now() - started
+        return ready
 
     def wait_active(self, unit: str, timeout: float, job: StartJob | None = None) -> bool:
         """Until `unit` is active (its ExecStartPost saw it serve), failed, restarting, or out of time. With

@@ -19,7 +19,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from sandbox.processes import free_port
+from sandbox.processes import free_port, run_captured
 
 ROOT = Path(__file__).resolve().parent.parent
 STATE_SQL = ROOT / "scripts" / "state-db.sql"
@@ -136,27 +136,16 @@ class Cluster:
     def as_role(self, sql: str) -> subprocess.CompletedProcess[str]:
         """Run SQL as the state role, over TCP and TLS as the engine connects (for privilege checks)."""
         dsn = f"host=127.0.0.1 port={self.port} dbname={DATABASE} user={ROLE} sslmode=verify-full sslrootcert={self.ca}"
-        return subprocess.run(
+        return run_captured(
             ["psql", dsn, "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1"],
             input=sql,
             env={"PATH": "/usr/bin:/bin", **self.client_env()},
-            capture_output=True,
-            text=True,
-            check=False,
         )
 
     # ---- internals --------------------------------------------------------------------------------
 
     def _as_postgres(self, *command: str, stdin: str | None = None) -> str:
-        result = subprocess.run(
-            ["runuser", "-u", SYSTEM_USER, "--", *command],
-            input=stdin,
-            capture_output=True,
-            text=True,
-            check=False,
-            cwd=self.dir,
-            timeout=120,
-        )
+        result = run_captured(["runuser", "-u", SYSTEM_USER, "--", *command], input=stdin, cwd=self.dir, timeout=120)
         if result.returncode != 0:
             raise RuntimeError(f"{Path(command[0]).name} exited {result.returncode}: {result.stderr.strip()}")
         return result.stdout

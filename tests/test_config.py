@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -94,22 +95,51 @@ def test_two_deployments_of_one_model_need_distinct_units(prod_raw: dict[str, An
     assert "vllm-fleet:deployments[1].unitName" in error_of(prod_raw)
 
 
-def test_model_must_fit_gpu_memory_with_kv_headroom(prod_raw: dict[str, Any]) -> None:
-    prod_raw["deployments"][0]["overrides"]["gpuMemoryUtilization"] = 0.7
-    message = error_of(prod_raw)
-    # 547 GB = 509 GiB of weights; 8 x 96 x 0.7 = 538 GiB leaves less than 10% for the KV cache.
-    assert "needs about 509 GiB" in message and "= 538 GiB" in message and "limit 484 GiB" in message
-    prod_raw["deployments"][0]["overrides"]["gpuMemoryUtilization"] = 0.9
-    parse_stack_config(prod_raw)
+Edit = Callable[[dict[str, Any]], object]
 
 
-def test_kept_models_must_fit_storage(prod_raw: dict[str, Any]) -> None:
-    prod_raw["storage"][0]["capacityGb"] = 800
+@pytest.mark.parametrize(
+    ("breaks", "said", "repairs"),
+    [
+        pytest.param(
+            lambda raw: raw["deployments"][0]["overrides"].update(gpuMemoryUtilization=0.7),
+            # 547 GB = 509 GiB of weights; 8 x 96 x 0.7 = 538 GiB leaves less than 10% for the KV cache.
+            ["needs about 509 GiB", "= 538 GiB", "limit 484 GiB"],
+            lambda raw: raw["deployments"][0]["overrides"].update(gpuMemoryUtilization=0.9),
+            id="a-model-must-fit-gpu-memory-with-kv-headroom",
+        ),
+        pytest.param(
+            lambda raw: raw["storage"][0].update(capacityGb=800),
+            [
+                "vllm-fleet:storage[0].capacityGb",
+                "need 762 GB (kimi-k2.5-int4 547 GB, minimax-m2.5 215 GB)",
+                "capacity 800 GB minus margin 100 GB leaves 700 GB",
+            ],
+            # Not served, not kept: no longer on disk.
+            lambda raw: raw["models"]["minimax-m2.5"].update(keep=False),
+            id="kept-models-must-fit-storage",
+        ),
+        pytest.param(
+            lambda raw: raw["hosts"][0]["runtime"].update(vllmVersion="0.12.0"),
+            [
+                "vllm-fleet:deployments[0].overrides.extraArgs: '--disable-log-requests' was removed in vLLM 0.12",
+                "host 'gpu-01' runs vLLM 0.12.0 (hosts[].runtime.vllmVersion)",
+                "--no-enable-log-requests",
+            ],
+            # Unpinned: the host's own vLLM judges it in the unit step.
+            lambda raw: raw["hosts"][0]["runtime"].pop("vllmVersion"),
+            id="a-flag-removed-by-the-hosts-pinned-vllm",
+        ),
+    ],
+)
+def test_a_refused_value_names_its_key_and_the_fix_passes(
+    prod_raw: dict[str, Any], breaks: Edit, said: list[str], repairs: Edit
+) -> None:
+    breaks(prod_raw)
     message = error_of(prod_raw)
-    assert "vllm-fleet:storage[0].capacityGb" in message
-    assert "need 762 GB (kimi-k2.5-int4 547 GB, minimax-m2.5 215 GB)" in message
-    assert "capacity 800 GB minus margin 100 GB leaves 700 GB" in message
-    prod_raw["models"]["minimax-m2.5"]["keep"] = False  # not served, not kept: no longer on disk
+    for expected in said:
+        assert expected in message
+    repairs(prod_raw)
     parse_stack_config(prod_raw)
 
 
@@ -242,16 +272,9 @@ def test_unmanaged_flags_that_share_a_prefix_pass(prod_raw: dict[str, Any]) -> N
     parse_stack_config(prod_raw)
 
 
-def test_flag_removed_by_the_hosts_pinned_vllm_is_refused(prod_raw: dict[str, Any]) -> None:
+def test_a_flag_is_taken_by_a_pinned_vllm_that_has_not_removed_it_yet(prod_raw: dict[str, Any]) -> None:
     prod_raw["hosts"][0]["runtime"]["vllmVersion"] = "0.11.0"
-    parse_stack_config(prod_raw)  # 0.11.0 still takes --disable-log-requests
-    prod_raw["hosts"][0]["runtime"]["vllmVersion"] = "0.12.0"
-    message = error_of(prod_raw)
-    assert "vllm-fleet:deployments[0].overrides.extraArgs: '--disable-log-requests' was removed in vLLM 0.12" in message
-    assert "host 'gpu-01' runs vLLM 0.12.0 (hosts[].runtime.vllmVersion)" in message
-    assert "--no-enable-log-requests" in message
-    del prod_raw["hosts"][0]["runtime"]["vllmVersion"]
-    parse_stack_config(prod_raw)  # unpinned: the host's own vLLM judges it in the unit step
+    parse_stack_config(prod_raw)  # 0.11.0 still takes --disable-log-requests (0.12 refuses it: above)
 
 
 def test_production_pins_each_hosts_ssh_key(prod_raw: dict[str, Any], dev_raw: dict[str, Any]) -> None:

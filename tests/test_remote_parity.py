@@ -4,7 +4,9 @@ Both are registered under Pulumi's mocks and their RegisterResource requests com
 
 from __future__ import annotations
 
+import re
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -58,16 +60,14 @@ def without_names(request: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in request.items() if key not in PER_DECLARATION}
 
 
+def snake_case(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """Our inputs, by the engine's camelCase names, as the generated classes' keyword arguments: the same
+    step declared both ways."""
+    return {re.sub(r"([A-Z])", r"_\1", key).lower(): value for key, value in inputs.items()}
+
+
 def typed_connection(host_key: str | None) -> remote.ConnectionArgs:
-    return remote.ConnectionArgs(
-        host="10.0.0.5",
-        port=2222,
-        user="root",
-        private_key=pulumi.Output.secret("-----BEGIN OPENSSH PRIVATE KEY-----\nkey\n"),
-        host_key=host_key,
-        dial_error_limit=3,
-        per_dial_timeout=7,
-    )
+    return remote.ConnectionArgs(**snake_case(connection(host_key)))
 
 
 def connection(host_key: str | None) -> Connection:
@@ -109,30 +109,25 @@ def test_a_step_is_registered_as_the_generated_command_class_registers_it(
     logged: bool,
     cordoned: bool,
 ) -> pulumi.Output[Any]:
-    typed = remote.Command(
-        "typed",
-        connection=typed_connection(host_key),
+    inputs = CommandInputs(
+        connection=connection(host_key),
         create="echo hello",
         delete=delete,
         stdin=pulumi.Output.secret(stdin) if stdin is not None else None,
-        add_previous_output_in_env=False,
-        logging=remote.Logging.STDOUT_AND_STDERR if logged else remote.Logging.NONE,
+        addPreviousOutputInEnv=False,
+        logging="stdoutAndStderr" if logged else "none",
         triggers=["10.0.0.5", 2222, "root"],
+    )
+    typed = remote.Command(
+        "typed",
+        **{
+            **snake_case(inputs),
+            "connection": typed_connection(host_key),
+            "logging": remote.Logging.STDOUT_AND_STDERR if logged else remote.Logging.NONE,
+        },
         opts=step_options(cordoned, stdin is not None),
     )
-    ours = RemoteCommand(
-        "ours",
-        CommandInputs(
-            connection=connection(host_key),
-            create="echo hello",
-            delete=delete,
-            stdin=pulumi.Output.secret(stdin) if stdin is not None else None,
-            addPreviousOutputInEnv=False,
-            logging="stdoutAndStderr" if logged else "none",
-            triggers=["10.0.0.5", 2222, "root"],
-        ),
-        step_options(cordoned, stdin is not None),
-    )
+    ours = RemoteCommand("ours", inputs, step_options(cordoned, stdin is not None))
 
     def compare(_: Any) -> None:
         assert requests["ours"]["type"] == "command:remote:Command"
@@ -148,24 +143,18 @@ def test_the_copy_is_registered_as_the_generated_copy_class_registers_it(
 ) -> pulumi.Output[Any]:
     archive = tmp_path / "package.pyz"
     archive.write_bytes(b"PK")
+    inputs = CopyInputs(
+        connection=connection(None),
+        source=pulumi.FileAsset(str(archive)),
+        remotePath="/usr/local/lib/vllm-fleet/.incoming/x.pyz",
+        triggers=["10.0.0.5", 2222, "root"],
+    )
     typed = remote.CopyToRemote(
         "typed",
-        connection=typed_connection(None),
-        source=pulumi.FileAsset(str(archive)),
-        remote_path="/usr/local/lib/vllm-fleet/.incoming/x.pyz",
-        triggers=["10.0.0.5", 2222, "root"],
+        **{**snake_case(inputs), "connection": typed_connection(None)},
         opts=pulumi.ResourceOptions(ignore_changes=None),
     )
-    ours = RemoteCopy(
-        "ours",
-        CopyInputs(
-            connection=connection(None),
-            source=pulumi.FileAsset(str(archive)),
-            remotePath="/usr/local/lib/vllm-fleet/.incoming/x.pyz",
-            triggers=["10.0.0.5", 2222, "root"],
-        ),
-        pulumi.ResourceOptions(ignore_changes=None),
-    )
+    ours = RemoteCopy("ours", inputs, pulumi.ResourceOptions(ignore_changes=None))
 
     def compare(_: Any) -> None:
         assert requests["ours"]["type"] == "command:remote:CopyToRemote"

@@ -10,10 +10,8 @@ Kimi's checkpoint is. GB is 1e9 bytes.
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import random
-import struct
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -143,17 +141,9 @@ def write_shard_file(path: str, tensors: list[Tensor], seed: int) -> dict[str, A
     """A safetensors file: 8-byte little-endian header length, the JSON header padded to 8, the tensors'
     bytes back to back; fsynced, so its pages stay cached but clean (a drop of the page cache frees them)."""
     started = time.monotonic()
-    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
-    offset = 0
-    for name, dtype, shape in tensors:
-        size = base.nbytes(dtype, shape)
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
-        offset += size
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)
+    head, offset = base.safetensors_head(tensors)
     with open(path, "wb") as handle:
-        handle.write(struct.pack("<Q", len(raw)))
-        handle.write(raw)
+        handle.write(head)
         # Every tensor's size is a multiple of 4 (bf16 pairs, int32, f32): pad the random stream to 8.
         written = 0
         for block in random_bytes(offset + (-offset % 8), seed):
@@ -162,4 +152,4 @@ def write_shard_file(path: str, tensors: list[Tensor], seed: int) -> dict[str, A
             written += len(piece)
         handle.flush()
         os.fsync(handle.fileno())
-    return {"path": path, "bytes": 8 + len(raw) + offset, "seconds": round(time.monotonic() - started, 3)}
+    return {"path": path, "bytes": len(head) + offset, "seconds": round(time.monotonic() - started, 3)}

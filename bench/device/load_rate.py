@@ -153,9 +153,9 @@ def plan_shards(shards: int, shard_bytes: float) -> list[list[Tensor]]:
     return plan
 
 
-def write_shard(path: Path, tensors: list[Tensor], seed: int) -> int:
-    """A safetensors file: 8-byte little-endian header length, JSON header (padded to 8), raw bytes."""
-    torch = torch_mod()
+def safetensors_head(tensors: list[Tensor]) -> tuple[bytes, int]:
+    """What a safetensors file of `tensors` (back to back, in this order) starts with: its 8-byte
+    little-endian header length and JSON header (padded to 8); and how many bytes of tensors follow."""
     header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
     offset = 0
     for name, dtype, shape in tensors:
@@ -164,11 +164,17 @@ def write_shard(path: Path, tensors: list[Tensor], seed: int) -> int:
         offset += size
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)
+    return struct.pack("<Q", len(raw)) + raw, offset
+
+
+def write_shard(path: Path, tensors: list[Tensor], seed: int) -> int:
+    """A safetensors file: its head (safetensors_head), then random bytes made on the GPU."""
+    torch = torch_mod()
+    head, data_bytes = safetensors_head(tensors)
     generator = torch.Generator(device="cuda")
     generator.manual_seed(seed)
     with path.open("wb") as handle:
-        handle.write(struct.pack("<Q", len(raw)))
-        handle.write(raw)
+        handle.write(head)
         for _name, dtype, shape in tensors:
             left = nbytes(dtype, shape)
             assert left % 4 == 0
@@ -181,7 +187,7 @@ def write_shard(path: Path, tensors: list[Tensor], seed: int) -> int:
                 left -= words * 4
         handle.flush()
         os.fsync(handle.fileno())
-    return 8 + len(raw) + offset
+    return len(head) + data_bytes
 
 
 def read_header(path: Path) -> tuple[int, dict[str, Any]]:
@@ -460,6 +466,19 @@ def multi_load(paths: list[Path], n: int, mode: str, checkpoint_bytes: int) -> d
     }
 
 
+def copy_seconds(torch: Any, target: Any, source: Any, reps: int) -> list[float]:
+    """The seconds of each of `reps` copies of `source` into `target`, each timed from an idle GPU to the
+    copy's end (h2d_ceilings here, op_links in tp8_load.py)."""
+    times = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        began = time.perf_counter()
+        target.copy_(source)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - began)
+    return times
+
+
 def h2d_ceilings() -> dict[str, Any]:
     torch = torch_mod()
     size = 1 << 30
@@ -468,13 +487,7 @@ def h2d_ceilings() -> dict[str, Any]:
     for kind in ("pinned", "pageable"):
         source = torch.empty(size, dtype=torch.uint8, pin_memory=kind == "pinned")
         source.fill_(0x5A)
-        times = []
-        for _ in range(6):
-            torch.cuda.synchronize()
-            began = time.perf_counter()
-            target.copy_(source)
-            torch.cuda.synchronize()
-            times.append(time.perf_counter() - began)
+        times = copy_seconds(torch, target, source, 6)
         out[f"{kind}_gbps"] = round(size / GB / statistics.median(times[1:]), 3)
         del source
     del target
@@ -524,8 +537,9 @@ def pick_dir(wanted: str | None, need_bytes: float) -> Path:
     raise SystemExit(f"no directory on a disk with {need_bytes / GB:.0f} GB free among {candidates}")
 
 
-def host_facts(directory: Path) -> dict[str, Any]:
-    torch = torch_mod()
+def machine_facts(directory: Path) -> dict[str, Any]:
+    """What each device script records of the machine it ran on (here and tp8_load.py): its CPUs, memory at
+    the start, kernel, python, and the directory its files are on, its filesystem and the block devices."""
     info = meminfo()
     model = next(
         (
@@ -543,6 +557,16 @@ def host_facts(directory: Path) -> dict[str, Any]:
         "mem_available_gib_at_start": round(info["MemAvailable"] / 2**20, 1),
         "kernel": platform.release(),
         "python": platform.python_version(),
+        "directory": str(directory),
+        "filesystem": mount_of(directory),
+        "block_devices": command("lsblk", "-o", "NAME,SIZE,ROTA,TYPE,FSTYPE,MOUNTPOINT,MODEL"),
+    }
+
+
+def host_facts(directory: Path) -> dict[str, Any]:
+    torch = torch_mod()
+    return {
+        **machine_facts(directory),
         "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
         "safetensors": importlib.import_module("safetensors").__version__,
@@ -553,9 +577,6 @@ def host_facts(directory: Path) -> dict[str, Any]:
             "--format=csv",
         ),
         "gpu_torch": torch.cuda.get_device_name(0),
-        "directory": str(directory),
-        "filesystem": mount_of(directory),
-        "block_devices": command("lsblk", "-o", "NAME,SIZE,ROTA,TYPE,FSTYPE,MOUNTPOINT,MODEL"),
         "df": command("df", "-T", str(directory)),
     }
 
@@ -587,6 +608,12 @@ class Steps:
         self.save()
         print(f"    {json.dumps(self.record[key])[: self.echo]}", flush=True)
         return self.record[key]
+
+    def finish(self, directory: Path, keep: bool) -> None:
+        """The record's last save, once the script's files in `directory` are removed (unless `keep`)."""
+        if not keep:
+            shutil.rmtree(directory, ignore_errors=True)
+        self.save()
 
 
 def rate(copied: int, seconds: float) -> float:
@@ -626,7 +653,7 @@ def main() -> int:
     out = Path(args.out)
 
     steps = Steps(report, out, began, args.budget_s)
-    save, step = steps.save, steps.step
+    step = steps.step
 
     step("host", lambda: host_facts(directory))
     step("h2d_ceilings", h2d_ceilings)
@@ -746,9 +773,7 @@ def main() -> int:
     step("cold_single_prefetch", cold(cold_prefetch), cold_s)
     step("cold_tp8", cold(lambda: multi_load(paths, 8, "tp", checkpoint_bytes)), cold_s + 30)
     report["mem_total_gib_at_end"] = round(meminfo()["MemTotal"] / 2**20, 1)
-    if not args.keep:
-        shutil.rmtree(directory, ignore_errors=True)
-    save()
+    steps.finish(directory, args.keep)
     print(summary(report))
     return 0
 

@@ -42,8 +42,6 @@ import importlib.metadata
 import json
 import multiprocessing
 import os
-import platform
-import shutil
 import statistics
 import sys
 import time
@@ -237,13 +235,7 @@ def op_links(torch: Any, rank: int, n: int, barrier: Any, size: int, reps: int) 
         barrier.wait(timeout=120)
         if turn == rank:
             for kind, source in sources.items():
-                times = []
-                for _ in range(reps):
-                    began = time.perf_counter()
-                    target.copy_(source)
-                    torch.cuda.synchronize()
-                    times.append(time.perf_counter() - began)
-                alone[f"{kind}_gbps"] = gbps(size, statistics.median(times))
+                alone[f"{kind}_gbps"] = gbps(size, statistics.median(base.copy_seconds(torch, target, source, reps)))
     together: dict[str, Any] = {}
     for kind, source in sources.items():
         barrier.wait(timeout=120)
@@ -402,7 +394,6 @@ def errors_of(results: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def host_facts(directory: Path) -> dict[str, Any]:
-    info = base.meminfo()
     versions: dict[str, str | None] = {}
     for package in ("torch", "safetensors", "numpy"):
         try:
@@ -410,25 +401,9 @@ def host_facts(directory: Path) -> dict[str, Any]:
         except importlib.metadata.PackageNotFoundError:
             versions[package] = None
     return {
-        "cpus": os.cpu_count(),
-        "cpus_usable": len(os.sched_getaffinity(0)),
-        "cpu_model": next(
-            (
-                line.split(":", 1)[1].strip()
-                for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")
-            ),
-            None,
-        ),
+        **base.machine_facts(directory),
         "numa_nodes": len(list(Path("/sys/devices/system/node").glob("node[0-9]*"))),
-        "mem_total_gib_at_start": round(info["MemTotal"] / 2**20, 1),
-        "mem_available_gib_at_start": round(info["MemAvailable"] / 2**20, 1),
-        "kernel": platform.release(),
-        "python": platform.python_version(),
         **versions,
-        "directory": str(directory),
-        "filesystem": base.mount_of(directory),
-        "block_devices": base.command("lsblk", "-o", "NAME,SIZE,ROTA,TYPE,FSTYPE,MOUNTPOINT,MODEL"),
         "pid1": Path("/proc/1/comm").read_text().strip() if Path("/proc/1/comm").exists() else None,
     }
 
@@ -709,9 +684,7 @@ def main(argv: list[str] | None = None, dims: base.Dims = base.KIMI) -> int:
     step("cold_tp", cold(tp_paths, lambda: tp_load(tp_paths)))
     pool.stop()
     record["mem_at_end"] = memory_now()
-    if not args.keep:
-        shutil.rmtree(directory, ignore_errors=True)
-    save()
+    steps.finish(directory, args.keep)
     print(summary(record))
     print(f"record: {out}")
     return 0

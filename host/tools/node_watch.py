@@ -42,8 +42,11 @@ from typing import NoReturn
 from host.contract import NODE_CURRENT, NodeLaunch
 from host.facts import children_by_parent
 from host.model_files import verified_unchanged
+from host.processes import stop_group
 
 ESTABLISHED = "01"  # the state column of /proc/net/tcp{,6}
+# Seconds from the SIGTERM of the node's launch to its SIGKILL.
+STOP_WAIT = 10.0
 
 
 def _address(hex_address: str) -> str:
@@ -125,18 +128,6 @@ class Watch:
         if self.lost_since is None:
             self.lost_since = now
         return now - self.lost_since >= self.grace
-
-
-def stop(child: subprocess.Popen[bytes], wait: float = 10.0) -> None:
-    try:
-        os.killpg(child.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    try:
-        child.wait(timeout=wait)
-    except subprocess.TimeoutExpired:
-        os.killpg(child.pid, signal.SIGKILL)
-        child.wait()
 
 
 def listens(address: str, port: int, timeout: float = 1.0) -> bool:
@@ -231,7 +222,7 @@ def supervise(
             reason = head_moved(watch.joined, connected)
         if reason is not None:
             print(f"node-watch: {reason}; stopping it so that systemd starts a fresh watch", flush=True)
-            stop(child)
+            stop_group(child, STOP_WAIT)
             return 1
     return child.returncode
 
@@ -266,7 +257,7 @@ class StopSignals:
 
     def stop_and_exit(self) -> NoReturn:
         if self.child is not None:
-            stop(self.child)
+            stop_group(self.child, STOP_WAIT)
         sys.exit(128 + (self.received or signal.SIGTERM))
 
 

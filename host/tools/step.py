@@ -25,6 +25,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 
+from host.processes import stop_group
 from host.step import ParamValue, parse_params, script
 
 
@@ -41,12 +42,7 @@ def run(name: str, params: Mapping[str, ParamValue], time_limit: float, kill_aft
     try:
         return child.wait(timeout=time_limit)
     except subprocess.TimeoutExpired:
-        os.killpg(child.pid, signal.SIGTERM)
-        try:
-            child.wait(timeout=kill_after)
-        except subprocess.TimeoutExpired:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait()
+        stop_group(child, kill_after)
         print(f"{label}: stopped by its time limit of {time_limit:g} s", file=sys.stderr, flush=True)
         return 124
 

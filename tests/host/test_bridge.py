@@ -9,7 +9,7 @@ from pathlib import Path
 from host import contract
 from host.bridge import Bridge
 from host.systemd import now
-from tests.host.test_swap import FakeUnit, RecordingSystemd, World, deployed, systemctl_order
+from tests.host.test_swap import FakeUnit, RecordingSystemd, World, assert_ran_in_order, deployed, systemctl_order
 
 UNIT, BRIDGE = "vllm-a.service", "vllm-a-bridge.service"
 OWN = contract.Placement((0,), 18000)
@@ -66,7 +66,6 @@ def test_the_new_launch_serves_through_the_bridge_while_the_unit_restarts(tmp_pa
     world, bridge, old = serving_a(tmp_path)
     result = restart(world, bridge, old)
     assert result.status == "succeeded", result.message
-    order = systemctl_order(world)
     # The bridge answers, the front door switches to it, only then the unit stops and restarts; once it
     # answers, the front door switches back and only then the bridge stops.
     steps = [
@@ -77,8 +76,7 @@ def test_the_new_launch_serves_through_the_bridge_while_the_unit_restarts(tmp_pa
         ("reload", contract.FRONT_DOOR_UNIT),
         ("stop", BRIDGE),
     ]
-    at = [order.index(step, order.index(steps[i - 1]) + 1 if i else 0) for i, step in enumerate(steps)]
-    assert at == sorted(at), order
+    assert_ran_in_order(world, steps)
     assert "proxy_pass http://127.0.0.1:18000;" in world.site.read_text()
     assert f"{contract.BACKEND_HEADER} {UNIT} always" in world.site.read_text()
     # The unit runs the new launch on its own GPU and port; nothing of the bridge is left.

@@ -13,7 +13,7 @@ from host.judgement import leaving_units
 from host.port_move import PortMove
 from host.systemd import now
 from tests.host.test_bridge import StartsInTurn
-from tests.host.test_swap import World, systemctl_order
+from tests.host.test_swap import World, assert_ran_in_order, systemctl_order
 
 NEW, LEGACY = "vllm-new.service", "vllm-legacy.service"
 BRIDGE = "vllm-new-bridge.service"
@@ -84,7 +84,6 @@ def test_a_hand_made_engine_of_the_managed_name_hands_over_through_the_bridge(tm
     world, move, plan = by_hand_on_the_port(tmp_path, NEW)
     result = take_over(move, plan, FREED)
     assert result.status == "succeeded", result.message
-    order = systemctl_order(world)
     steps = [
         ("start", BRIDGE),
         ("stop", NEW),
@@ -93,8 +92,7 @@ def test_a_hand_made_engine_of_the_managed_name_hands_over_through_the_bridge(tm
         ("reload", contract.FRONT_DOOR_UNIT),
         ("stop", BRIDGE),
     ]
-    at = [order.index(step, order.index(steps[i - 1]) + 1 if i else 0) for i, step in enumerate(steps)]
-    assert at == sorted(at), order
+    assert_ran_in_order(world, steps)
     # The managed unit runs on the GPU the hand-made engine freed, behind the front door; no bridge is left.
     assert (world.unit_dir / NEW).read_text().startswith(contract.MANAGED_MARK)
     assert "proxy_pass http://127.0.0.1:28000;" in world.site.read_text()

@@ -163,7 +163,7 @@ def test_the_survey_reports_the_hosts_start_records(tmp_path: Path, monkeypatch:
         tmp_path, StartRecord(5.0, "dev.chat", "u.service", "blue-green", 7.5, Loaded(model="m", directory="/d"))
     )
     monkeypatch.setattr(survey, "read_records", lambda: read_records(tmp_path))
-    monkeypatch.setattr(survey, "run", lambda *args: "")
+    monkeypatch.setattr(survey, "stdout_of", lambda *args: "")
     found = survey.survey()
     assert [r.seconds for r in found.starts] == [7.5]
     assert contract.Survey.from_dict(json.loads(json.dumps(found.to_dict()))).starts == found.starts

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from host import step
+from sandbox.processes import run_captured
 from tests.support.paths import ROOT
 
 
@@ -20,18 +21,10 @@ def run_step(tmp_path: Path, body: str, *args: str, stdin: str = "") -> subproce
     package = tmp_path / "package"
     (package / "host" / "steps").mkdir(parents=True)
     (package / "host" / "tools").mkdir()
-    for module in ("__init__.py", "step.py", "tools/__init__.py", "tools/step.py"):
+    for module in ("__init__.py", "step.py", "processes.py", "tools/__init__.py", "tools/step.py"):
         (package / "host" / module).write_text((ROOT / "host" / module).read_text())
     (package / "host" / "steps" / "probe.sh").write_text(body)
-    return subprocess.run(
-        [sys.executable, "-m", "host.tools.step", "probe", *args],
-        cwd=package,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    return run_captured([sys.executable, "-m", "host.tools.step", "probe", *args], cwd=package, input=stdin, timeout=30)
 
 
 def test_parameters_become_readonly_variables_and_arrays() -> None:

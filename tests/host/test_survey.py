@@ -398,7 +398,7 @@ def test_one_systemctl_show_reads_every_unit_and_its_blocks_follow_the_names(mon
         calls.append(args)
         return SHOW_TWO_UNITS
 
-    monkeypatch.setattr(survey, "run", run)
+    monkeypatch.setattr(survey, "stdout_of", run)
     shown = survey.unit_properties(["vllm-tiny-chat-b.service", "vllm-gone.service"])
     assert len(calls) == 1
     assert shown["vllm-tiny-chat-b.service"]["FragmentPath"] == "/etc/systemd/system/vllm-tiny-chat-b.service"
@@ -413,7 +413,7 @@ def test_an_answer_without_a_block_per_unit_is_read_again_unit_by_unit(monkeypat
     # systemctl skips a name it cannot parse (with a word on stderr): the blocks would no longer match the names.
     first, second = SHOW_TWO_UNITS.split("\n\n")
     answers = {("a.service", "b.service"): first, ("a.service",): first, ("b.service",): second}
-    monkeypatch.setattr(survey, "run", lambda *args: answers[tuple(a for a in args if a.endswith(".service"))])
+    monkeypatch.setattr(survey, "stdout_of", lambda *args: answers[tuple(a for a in args if a.endswith(".service"))])
     shown = survey.unit_properties(["a.service", "b.service"])
     assert shown["a.service"]["ActiveState"] == "active" and shown["b.service"]["ActiveState"] == "inactive"
 

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 import urllib.error
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from email.message import Message
 from pathlib import Path
@@ -241,6 +241,11 @@ class World:
         path = self.root / "plan.json"
         path.write_text(plan.to_json())
         return path
+
+    def planned(self) -> tuple[contract.Plan, Path]:
+        """The deployment's plan and its file (plan_file)."""
+        plan = self.plan()
+        return plan, self.plan_file(plan)
 
     def fails_to_start(self, unit: str = "vllm-new.service") -> None:
         self.systemd.units[unit] = FakeUnit(outcome="failed")
@@ -608,13 +613,10 @@ def test_a_transaction_that_had_ended_this_plan_before_the_step_came_is_checked_
     # host when the next up comes: its result is not this step's to report; this step's transaction, run
     # after it, finds the swap done (here it writes "unchanged").
     world = World(tmp_path)
-    plan = world.plan()
-    plan_file = world.plan_file(plan)
-    swap.result_path(plan).write_text(
-        json.dumps({"status": "succeeded", "message": "done", "plan_digest": plan.digest})
-    )
+    plan, plan_file = world.planned()
+    swap.result_path(plan).write_text(result_text(plan, message="done"))
     host = TransactionStillRunning(world.unit_dir)
-    checked = json.dumps({"status": "unchanged", "message": "already serves", "plan_digest": plan.digest})
+    checked = result_text(plan, "unchanged", "already serves")
 
     def run(*argv: str, check: bool = True) -> str:
         if argv[0] == "systemd-run":
@@ -632,26 +634,52 @@ def test_a_transaction_that_had_ended_this_plan_before_the_step_came_is_checked_
 REPORT_SPEC = {"deployments": [{"owner": "dev.chat", "unit": "vllm-new.service"}]}
 
 
+def result_text(plan: contract.Plan, status: str = "succeeded", message: str = "ok") -> str:
+    """The result file a swap transaction writes for `plan`."""
+    return json.dumps({"status": status, "message": message, "plan_digest": plan.digest})
+
+
+@dataclass
+class Reporter:
+    """The post-deploy report as the step calls it: each call recorded (its arguments and when it came),
+    `during` run inside it, then `answer` returned, or `fails` raised."""
+
+    answer: dict[str, Any] = field(default_factory=lambda: {"deployments": {}})
+    fails: Exception | None = None
+    during: Callable[[], object] | None = None
+    calls: list[tuple[dict[str, Any], bool, dict[str, Any] | None]] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+
+    def __call__(self, spec: dict[str, Any], with_bench: bool, measured: dict[str, Any] | None) -> dict[str, Any]:
+        self.calls.append((spec, with_bench, measured))
+        self.times.append(time.monotonic())
+        if self.during is not None:
+            self.during()
+        if self.fails is not None:
+            raise self.fails
+        return self.answer
+
+
+def start_with_report(tmp_path: Path, status: str, reporter: Reporter, with_bench: bool = False) -> int:
+    """swap.start attached to a running transaction that ends `status`, REPORT_SPEC's report made by
+    `reporter`; its exit status."""
+    plan_file, host = attach_to_result(World(tmp_path), status)
+    return swap.start(str(plan_file), host, poll=0, report_spec=REPORT_SPEC, with_bench=with_bench, reporter=reporter)
+
+
 def attach_to_result(world: World, status: str) -> tuple[Path, TransactionStillRunning]:
     """A plan whose running transaction ends with `status` for this very plan (the attach path)."""
-    plan = world.plan()
-    plan_file = world.plan_file(plan)
-    result = json.dumps({"status": status, "message": "done", "plan_digest": plan.digest})
+    plan, plan_file = world.planned()
+    result = result_text(plan, status, "done")
     return plan_file, TransactionStillRunning(world.unit_dir, result=result, result_file=swap.result_path(plan))
 
 
 def test_once_it_serves_the_step_prints_the_report_then_the_result(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    plan_file, host = attach_to_result(World(tmp_path), "succeeded")
-    asked: list[tuple[dict[str, Any], bool]] = []
-
-    def reporter(spec: dict[str, Any], with_bench: bool, measured: dict[str, Any] | None) -> dict[str, Any]:
-        asked.append((spec, with_bench))
-        return {"deployments": {"dev.chat": {"vllmVersion": "0.32.0"}}}
-
-    assert swap.start(str(plan_file), host, poll=0, report_spec=REPORT_SPEC, with_bench=True, reporter=reporter) == 0
-    assert asked == [(REPORT_SPEC, True)]
+    reporter = Reporter(answer={"deployments": {"dev.chat": {"vllmVersion": "0.32.0"}}})
+    assert start_with_report(tmp_path, "succeeded", reporter, with_bench=True) == 0
+    assert [(spec, with_bench) for spec, with_bench, _ in reporter.calls] == [(REPORT_SPEC, True)]
     lines = capsys.readouterr().out.strip().splitlines()
     # The report's JSON line, which the stack's outputs read, then the result: the step's last line.
     assert json.loads(lines[-2]) == {"deployments": {"dev.chat": {"vllmVersion": "0.32.0"}}}
@@ -660,26 +688,16 @@ def test_once_it_serves_the_step_prints_the_report_then_the_result(
 
 @pytest.mark.parametrize("status", ["refused", "rolled-back"])
 def test_a_swap_that_does_not_serve_reports_nothing(tmp_path: Path, status: str) -> None:
-    plan_file, host = attach_to_result(World(tmp_path), status)
-    asked: list[dict[str, Any]] = []
-
-    def reporter(spec: dict[str, Any], with_bench: bool, measured: dict[str, Any] | None) -> dict[str, Any]:
-        asked.append(spec)  # recorded, not raised: the step would catch an exception as a failed report
-        return {"deployments": {}}
-
-    assert swap.start(str(plan_file), host, poll=0, report_spec=REPORT_SPEC, reporter=reporter) == 1
-    assert asked == [], "reported a swap that did not serve"
+    reporter = Reporter()  # records, does not raise: the step would catch an exception as a failed report
+    assert start_with_report(tmp_path, status, reporter) == 1
+    assert reporter.calls == [], "reported a swap that did not serve"
 
 
 def test_a_failed_report_fails_the_step_and_says_the_swap_stands(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    plan_file, host = attach_to_result(World(tmp_path), "succeeded")
-
-    def reporter(spec: dict[str, Any], with_bench: bool, measured: dict[str, Any] | None) -> dict[str, Any]:
-        raise OSError("journalctl: not found")
-
-    assert swap.start(str(plan_file), host, poll=0, report_spec=REPORT_SPEC, reporter=reporter) == 1
+    reporter = Reporter(fails=OSError("journalctl: not found"))
+    assert start_with_report(tmp_path, "succeeded", reporter) == 1
     said = capsys.readouterr().err
     assert "swap result: succeeded: done; but the post-deploy report failed (OSError: journalctl: not found)" in said
 
@@ -703,6 +721,10 @@ class TransactionWritingItsResult(RecordingSystemd):
         self, unit: str, cursor: str, lines: int | None = None, own_output: bool = False
     ) -> tuple[list[str], str]:
         self.journal_reads += 1
+        return self.lines_after(cursor)
+
+    def lines_after(self, cursor: str) -> tuple[list[str], str]:
+        """What the transaction's journal says after `cursor` (nothing, here), and the cursor after that."""
         return [], cursor
 
 
@@ -713,49 +735,34 @@ def test_the_report_starts_once_the_new_unit_is_recorded_active_while_the_swap_f
     """The transaction records the new unit as active (it serves), then stops the old engine (here 0.5 s)
     and writes its result: the report runs in between. A record naming another unit starts nothing."""
     world = World(tmp_path)
-    plan = world.plan()
+    written: dict[str, float] = {}
+    # The transaction, running when the step attaches: serving at 0.1 s, its result at 0.6 s.
+    plan, host = transaction_writing_its_result(world, after=0.6, at=written)
     plan_file = world.plan_file(plan)
     active = Path(plan.state_dir) / "active"
-    host = TransactionWritingItsResult(world.unit_dir, result_file=swap.result_path(plan))
-    result = json.dumps({"status": "succeeded", "message": "ok", "plan_digest": plan.digest})
-    written: dict[str, float] = {}
 
     def record_active() -> None:
         active.write_text(contract.ActiveRecord(unit=recorded, gpus=(0,)).text())
 
-    def write_result_now() -> None:
-        write_result(swap.result_path(plan), result)
-        written["result"] = time.monotonic()
-
-    asked: list[float] = []
-
-    def reporter(spec: dict[str, Any], with_bench: bool, measured: dict[str, Any] | None) -> dict[str, Any]:
-        asked.append(time.monotonic())
-        return {"deployments": {}}
-
-    # The transaction, running when the step attaches: serving at 0.1 s, its result at 0.6 s.
+    reporter = Reporter()
     threading.Timer(0.1, record_active).start()
-    threading.Timer(0.6, write_result_now).start()
     assert swap.start(str(plan_file), host, poll=0.05, report_spec=REPORT_SPEC, reporter=reporter) == 0
-    assert len(asked) == 1
+    assert len(reporter.times) == 1
     if recorded == plan.unit_name:
-        assert asked[0] < written["result"] - 0.3, (asked, written)  # beside the old engine's stop
+        assert reporter.times[0] < written["result"] - 0.3, (reporter.times, written)  # beside the old engine's stop
     else:
-        assert asked[0] >= written["result"]
+        assert reporter.times[0] >= written["result"]
     assert capsys.readouterr().out.strip().splitlines()[-2:] == ['{"deployments": {}}', "swap result: succeeded: ok"]
 
 
 @pytest.mark.parametrize("ready", ["vllm-new.service", "vllm-other.service"])
 def test_the_smoke_benchmark_starts_when_the_new_engine_answers_before_the_front_door_switches(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], ready: str
+    tmp_path: Path, ready: str
 ) -> None:
     """The transaction marks the new engine ready at 0.1 s, records it active (switched) at 0.3 s and writes
     its result at 0.6 s: the benchmark runs from the first, the report gets what it measured."""
-    world = World(tmp_path)
-    plan = world.plan()
+    plan, host = transaction_writing_its_result(World(tmp_path), after=0.6)
     state_dir = Path(plan.state_dir)
-    host = TransactionWritingItsResult(world.unit_dir, result_file=swap.result_path(plan))
-    result = json.dumps({"status": "succeeded", "message": "ok", "plan_digest": plan.digest})
     at: dict[str, float] = {}
 
     def mark_ready() -> None:
@@ -769,18 +776,13 @@ def test_the_smoke_benchmark_starts_when_the_new_engine_answers_before_the_front
         at["measured"] = time.monotonic()
         return {"loads": {}, "bench": {"dev.chat": {"requests": 8}}}
 
-    handed: list[dict[str, Any] | None] = []
-
-    def reporter(spec: dict[str, Any], with_bench: bool, measured: dict[str, Any] | None) -> dict[str, Any]:
-        handed.append(measured)
-        return {"deployments": {}}
-
+    reporter = Reporter()
     threading.Timer(0.1, mark_ready).start()
     threading.Timer(0.3, record_active).start()
-    threading.Timer(0.6, write_result, args=(swap.result_path(plan), result)).start()
     early = swap.EarlyReport(plan, REPORT_SPEC, True, reporter, measurer)
     swap.follow(plan, host, lambda _line: None, "c0", poll=0.05, tick=early.tick)
     assert early.result() == {"deployments": {}}
+    handed = [measured for _, _, measured in reporter.calls]
     if ready == plan.unit_name:
         assert at["measured"] < at["active"], at
         assert handed == [{"loads": {}, "bench": {"dev.chat": {"requests": 8}}}]
@@ -856,16 +858,12 @@ class TransactionStartedByTheStep(TransactionWritingItsResult):
 
 def test_the_step_holds_the_plan_files_lock_while_it_runs_and_not_after(tmp_path: Path) -> None:
     world = World(tmp_path)
-    plan = world.plan()
-    plan_file = world.plan_file(plan)
+    plan, plan_file = world.planned()
     held: list[bool] = []
-    result = json.dumps({"status": "succeeded", "message": "ok", "plan_digest": plan.digest})
+    result = result_text(plan)
     host = TransactionStartedByTheStep(world.unit_dir, result_file=swap.result_path(plan), result=result)
-
-    def reporter(spec: dict[str, Any], with_bench: bool, measured: dict[str, Any] | None) -> dict[str, Any]:
-        held.append(not swap.steps_done(str(plan_file), wait=0))  # the report runs inside the step
-        return {"deployments": {}}
-
+    # The report runs inside the step.
+    reporter = Reporter(during=lambda: held.append(not swap.steps_done(str(plan_file), wait=0)))
     assert swap.start(str(plan_file), host, poll=0.05, report_spec=REPORT_SPEC, reporter=reporter) == 0
     assert host.started, "the step attached instead of starting its transaction"
     assert held == [True]
@@ -881,21 +879,30 @@ def test_the_transaction_marks_its_new_engine_ready_and_clears_the_mark_after_it
 
 
 def transaction_writing_its_result(
-    tmp_path: Path, exits: bool = True
+    world: World,
+    exits: bool = True,
+    kind: type[TransactionWritingItsResult] = TransactionWritingItsResult,
+    after: float = 0.1,
+    at: dict[str, float] | None = None,
 ) -> tuple[contract.Plan, TransactionWritingItsResult]:
-    """A plan and a host whose swap transaction writes its succeeded result in 0.1 s and exits (or not)."""
-    world = World(tmp_path)
+    """A plan and a host (of `kind`) whose swap transaction writes its succeeded result `after` seconds from
+    now (noting when in at["result"]) and exits (or not)."""
     plan = world.plan()
-    host = TransactionWritingItsResult(world.unit_dir, result_file=swap.result_path(plan), exits=exits)
-    result = json.dumps({"status": "succeeded", "message": "ok", "plan_digest": plan.digest})
-    threading.Timer(0.1, write_result, args=(swap.result_path(plan), result)).start()
+    host = kind(world.unit_dir, result_file=swap.result_path(plan), exits=exits)
+
+    def write() -> None:
+        write_result(swap.result_path(plan), result_text(plan))
+        if at is not None:
+            at["result"] = time.monotonic()
+
+    threading.Timer(after, write).start()
     return plan, host
 
 
 def test_the_step_ends_when_the_transaction_writes_its_result_not_at_its_next_read_of_the_journal(
     tmp_path: Path,
 ) -> None:
-    plan, host = transaction_writing_its_result(tmp_path)
+    plan, host = transaction_writing_its_result(World(tmp_path))
     started = time.monotonic()
     swap.follow(plan, host, lambda _line: None, "c0", poll=30.0)
     # A step that looked only every `poll` would have waited 30 s for its second look.
@@ -908,7 +915,7 @@ def test_once_the_result_is_written_the_step_waits_only_for_the_transaction_to_e
 ) -> None:
     # It exits 20 ms after its result: the step looks every FINISH_POLL until then, and once more after
     # JOURNAL_SETTLE; it no longer waits a RESULT_POLL for the exit and another before the last read.
-    plan, host = transaction_writing_its_result(tmp_path)
+    plan, host = transaction_writing_its_result(World(tmp_path))
     after_result: list[float] = []
     real_sleep = time.sleep
 
@@ -927,10 +934,7 @@ def test_once_the_result_is_written_the_step_waits_only_for_the_transaction_to_e
 class TransactionSayingItsLastLine(TransactionWritingItsResult):
     """One that says its last line once its result is written and then keeps running (its reload)."""
 
-    def journal(
-        self, unit: str, cursor: str, lines: int | None = None, own_output: bool = False
-    ) -> tuple[list[str], str]:
-        self.journal_reads += 1
+    def lines_after(self, cursor: str) -> tuple[list[str], str]:
         return (
             (["[chat] timing: total=1.00s", "ok"], "c2")
             if self.result_file.is_file() and cursor != "c2"
@@ -941,11 +945,7 @@ class TransactionSayingItsLastLine(TransactionWritingItsResult):
 def test_the_step_ends_on_the_transactions_last_line_not_on_its_exit(tmp_path: Path) -> None:
     # What the transaction does after its result (the manager's reload that forgets the removed units,
     # 0.1-0.3 s here, more on a server with hundreds of units) is the host's, not the step's wait.
-    world = World(tmp_path)
-    plan = world.plan()
-    host = TransactionSayingItsLastLine(world.unit_dir, result_file=swap.result_path(plan), exits=False)
-    result = json.dumps({"status": "succeeded", "message": "ok", "plan_digest": plan.digest})
-    threading.Timer(0.1, write_result, args=(swap.result_path(plan), result)).start()
+    plan, host = transaction_writing_its_result(World(tmp_path), exits=False, kind=TransactionSayingItsLastLine)
     said: list[str] = []
     started = time.monotonic()
     swap.follow(plan, host, said.append, "c0")
@@ -961,10 +961,7 @@ class TransactionEndingDuringTheRead(TransactionWritingItsResult):
 
     result: str = ""
 
-    def journal(
-        self, unit: str, cursor: str, lines: int | None = None, own_output: bool = False
-    ) -> tuple[list[str], str]:
-        self.journal_reads += 1
+    def lines_after(self, cursor: str) -> tuple[list[str], str]:
         if self.journal_reads == 2:
             write_result(self.result_file, self.result)
             return ["[chat] timing: total=1.00s", "ok"], "c2"
@@ -979,7 +976,7 @@ def test_a_last_line_read_before_the_result_was_seen_still_ends_the_step(
     monkeypatch.setattr(swap, "FINISH_WAIT", 60.0)
     world = World(tmp_path)
     plan = world.plan()
-    result = json.dumps({"status": "succeeded", "message": "ok", "plan_digest": plan.digest})
+    result = result_text(plan)
     host = TransactionEndingDuringTheRead(
         world.unit_dir, result_file=swap.result_path(plan), exits=False, result=result
     )
@@ -1016,7 +1013,7 @@ def test_the_manager_forgets_the_removed_old_unit_after_the_result_not_before(tm
 
 
 def test_a_transaction_that_lingers_after_its_result_does_not_hold_the_step(tmp_path: Path) -> None:
-    plan, host = transaction_writing_its_result(tmp_path, exits=False)
+    plan, host = transaction_writing_its_result(World(tmp_path), exits=False)
     started = time.monotonic()
     swap.follow(plan, host, lambda _line: None, "c0")
     assert swap.FINISH_WAIT < time.monotonic() - started < swap.FINISH_WAIT + 5
@@ -1024,8 +1021,7 @@ def test_a_transaction_that_lingers_after_its_result_does_not_hold_the_step(tmp_
 
 def test_start_runs_the_transaction_in_a_transient_unit(tmp_path: Path) -> None:
     world = World(tmp_path)
-    plan = world.plan()
-    plan_file = world.plan_file(plan)
+    plan_file = world.plan_file(world.plan())
     host = world.systemd  # nothing running: the unit is started, then found gone with no result
     assert swap.start(str(plan_file), host, poll=0) == 1
     (run,) = [c for c in host.calls if c[0] == "systemd-run"]
@@ -1045,6 +1041,13 @@ def deployed(world: World, unit: str = "vllm-a.service", gpus: tuple[int, ...] =
 
 def systemctl_order(world: World) -> list[tuple[str, str]]:
     return [(c[1], c[-1]) for c in world.systemd.calls if c[0] == "systemctl"]
+
+
+def assert_ran_in_order(world: World, steps: list[tuple[str, str]]) -> None:
+    """systemctl ran each of `steps` (verb, unit) after the one before it, other calls between them."""
+    order = systemctl_order(world)
+    at = [order.index(step, order.index(steps[i - 1]) + 1 if i else 0) for i, step in enumerate(steps)]
+    assert at == sorted(at), order
 
 
 def failed_swap(world: World, swap_mode: str = "auto") -> contract.Result:
