@@ -14,6 +14,9 @@ from render import host_bundle
 from tests.support.paths import ROOT
 
 PAGE = (ROOT / "docs" / "architecture.md").read_text()
+# The parts of the repository that run (each a folder, and the program's entry point), as the page's floors
+# name them.
+FLOOR_PARTS = ("host", "models", "render", "sandbox", "components", "controller", "scripts", "__main__", "bench")
 PACKAGES = ("models", "render", "components", "controller", "host")
 
 
@@ -96,19 +99,52 @@ def test_nothing_outside_tests_imports_from_tests() -> None:
     tops = [top for top in sorted(ROOT.iterdir()) if top.name != "tests" and not top.name.startswith(".")]
     outside = [path for top in tops for path in ([top] if top.suffix == ".py" else sorted(top.rglob("*.py")))]
     assert any(path.relative_to(ROOT).parts[0] == "bench" for path in outside)
-    importers = []
-    for path in outside:
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            names = (
-                [alias.name for alias in node.names]
-                if isinstance(node, ast.Import)
-                else [node.module or ""]
-                if isinstance(node, ast.ImportFrom) and node.level == 0
-                else []
-            )
-            if any(name == "tests" or name.startswith("tests.") for name in names):
-                importers.append(str(path.relative_to(ROOT)))
+    importers = [
+        str(path.relative_to(ROOT))
+        for path in outside
+        if any(name == "tests" or name.startswith("tests.") for name in imported_names(path))
+    ]
     assert not importers, importers
+
+
+def part_of(name: str) -> str | None:
+    """The part of the repository a module name belongs to (its first dotted name, as a folder), or None
+    for the standard library and what is installed."""
+    top = name.split(".")[0]
+    return top if top in FLOOR_PARTS else None
+
+
+def floors_of_the_code() -> dict[str, int]:
+    """Each part's floor as the import graph gives it: a part that imports no other part stands on floor 1,
+    any other one floor above the highest part it imports (what `farm-studio look` draws; their tests are
+    no rooms of it, so they are left out here too). A circle fails."""
+    imports: dict[str, set[str]] = {}
+    for part in FLOOR_PARTS:
+        paths = [ROOT / f"{part}.py"] if part == "__main__" else sorted((ROOT / part).rglob("*.py"))
+        names = {name for path in paths if "tests" not in path.relative_to(ROOT).parts for name in imported_names(path)}
+        imports[part] = {found for found in map(part_of, names) if found is not None and found != part}
+    floors: dict[str, int] = {}
+
+    def floor(part: str, below: tuple[str, ...]) -> int:
+        assert part not in below, f"an import circle: {' -> '.join((*below, part))}"
+        if part not in floors:
+            floors[part] = 1 + max((floor(other, (*below, part)) for other in imports[part]), default=0)
+        return floors[part]
+
+    for part in FLOOR_PARTS:
+        floor(part, ())
+    return floors
+
+
+def test_the_floors_on_the_page_are_the_import_graph_s() -> None:
+    """The page's floors (the parts as `farm-studio look` stacks them) are what the imports give: a part
+    that starts to import one on its own floor or above moves up, and the page must say so."""
+    on_the_page = {
+        name.strip("/").removesuffix(".py"): int(row[0])
+        for row in section_table("Floors")
+        for name in code_names(row[1])
+    }
+    assert on_the_page == floors_of_the_code()
 
 
 def test_host_tools_holds_exactly_the_bundle_s_tools() -> None:
