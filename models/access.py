@@ -50,12 +50,15 @@ def _networks(values: tuple[str, ...]) -> tuple[str, ...]:
 class Access(ConfigModel):
     """`vllm-fleet:access`: how every deployment's front door lets clients in."""
 
-    # Serve without API keys, said explicitly: a production stack that binds a non-loopback address
-    # without keys is refused unless this is true.
-    open: bool = False
+    open: bool = Field(
+        False,
+        description="Serve without API keys, said explicitly: a production stack that binds a non-loopback address "
+        "without keys is refused unless this is true.",
+    )
     tls: Tls | None = None
-    # Addresses or networks allowed to read /metrics (the Prometheus host); nobody else.
-    metrics_from: Annotated[tuple[str, ...], AfterValidator(_networks)] = ()
+    metrics_from: Annotated[tuple[str, ...], AfterValidator(_networks)] = Field(
+        (), description="Addresses or networks allowed to read /metrics (the Prometheus host); nobody else."
+    )
 
 
 def parse_api_keys(value: Any) -> dict[str, str]:

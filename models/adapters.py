@@ -19,8 +19,15 @@ class LoraLimits(ConfigModel):
     """LoRA adapters served by the engine (vLLM's --enable-lora and its limits). Setting this changes the
     engine's launch (one restart); adapters come and go afterwards with no restart (vllm-fleet:adapters)."""
 
-    # Adapters in one batch (--max-loras) and held in CPU memory (--max-cpu-loras, at least max-loras).
-    max_loras: Annotated[Int, Field(ge=1, le=256)] = 4
+    max_loras: Annotated[
+        Int,
+        Field(
+            ge=1,
+            le=256,
+            description="Adapters in one batch (--max-loras) and held in CPU memory (--max-cpu-loras, at least "
+            "max-loras).",
+        ),
+    ] = 4
     max_lora_rank: LoraRank = Field(16, description="vLLM's `--max-lora-rank`: the largest rank an adapter may have")
     max_cpu_loras: Annotated[Int, Field(ge=1, le=4096)] | None = Field(None, description="vLLM's `--max-cpu-loras`")
 
@@ -44,9 +51,14 @@ class AdapterSpec(ConfigModel):
 
     repo: HfRepo = Field(description="the Hugging Face repository of the adapter")
     revision: Revision = Field("main", description="the commit to download; a production stack needs the 40-hex commit")
-    # The models it was trained on or fits (same architecture and shapes): a deployment serving another
-    # model cannot list it. Its adapter_config.json must name one of their repos as its base.
-    bases: Annotated[tuple[Name, ...], Field(min_length=1)]
+    bases: Annotated[
+        tuple[Name, ...],
+        Field(
+            min_length=1,
+            description="The models it was trained on or fits (same architecture and shapes): a deployment serving "
+            "another model cannot list it. Its adapter_config.json must name one of their repos as its base.",
+        ),
+    ]
     size_gb: Annotated[Float, Field(gt=0, description="its size on disk, counted in the storage's capacity")] = 0.1
     keep: bool = Field(False, description="keep its files when no deployment serves it")
 

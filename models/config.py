@@ -111,8 +111,11 @@ class ServingDefaults(ConfigModel):
     attention_backend: AttentionBackend | None = Field(
         None, description="vLLM's attention backend (a flag, or `VLLM_ATTENTION_BACKEND` before vLLM 0.12)"
     )
-    # Unset or `auto`: picked from the host's facts (models/load_choice.py); any other value is passed as it is.
-    safetensors_load_strategy: LoadStrategy | None = None
+    safetensors_load_strategy: LoadStrategy | None = Field(
+        None,
+        description="Unset or `auto`: picked from the host's facts (models/load_choice.py); any other value is "
+        "passed as it is.",
+    )
     load_format: LoadFormat | None = Field(None, description="vLLM's `--load-format`")
     model_loader_extra_config: LoaderConfig | None = Field(
         None, description="vLLM's `--model-loader-extra-config`, a JSON object"
@@ -163,9 +166,11 @@ class ReferenceLoad(ConfigModel):
     """A start of the model measured on a known server (the catalog's): the swap forecast's prior for it
     on a host where it has not started yet (models/forecast.py)."""
 
-    seconds: Annotated[Float, Field(gt=0, le=86400)]  # start to serving; the low end of a range
-    up_to_seconds: Annotated[Float, Field(gt=0, le=86400)] | None = None  # the high end, when a range
-    where: Label  # the server, storage, loader and release it was measured with
+    seconds: Annotated[Float, Field(gt=0, le=86400, description="start to serving; the low end of a range")]
+    up_to_seconds: Annotated[Float, Field(gt=0, le=86400)] | None = Field(
+        None, description="the high end, when a range"
+    )
+    where: Label = Field(description="the server, storage, loader and release it was measured with")
 
     @model_validator(mode="after")
     def _a_range_from_low_to_high(self) -> Self:
@@ -194,8 +199,10 @@ class ModelSpec(ConfigModel):
     notes: str | None = Field(None, description="free text for people")
     serving: ServingDefaults = ServingDefaults()
     reference_load: ReferenceLoad | None = None
-    # Keep the files on disk when no deployment serves the model (swapping back downloads nothing).
-    keep: bool = False
+    keep: bool = Field(
+        False,
+        description="Keep the files on disk when no deployment serves the model (swapping back downloads nothing).",
+    )
 
     @property
     def size_gib(self) -> float:
@@ -217,8 +224,9 @@ class Rollout(ConfigModel):
     """Deployments of one group swap a few at a time: each waits until the one before it serves again."""
 
     group: Name = Field(description="the group's name: deployments that serve the same thing on several hosts")
-    # How many of the group may be swapping (not serving) at once.
-    max_unavailable: Annotated[Int, Field(ge=1, le=1000)] = 1
+    max_unavailable: Annotated[
+        Int, Field(ge=1, le=1000, description="How many of the group may be swapping (not serving) at once.")
+    ] = 1
 
 
 class SmokeBenchmark(ConfigModel):
@@ -244,81 +252,114 @@ class Deployment(ConfigModel):
     model: Name = Field(
         description="the name of a `vllm-fleet:models` entry; changing it is a swap ([swaps.md](swaps.md))"
     )
-    # The GPUs this deployment may use. It serves on tensorParallel x pipelineParallel of them; when the
-    # list has room for a second model beside the serving one, a swap starts the new model there while
-    # the old one serves (blue/green) and the front door switches over.
-    gpus: Annotated[tuple[Annotated[Int, Field(ge=0, le=63)], ...], AfterValidator(_unique_gpus)]
-    # The front door's port: a reverse proxy (Debian's nginx) listens here, so clients keep one address
-    # across swaps; the engines listen on loopback at backendPorts behind it.
-    port: Annotated[Int, Field(ge=1024, le=65535)] = 8000
-    # Any IPv4 or IPv6 address of the host for the front door; 0.0.0.0 / :: listen on all of them.
-    bind_address: BindAddress = "0.0.0.0"
-    # Two loopback ports for the engines, one per side of a blue/green swap; default port+10000, port+20000.
+    gpus: Annotated[tuple[Annotated[Int, Field(ge=0, le=63)], ...], AfterValidator(_unique_gpus)] = Field(
+        description="The GPUs this deployment may use. It serves on tensorParallel x pipelineParallel of them; when "
+        "the list has room for a second model beside the serving one, a swap starts the new model there while the "
+        "old one serves (blue/green) and the front door switches over."
+    )
+    port: Annotated[Int, Field(ge=1024, le=65535)] = Field(
+        8000,
+        description="The front door's port: a reverse proxy (Debian's nginx) listens here, so clients keep one "
+        "address across swaps; the engines listen on loopback at backendPorts behind it.",
+    )
+    bind_address: BindAddress = Field(
+        "0.0.0.0",
+        description="Any IPv4 or IPv6 address of the host for the front door; 0.0.0.0 / :: listen on all of them.",
+    )
     backend_ports: tuple[Annotated[Int, Field(ge=1024, le=65535)], Annotated[Int, Field(ge=1024, le=65535)]] | None = (
-        None
+        Field(
+            None,
+            description="Two loopback ports for the engines, one per side of a blue/green swap; default port+10000, "
+            "port+20000.",
+        )
     )
     swap_mode: SwapMode = SwapMode.AUTO
-    # How long a blue/green swap lets requests in flight on the old engine finish before it stops it.
-    drain_seconds: Annotated[Int, Field(ge=0, le=3600)] = 120
-    # Before anything stops, read the new model into the page cache, leaving this much RAM free (GiB);
-    # null turns the pre-warm off.
-    prewarm_margin_gib: Annotated[Float, Field(ge=0, le=4096)] | None = 8.0
-    # Right before a stop-then-start stops the old engine: the share (0-1) of the new model's files that
-    # must be in the page cache. Less, and the pre-warm reads them again once; still less, and the swap
-    # refuses before anything stops (the load would read the rest from storage). null: measured and said only.
-    prewarm_min_resident_share: Annotated[Float, Field(ge=0, le=1)] | None = None
+    drain_seconds: Annotated[Int, Field(ge=0, le=3600)] = Field(
+        120,
+        description="How long a blue/green swap lets requests in flight on the old engine finish before it stops it.",
+    )
+    prewarm_margin_gib: Annotated[Float, Field(ge=0, le=4096)] | None = Field(
+        8.0,
+        description="Before anything stops, read the new model into the page cache, leaving this much RAM free "
+        "(GiB); null turns the pre-warm off.",
+    )
+    prewarm_min_resident_share: Annotated[Float, Field(ge=0, le=1)] | None = Field(
+        None,
+        description="Right before a stop-then-start stops the old engine: the share (0-1) of the new model's files "
+        "that must be in the page cache. Less, and the pre-warm reads them again once; still less, and the swap "
+        "refuses before anything stops (the load would read the rest from storage). null: measured and said only.",
+    )
     served_model_name: ServedName | None = Field(
         None, description="the model id clients send; default the model's name"
     )
-    # Further model ids the engine answers to (vLLM serves every name --served-model-name lists). Unset:
-    # the ids clients use today keep answering (what the deployment's engine or the units it replaces
-    # serve now, read by the preview's survey: a hand-made launch without --served-model-name serves its
-    # --model path); [] serves servedModelName alone.
-    also_served_as: list[ClientModelId] | None = None
-    # Where clients reach the API when it is not http://<host address>:<port>/v1 (NAT, a forwarder).
+    also_served_as: list[ClientModelId] | None = Field(
+        None,
+        description="Further model ids the engine answers to (vLLM serves every name --served-model-name lists). "
+        "Unset: the ids clients use today keep answering (what the deployment's engine or the units it replaces "
+        "serve now, read by the preview's survey: a hand-made launch without --served-model-name serves its --model "
+        "path); [] serves servedModelName alone.",
+    )
     public_url: (
         Annotated[str, StringConstraints(pattern=r"^https?://[A-Za-z0-9.:\[\]-]+(/[A-Za-z0-9._/-]*)?$")] | None
-    ) = None
+    ) = Field(
+        None,
+        description="Where clients reach the API when it is not http://<host address>:<port>/v1 (NAT, a forwarder).",
+    )
     unit_name: UnitStem | None = Field(
         None,
         description="the systemd unit's name (`vllm-...`); default from the model's name; the name of a hand-made "
         "unit to adopt it in place ([first-deployment.md](first-deployment.md))",
     )
-    # Hand-made units already on the host that this deployment takes over: stopped and disabled inside
-    # the swap (their files backed up, restored on rollback). Units neither managed nor named are never touched.
-    replaces: tuple[SystemdServiceName, ...] = ()
-    # GPU holders of no managed or adopted unit (a hand-started engine, a notebook): the GPU-release guard
-    # stops them only when this says so; otherwise `pulumi preview` and the start fail naming them.
-    foreign_gpu_processes: ForeignGpuProcesses = ForeignGpuProcesses.REFUSE
+    replaces: tuple[SystemdServiceName, ...] = Field(
+        (),
+        description="Hand-made units already on the host that this deployment takes over: stopped and disabled "
+        "inside the swap (their files backed up, restored on rollback). Units neither managed nor named are never "
+        "touched.",
+    )
+    foreign_gpu_processes: ForeignGpuProcesses = Field(
+        ForeignGpuProcesses.REFUSE,
+        description="GPU holders of no managed or adopted unit (a hand-started engine, a notebook): the GPU-release "
+        "guard stops them only when this says so; otherwise `pulumi preview` and the start fail naming them.",
+    )
     environment: Environment = Field(
         default_factory=dict, description="more environment of the engine (e.g. NCCL tuning)"
     )
     overrides: ServingOverrides = Field(
         ServingOverrides(), description="any field of the model's `serving`, for this deployment only"
     )
-    # How long a start may take before it counts as failed; derived from model size when unset.
-    start_timeout_seconds: Annotated[Int, Field(ge=30, le=6 * 3600)] | None = None
-    # How long the GPU-release guard waits for memory to drop before it stops stray holders.
-    gpu_release_timeout_seconds: Annotated[Int, Field(ge=5, le=3600)] = 120
+    start_timeout_seconds: Annotated[Int, Field(ge=30, le=6 * 3600)] | None = Field(
+        None, description="How long a start may take before it counts as failed; derived from model size when unset."
+    )
+    gpu_release_timeout_seconds: Annotated[Int, Field(ge=5, le=3600)] = Field(
+        120, description="How long the GPU-release guard waits for memory to drop before it stops stray holders."
+    )
     gpu_release_threshold_mib: Annotated[
         Int, Field(ge=1, le=100_000, description="a GPU counts as free below this much used memory")
     ] = 1000
     rollout: Rollout | None = None
-    # A model served across hosts: the head (`host`, first) runs the API server and the front door, each
-    # other node a headless engine; tensorParallel x pipelineParallel GPUs in all, `gpus` on every node.
-    nodes: tuple[Name, ...] = ()
+    nodes: tuple[Name, ...] = Field(
+        (),
+        description="A model served across hosts: the head (`host`, first) runs the API server and the front door, "
+        "each other node a headless engine; tensorParallel x pipelineParallel GPUs in all, `gpus` on every node.",
+    )
     distributed_backend: DistributedBackend = Field(
         DistributedBackend.MP,
         description="a model across hosts: vLLM's own multi-node engine (`mp`); `ray` is refused by the preview for "
         "now",
     )
-    # The head's rendezvous ports (torch.distributed), on its cluster address: masterPort plus 0-99, a number
-    # derived from the model, so engines of two models never join each other.
-    master_port: Annotated[Int, Field(ge=1024, le=65535 - MASTER_PORT_SPREAD)] = 29500
-    # After each deploy: a smoke benchmark (null: none); see SmokeBenchmark.
-    smoke_benchmark: SmokeBenchmark | None = None
-    # LoRA adapters (names of vllm-fleet:adapters) the engine serves beside the model; needs serving.lora.
-    adapters: tuple[Name, ...] = ()
+    master_port: Annotated[Int, Field(ge=1024, le=65535 - MASTER_PORT_SPREAD)] = Field(
+        29500,
+        description="The head's rendezvous ports (torch.distributed), on its cluster address: masterPort plus 0-99, "
+        "a number derived from the model, so engines of two models never join each other.",
+    )
+    smoke_benchmark: SmokeBenchmark | None = Field(
+        None, description="After each deploy: a smoke benchmark (null: none); see SmokeBenchmark."
+    )
+    adapters: tuple[Name, ...] = Field(
+        (),
+        description="LoRA adapters (names of vllm-fleet:adapters) the engine serves beside the model; needs "
+        "serving.lora.",
+    )
 
     @property
     def node_names(self) -> tuple[str, ...]:

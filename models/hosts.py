@@ -87,19 +87,27 @@ class Host(ConfigModel):
     )
     gpus: GpuSpec
     runtime: Runtime = Runtime()
-    # Host-local disk (an NVMe) that models are copied to before a swap, while the old model serves; the
-    # engine then loads from there instead of the shared storage. Unset: it loads from the storage.
-    staging_path: Annotated[AbsPath, AfterValidator(not_a_system_directory)] | None = None
-    # Bounded SSH connection: attempts x seconds is the longest a step waits for an unreachable host.
-    dial_attempts: Annotated[Int, Field(ge=1, le=20)] = 3
+    staging_path: Annotated[AbsPath, AfterValidator(not_a_system_directory)] | None = Field(
+        None,
+        description="Host-local disk (an NVMe) that models are copied to before a swap, while the old model serves; "
+        "the engine then loads from there instead of the shared storage. Unset: it loads from the storage.",
+    )
+    dial_attempts: Annotated[Int, Field(ge=1, le=20)] = Field(
+        3, description="Bounded SSH connection: attempts x seconds is the longest a step waits for an unreachable host."
+    )
     dial_timeout_seconds: Annotated[
         Int, Field(ge=1, le=120, description="seconds one SSH connection attempt may take")
     ] = 10
-    # Out of service: what runs there keeps running, `pulumi up` runs no step there and never contacts it,
-    # and a change of what it should serve is refused until the cordon is lifted.
-    cordon: bool = False
-    # This host's address and interface for multi-node deployments (VLLM_HOST_IP, GLOO/NCCL_SOCKET_IFNAME).
-    cluster: ClusterNetwork | None = None
+    cordon: bool = Field(
+        False,
+        description="Out of service: what runs there keeps running, `pulumi up` runs no step there and never "
+        "contacts it, and a change of what it should serve is refused until the cordon is lifted.",
+    )
+    cluster: ClusterNetwork | None = Field(
+        None,
+        description="This host's address and interface for multi-node deployments (VLLM_HOST_IP, "
+        "GLOO/NCCL_SOCKET_IFNAME).",
+    )
 
 
 class Storage(ConfigModel):

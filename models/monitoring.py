@@ -15,24 +15,48 @@ Seconds = Annotated[Int, Field(ge=1, le=86400)]
 
 
 class Monitoring(ConfigModel):
-    # VllmFleetDeploymentDown: the front door's /metrics of the deployment did not answer (engine stopped,
-    # loading, crashed, host gone) for this long.
-    down_for_seconds: Seconds = 300
-    # VllmFleetNoSuccessfulRequests: requests reached the engine in the window but none succeeded, this long.
-    stuck_for_seconds: Seconds = 600
-    # VllmFleetRequestsWaiting: more than this many requests queued, this long.
-    waiting_requests: Annotated[Int, Field(ge=1, le=100000)] = 16
+    down_for_seconds: Seconds = Field(
+        300,
+        description="VllmFleetDeploymentDown: the front door's /metrics of the deployment did not answer (engine "
+        "stopped, loading, crashed, host gone) for this long.",
+    )
+    stuck_for_seconds: Seconds = Field(
+        600,
+        description="VllmFleetNoSuccessfulRequests: requests reached the engine in the window but none succeeded, "
+        "this long.",
+    )
+    waiting_requests: Annotated[
+        Int,
+        Field(ge=1, le=100000, description="VllmFleetRequestsWaiting: more than this many requests queued, this long."),
+    ] = 16
     waiting_for_seconds: Seconds = Field(
         600, description="how long requests must wait above `waitingRequests` before the alert fires"
     )
-    # VllmFleetKvCacheNearlyFull: the KV cache's use (0-1) above this fraction, this long.
-    kv_cache_fraction: Annotated[Float, Field(gt=0, le=1)] = 0.95
+    kv_cache_fraction: Annotated[
+        Float,
+        Field(
+            gt=0,
+            le=1,
+            description="VllmFleetKvCacheNearlyFull: the KV cache's use (0-1) above this fraction, this long.",
+        ),
+    ] = 0.95
     kv_cache_for_seconds: Seconds = Field(
         900, description="how long the KV cache must stay above `kvCacheFraction` before the alert fires"
     )
-    # VllmFleetModelDrift: the engine behind the front door serves a name other than the stack's, this long.
-    drift_for_seconds: Seconds = 120
-    # The window of the rates and percentiles of the recording rules and the alerts (a few scrapes at least).
-    rate_window_seconds: Annotated[Int, Field(ge=10, le=3600)] = 300
-    # How often the generated scrape job reads each deployment's /metrics.
-    scrape_interval_seconds: Annotated[Int, Field(ge=1, le=600)] = 30
+    drift_for_seconds: Seconds = Field(
+        120,
+        description="VllmFleetModelDrift: the engine behind the front door serves a name other than the stack's, "
+        "this long.",
+    )
+    rate_window_seconds: Annotated[
+        Int,
+        Field(
+            ge=10,
+            le=3600,
+            description="The window of the rates and percentiles of the recording rules and the alerts (a few "
+            "scrapes at least).",
+        ),
+    ] = 300
+    scrape_interval_seconds: Annotated[
+        Int, Field(ge=1, le=600, description="How often the generated scrape job reads each deployment's /metrics.")
+    ] = 30
