@@ -4,9 +4,9 @@
 
 Every key of `Pulumi.<stack>.yaml` that `models.config.StackConfig` validates, with its type, default and
 rules, is read from pydantic's JSON schema of that model (the types, bounds, patterns and enums pydantic
-itself enforces); what a key means comes from the model: a field's `Field(description=...)` (pydantic puts it
-in the schema), else the comment lines written above the field in its class, else the class's docstring for
-a key that holds a model; a field with none of them stops the script. The keys the
+itself enforces); what a key means comes from the model too: a field's `Field(description=...)` (pydantic puts
+it in the schema), else, for a key that holds a model, that model's class docstring; a field with neither stops
+the script (a comment above a field is for the code's readers and never reaches the page). The keys the
 loader reads outside StackConfig (the secrets, the key files, `defaults`, a model's `preset`) are described
 below by hand, and a key of the loader's lists without a description here stops the script.
 tests/test_config_reference.py compares the output with the committed page.
@@ -14,17 +14,14 @@ tests/test_config_reference.py compares the output with the committed page.
 
 from __future__ import annotations
 
-import inspect
 import json
-import re
 import sys
 import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from models import access, adapters, config, hosts, monitoring
-from models.base import to_camel
+from models import config
 from models.loader import CONTROLLER_KEYS, KNOWN_KEYS, NAMESPACE, SECRET_KEYS, load_catalog
 
 # What each top-level key is for, in a line (a key's fields say the rest). Every key of the loader's lists
@@ -71,8 +68,6 @@ ESTIMATES_TEXT = (
 )
 # Fields whose children are another model's, said once there: a deployment's overrides are ServingDefaults'.
 NOT_EXPANDED = {"ServingOverrides"}
-MODULES = (config, hosts, access, adapters, monitoring)
-FIELD_LINE = re.compile(r"^ {4}(\w+): ")
 
 
 @dataclass(frozen=True)
@@ -89,40 +84,6 @@ def stack_schema() -> dict[str, Any]:
     return config.StackConfig.model_json_schema(by_alias=True, mode="validation")
 
 
-def model_classes() -> dict[str, type]:
-    """The config models by class name, as the schema's `$defs` name them."""
-    found: dict[str, type] = {}
-    for module in MODULES:
-        for name, value in vars(module).items():
-            if inspect.isclass(value) and value.__module__ == module.__name__:
-                found[name] = value
-    return found
-
-
-def field_comments(cls: type) -> dict[str, str]:
-    """Each field's comment lines, written above it in the class body (or after it on its line), by the key
-    the stack file spells it with."""
-    try:
-        lines = inspect.getsource(cls).splitlines()
-    except (OSError, TypeError):
-        return {}
-    comments: dict[str, str] = {}
-    above: list[str] = []
-    for line in lines[1:]:
-        stripped = line.strip()
-        if line.startswith("    #") and not line.startswith("     "):
-            above.append(stripped.lstrip("# ").rstrip())
-            continue
-        match = FIELD_LINE.match(line)
-        if match:
-            trailing = line.split("  # ", 1)[1].strip() if "  # " in line else ""
-            text = " ".join([*above, trailing]).strip()
-            if text:
-                comments[to_camel(match.group(1))] = text
-        above = []
-    return comments
-
-
 def one_line(text: str) -> str:
     """Text for one cell of a Markdown table: one line, its pipes escaped, and outside code spans its angle
     brackets too (`http://<host>:<port>` would otherwise be read as HTML tags and vanish)."""
@@ -134,8 +95,6 @@ class Reference:
     def __init__(self) -> None:
         self.schema = stack_schema()
         self.defs: dict[str, Any] = self.schema.get("$defs", {})
-        self.classes = model_classes()
-        self.comments = {name: field_comments(cls) for name, cls in self.classes.items()}
         self.undescribed: list[str] = []
 
     def resolve(self, node: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
@@ -222,9 +181,6 @@ class Reference:
             return TOP_LEVEL[key]
         if node.get("description"):
             return one_line(node["description"])
-        comment = self.comments.get(owner or "", {}).get(key)
-        if comment:
-            return one_line(comment)
         target, name = self.resolve(self.without_null(node)[0])
         if name is not None and target.get("description"):
             return one_line(target["description"])
@@ -323,8 +279,9 @@ def render() -> str:
         lines += ["", f"## {NAMESPACE}:{key}", "", *table(rows)]
     if reference.undescribed:
         raise SystemExit(
-            f"config_reference: no description for {reference.undescribed}: give the field one in its model, "
-            '`Field(description="...")`, or a comment above it'
+            f"config_reference: no description for {reference.undescribed}: give the field "
+            '`Field(description="...")` in its model (or, where it holds a model, a docstring to that model\'s '
+            "class); a comment above the field does not reach the page"
         )
     lines += ["", f"## {NAMESPACE}:defaults", "", *textwrap.wrap(DEFAULTS_TEXT, 110), ""]
     lines += ["## Estimates the rules use", "", *textwrap.wrap(ESTIMATES_TEXT, 110)]

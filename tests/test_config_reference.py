@@ -47,7 +47,7 @@ def test_a_field_added_to_a_model_changes_the_page(monkeypatch: pytest.MonkeyPat
 
 
 def test_a_field_without_a_description_stops_the_script(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A field with no `Field(description=...)` (and no comment above it) in its model: no page."""
+    """A field with no `Field(description=...)` in its model (a comment above it does not count): no page."""
     schema = config_reference.stack_schema()
     schema["$defs"]["Rollout"]["properties"]["pauseSeconds"] = {"type": "integer", "default": 0}
     monkeypatch.setattr(config_reference, "stack_schema", lambda: schema)
