@@ -257,11 +257,15 @@ class Deployment(ConfigModel):
         "the list has room for a second model beside the serving one, a swap starts the new model there while the "
         "old one serves (blue/green) and the front door switches over."
     )
-    port: Annotated[Int, Field(ge=1024, le=65535)] = Field(
-        8000,
-        description="The front door's port: a reverse proxy (Debian's nginx) listens here, so clients keep one "
-        "address across swaps; the engines listen on loopback at backendPorts behind it.",
-    )
+    port: Annotated[
+        Int,
+        Field(
+            ge=1024,
+            le=65535,
+            description="The front door's port: a reverse proxy (Debian's nginx) listens here, so clients keep one "
+            "address across swaps; the engines listen on loopback at backendPorts behind it.",
+        ),
+    ] = 8000
     bind_address: BindAddress = Field(
         "0.0.0.0",
         description="Any IPv4 or IPv6 address of the host for the front door; 0.0.0.0 / :: listen on all of them.",
@@ -274,10 +278,15 @@ class Deployment(ConfigModel):
         )
     )
     swap_mode: SwapMode = SwapMode.AUTO
-    drain_seconds: Annotated[Int, Field(ge=0, le=3600)] = Field(
-        120,
-        description="How long a blue/green swap lets requests in flight on the old engine finish before it stops it.",
-    )
+    drain_seconds: Annotated[
+        Int,
+        Field(
+            ge=0,
+            le=3600,
+            description="How long a blue/green swap lets requests in flight on the old engine finish before it "
+            "stops it.",
+        ),
+    ] = 120
     prewarm_margin_gib: Annotated[Float, Field(ge=0, le=4096)] | None = Field(
         8.0,
         description="Before anything stops, read the new model into the page cache, leaving this much RAM free "
@@ -330,9 +339,14 @@ class Deployment(ConfigModel):
     start_timeout_seconds: Annotated[Int, Field(ge=30, le=6 * 3600)] | None = Field(
         None, description="How long a start may take before it counts as failed; derived from model size when unset."
     )
-    gpu_release_timeout_seconds: Annotated[Int, Field(ge=5, le=3600)] = Field(
-        120, description="How long the GPU-release guard waits for memory to drop before it stops stray holders."
-    )
+    gpu_release_timeout_seconds: Annotated[
+        Int,
+        Field(
+            ge=5,
+            le=3600,
+            description="How long the GPU-release guard waits for memory to drop before it stops stray holders.",
+        ),
+    ] = 120
     gpu_release_threshold_mib: Annotated[
         Int, Field(ge=1, le=100_000, description="a GPU counts as free below this much used memory")
     ] = 1000
@@ -347,11 +361,15 @@ class Deployment(ConfigModel):
         description="a model across hosts: vLLM's own multi-node engine (`mp`); `ray` is refused by the preview for "
         "now",
     )
-    master_port: Annotated[Int, Field(ge=1024, le=65535 - MASTER_PORT_SPREAD)] = Field(
-        29500,
-        description="The head's rendezvous ports (torch.distributed), on its cluster address: masterPort plus 0-99, "
-        "a number derived from the model, so engines of two models never join each other.",
-    )
+    master_port: Annotated[
+        Int,
+        Field(
+            ge=1024,
+            le=65535 - MASTER_PORT_SPREAD,
+            description="The head's rendezvous ports (torch.distributed), on its cluster address: masterPort plus "
+            "0-99, a number derived from the model, so engines of two models never join each other.",
+        ),
+    ] = 29500
     smoke_benchmark: SmokeBenchmark | None = Field(
         None, description="After each deploy: a smoke benchmark (null: none); see SmokeBenchmark."
     )

@@ -92,9 +92,15 @@ class Host(ConfigModel):
         description="Host-local disk (an NVMe) that models are copied to before a swap, while the old model serves; "
         "the engine then loads from there instead of the shared storage. Unset: it loads from the storage.",
     )
-    dial_attempts: Annotated[Int, Field(ge=1, le=20)] = Field(
-        3, description="Bounded SSH connection: attempts x seconds is the longest a step waits for an unreachable host."
-    )
+    dial_attempts: Annotated[
+        Int,
+        Field(
+            ge=1,
+            le=20,
+            description="Bounded SSH connection: attempts x seconds is the longest a step waits for an unreachable "
+            "host.",
+        ),
+    ] = 3
     dial_timeout_seconds: Annotated[
         Int, Field(ge=1, le=120, description="seconds one SSH connection attempt may take")
     ] = 10
