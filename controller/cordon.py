@@ -22,7 +22,7 @@ from functools import cache
 
 import pulumi
 
-from controller.transport import run_captured
+from host.processes import run_captured
 from models.hosts import Host
 
 # A host's steps: its commands and the copy of its host package (components/remote.py).

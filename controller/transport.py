@@ -16,10 +16,10 @@ import subprocess
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from controller.known_hosts import key_refusal, known_hosts_options
 from host.contract import LaunchQuestion, Survey
+from host.processes import run_captured
 from models.hosts import Host
 from render import host_bundle
 
@@ -30,15 +30,6 @@ STATUS_MODULE = "host.tools.status"
 
 class SurveyFailed(Exception):
     pass
-
-
-def run_captured(
-    command: Sequence[str], *, timeout: float | None = None, **options: Any
-) -> subprocess.CompletedProcess[str]:
-    """A program run to its end from the controller, stdout and stderr captured as text and no raise on a
-    non-zero exit (the caller reads returncode and names the fix); `options` are subprocess.run's (input,
-    env). TimeoutExpired after `timeout` seconds, as there."""
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False, **options)
 
 
 def ssh_python(
