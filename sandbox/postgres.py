@@ -2,8 +2,9 @@
 database would be set up (docs/state-backend.md), on loopback.
 
 Debian's server binaries (`make setup` installs them, creating no cluster and starting no service); a
-cluster of its own under .run/postgres-PORT, made with initdb and run with pg_ctl as the `postgres`
-system user (the server refuses to run as root); listening on 127.0.0.1 only, with TLS from a CA made
+cluster of its own in the system's temporary folder (vllm-fleet-postgres-PORT), made with initdb and run
+with pg_ctl as the `postgres` system user (the server refuses to run as root; it must reach the cluster's
+folder, which it cannot below a checkout in a private folder such as `mktemp -d` makes); listening on 127.0.0.1 only, with TLS from a CA made
 for it, so clients connect with sslmode=verify-full; the state role logs in with a password
 (scram-sha-256) kept in a 0600 passfile, never in the URL; the administrator only over the cluster's
 own unix socket. The database and the role come from scripts/state-db.sql, the one docs/state-backend.md names.
@@ -17,6 +18,7 @@ import secrets
 import shutil
 import signal
 import subprocess
+import tempfile
 from pathlib import Path
 
 from sandbox.processes import free_port, run_captured
@@ -43,10 +45,10 @@ def bin_dir() -> Path:
 
 
 class Cluster:
-    def __init__(self, port: int | None = None, parent: Path = ROOT / ".run") -> None:
+    def __init__(self, port: int | None = None, parent: Path | None = None) -> None:
         self.bin = bin_dir()
         self.port = port or free_port()
-        self.dir = parent / f"postgres-{self.port}"
+        self.dir = (parent or Path(tempfile.gettempdir())) / f"vllm-fleet-postgres-{self.port}"
         self.data = self.dir / "data"
         self.sock = self.dir / "sock"
         self.ca = self.dir / "tls" / "ca.crt"
