@@ -19,6 +19,7 @@ GPU, the port's move to the front door all clients wait through. A client sends 
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -212,6 +213,14 @@ def reboot_and_wait() -> float:
 seed = module_state(Seed)
 
 
+def no_client_waits_out_its_timeout(phase: str, output: str, stats: dict[str, Any]) -> None:
+    """A port's move fails what the hand-made engine held as it stopped (vLLM's shutdown aborts it), at once:
+    no client waits out its timeout on an engine that will not answer (CI saw it once: a 5 s gap)."""
+    assert not [e for e in stats["errors"] if "Timeout" in e], repr(stats)
+    said = re.findall(r"port \d+ moved to the front door in [\d.]+ s|\S+ still ran [\d.]+ s after it let port", output)
+    print(f"[seed-replica-phases] {phase}: {'; '.join(dict.fromkeys(said))}")
+
+
 def test_preview_refuses_a_waiting_hand_made_unit_it_is_not_told_to_take_over(seed: Seed) -> None:
     with pytest.raises(auto.CommandError) as refused:
         seed.stack_of(replaces=(SERVING, SPARE)).preview()
@@ -272,6 +281,7 @@ def test_a_swap_to_the_model_whose_unit_a_replaced_unit_named_and_back_keeps_the
     ]
     assert "swap mode: port-move" in output and "moved to the front door in" in output, output[-3000:]
     assert stats["longest_gap_s"] <= 2.0, repr(stats)
+    no_client_waits_out_its_timeout("swap-to-b", output, stats)
     assert set(served_ids(ENDPOINT)) == {"seed-b", OLD_ID}
     assert on_host(f"test -e /etc/systemd/system/{SERVING}.d/50-vllm-fleet-adopted.conf || echo gone").strip() == "gone"
     assert stats["requests"] > 0
@@ -353,6 +363,7 @@ def test_a_hand_made_launch_that_really_differs_moves_to_the_new_engine_first(se
     stats = seed.record("take-over-differs", start)
     assert "swap mode: port-move" in output and "moved to the front door in" in output, output[-3000:]
     assert stats["longest_gap_s"] <= 2.0 and stats["requests"] > 0, repr(stats)
+    no_client_waits_out_its_timeout("take-over-differs", output, stats)
     assert unit_props(SERVING, "MainPID")["MainPID"] != pid
     assert "--max-model-len 512" in on_host(f"systemctl status --no-pager --lines=0 {SERVING}")
     assert on_host(f"systemctl is-active {BRIDGE} || true").strip() == "inactive"

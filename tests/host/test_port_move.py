@@ -33,6 +33,32 @@ class FrontDoorThatFails(StartsInTurn):
         return 0, ""
 
 
+@dataclass
+class LetsThePortGoFirst(StartsInTurn):
+    """A hand-made engine as vLLM stops: it holds the port for the first looks after its stop (`held_for`),
+    then lets it go while its unit is still deactivating (`stopping_in`: its SubState, "stop-sigterm"
+    while the engine's process runs, "stop-post" while its ExecStopPost does); `systemctl kill` ends it."""
+
+    held_for: int = 2
+    stopping_in: str = "stop-sigterm"
+
+    def run(self, *args: str, check: bool = True) -> str:
+        out = super().run(*args, check=check)
+        fake = self.units.get(args[-1])
+        if args[:3] == ("systemctl", "stop", "--no-block") and fake is not None:
+            fake.state, fake.sub_state = "deactivating", self.stopping_in
+        elif args[:2] == ("systemctl", "kill") and fake is not None:
+            fake.state, fake.sub_state = "failed", "failed"
+        elif args[:2] == ("systemctl", "reset-failed") and fake is not None and fake.state == "failed":
+            fake.state, fake.sub_state = "inactive", "dead"
+        return out
+
+    def listens(self, address: str, port: int) -> bool:
+        self.calls.append(("listens", address, str(port)))
+        self.held_for -= 1
+        return self.held_for >= 0
+
+
 def by_hand_on_the_port(
     tmp_path: Path, unit: str, outcomes: dict[str, list[str]] | None = None, host: type[StartsInTurn] = StartsInTurn
 ) -> tuple[World, PortMove, contract.Plan]:
@@ -154,3 +180,49 @@ def test_the_first_swap_after_an_adoption_in_place_starts_the_new_model_first(tm
     # The adopted engine's unit (vllm-fleet's own now) goes with its drop-in; the new model serves.
     assert not (world.unit_dir / NEW).exists() and not contract.adopted_drop_in(NEW, world.unit_dir).exists()
     assert move.active_record() == contract.ActiveRecord("vllm-b.service", "chat", 8000, (1,), 18000)
+
+
+def test_the_front_door_binds_once_the_stopping_engine_lets_the_port_go_and_what_still_runs_is_killed(
+    tmp_path: Path,
+) -> None:
+    # vLLM closes its port after its engine has stopped, its unit deactivating until the process exits: a
+    # client whose request the API server still holds then waits for an answer that cannot come.
+    world, move, plan = by_hand_on_the_port(tmp_path, LEGACY, host=LetsThePortGoFirst)
+    move.last_answers_seconds = 0.0
+    result = take_over(move, plan)
+    assert result.status == "succeeded", result.message
+    calls = world.systemd.calls
+    stop = calls.index(("systemctl", "stop", "--no-block", LEGACY))
+    front_door = calls.index(("systemctl", "start", contract.FRONT_DOOR_UNIT))
+    # Both looks at the port that found it held come between the stop and the front door's start.
+    assert [i for i, c in enumerate(calls) if c[0] == "listens"][:3] == [stop + 1, stop + 2, stop + 3] < [front_door]
+    assert_ran_in_order(
+        world, [("start", contract.FRONT_DOOR_UNIT), ("kill", LEGACY), ("reset-failed", LEGACY), ("disable", LEGACY)]
+    )
+    assert ("systemctl", "kill", "--signal=SIGKILL", LEGACY) in calls
+    assert world.systemd.units[LEGACY].state == "inactive"
+    assert any(f"{LEGACY} still ran 0 s after it let port 8000 go" in line for line in world.lines), world.lines
+
+
+@dataclass
+class ExecStopPostRuns(LetsThePortGoFirst):
+    """The engine's process is gone once the port is, its unit's ExecStopPost runs for `post_looks` looks."""
+
+    stopping_in: str = "stop-post"
+    post_looks: int = 3
+
+    def show(self, unit: str, *props: str) -> dict[str, str]:
+        fake = self.units.get(unit)
+        if fake is not None and fake.sub_state == "stop-post":
+            self.post_looks -= 1
+            if self.post_looks < 0:
+                fake.state, fake.sub_state = "inactive", "dead"
+        return super().show(unit, *props)
+
+
+def test_an_engine_stopping_through_its_exec_stop_post_is_left_to_finish(tmp_path: Path) -> None:
+    world, move, plan = by_hand_on_the_port(tmp_path, LEGACY, host=ExecStopPostRuns)
+    move.last_answers_seconds = 0.0
+    result = take_over(move, plan)
+    assert result.status == "succeeded", result.message
+    assert "kill" not in world.systemd.verbs(LEGACY) and world.systemd.units[LEGACY].state == "inactive"
