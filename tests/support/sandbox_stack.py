@@ -10,7 +10,7 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import pytest
 import yaml
@@ -90,16 +90,36 @@ class SandboxStack:
 State = TypeVar("State", bound=SandboxStack)
 
 
+class SetUpAndTornDown(Protocol):
+    def set_up(self) -> None: ...
+
+    def tear_down(self) -> None: ...
+
+
+Settled = TypeVar("Settled", bound=SetUpAndTornDown)
+
+
+def set_up_and_torn_down(state: Settled) -> Iterator[Settled]:
+    """`state` set up, then torn down after its module's tests, also when its set-up fails half-way: what
+    that left (units written by hand, an engine started on a port) would fail the next module too. The
+    set-up's own error is the one raised."""
+    try:
+        state.set_up()
+    except BaseException:
+        with contextlib.suppress(Exception):
+            state.tear_down()
+        raise
+    yield state
+    state.tear_down()
+
+
 def module_state(make: Callable[[Path], State], *, on_fleet: bool = False) -> Any:
     """The module-scoped fixture of an end-to-end module (assign it to the fixture's name): the state that
     `make` builds in a temporary folder of the module's name, its set_up before the module's first test and
     its tear_down after the last. It needs the sandbox up, and with on_fleet the fleet hosts beside it."""
 
     def opened(request: pytest.FixtureRequest, tmp: pytest.TempPathFactory) -> Iterator[State]:
-        state = make(tmp.mktemp(request.module.__name__.rsplit(".", 1)[-1]))
-        state.set_up()
-        yield state
-        state.tear_down()
+        yield from set_up_and_torn_down(make(tmp.mktemp(request.module.__name__.rsplit(".", 1)[-1])))
 
     if on_fleet:
 
