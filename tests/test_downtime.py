@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 from pulumi import automation as auto
 
-from host.contract import FRONT_DOOR_UNIT
+from host.contract import BUNDLE_NAME, FRONT_DOOR_DIR, FRONT_DOOR_UNIT, TOOLS_DIR
 from render.paths import TEMPLATES
 from sandbox import sandbox_env
 from sandbox.sandbox_env import E2E_PORT, on_host
@@ -199,6 +199,35 @@ def test_a_template_change_outside_the_launch_rewrites_the_unit_and_the_engine_k
     installed = on_host(f"cat /etc/systemd/system/{UNIT}")
     assert "TimeoutStopSec=150" in installed and "fails to load again and again" in installed
     assert on_host(f"systemctl show -p TimeoutStopUSec --value {UNIT}").strip() == "2min 30s"
+
+
+def front_door_workers() -> set[str]:
+    return set(on_host(f"pgrep -P {main_pid(FRONT_DOOR_UNIT)}").split())
+
+
+def test_an_upgrade_of_the_host_tools_and_the_front_door_restarts_nothing(downtime: Downtime) -> None:
+    # What an upgrade of this program changes beside the units: a host tool that units and steps call, and
+    # the front door's nginx configuration. The tools are installed, nginx reloads (new workers, the same
+    # master), and no engine restarts (issue 47).
+    before = main_pid(), main_pid(FRONT_DOOR_UNIT)
+    workers = front_door_workers()
+    tool = downtime.work / "host" / "tools" / "status.py"
+    marker = "# upgraded: this line is new in the host package"
+    tool.write_text(tool.read_text() + f"\n{marker}\n")
+    nginx = downtime.work / TEMPLATES.relative_to(ROOT) / "frontdoor-nginx.conf"
+    nginx.write_text(nginx.read_text().replace("worker_connections 4096;", "worker_connections 4000;"))
+    result, report = downtime.swap("upgrade", "dt-tiny-b")
+    assert result is not None and result.summary.result == "succeeded", downtime.log()[-3000:]
+    assert report["failed"] == 0 and report["requests"] > 0, repr(report)
+    assert (main_pid(), main_pid(FRONT_DOOR_UNIT)) == before, "the upgrade restarted the engine or the front door"
+    for unit in (UNIT, FRONT_DOOR_UNIT):
+        assert on_host(f"systemctl show -p NRestarts --value {unit}").strip() == "0", unit
+    assert front_door_workers() - workers, "the front door did not reload"
+    assert "worker_connections 4000;" in on_host(f"cat {FRONT_DOOR_DIR}/nginx.conf")
+    archive = f"{TOOLS_DIR}/{BUNDLE_NAME}"
+    read = f"import zipfile; print(zipfile.ZipFile('{archive}').read('host/tools/status.py').decode())"
+    assert on_host(f'python3 -c "{read}"').rstrip().endswith(marker)
+    print(f"[downtime-phases] upgrade: MainPIDs (engine, front door) {before} before and after")
 
 
 def test_a_flag_change_restarts_blue_green_through_the_bridge(downtime: Downtime) -> None:
