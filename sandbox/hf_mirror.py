@@ -623,6 +623,9 @@ class MirrorHandler(BaseHTTPRequestHandler):
             "bytes": 0,
             "fault": None,
             "time": round(time.time(), 3),
+            # Who asked: each sandbox host reaches the mirror from a loopback address of its own
+            # (sandbox/host.sh), so a test reads what its host asked for while other hosts download.
+            "client": self.client_address[0],
         }
         self._headers_sent = False
         try:

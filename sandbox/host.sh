@@ -71,6 +71,8 @@ case "$INSTANCE" in
     ;;
 esac
 FABRIC_ADDRESS="$FABRIC_NET.$((10 + INDEX))"
+# The loopback address this host's requests reach the mirror from (sandbox/sandbox_env.MIRROR_CLIENT).
+MIRROR_CLIENT="127.0.0.$((10 + INDEX))"
 SSH_PORT="${VLLM_FLEET_SANDBOX_SSH_PORT:-$DEFAULT_SSH_PORT}"
 MIRROR_PORT="${VLLM_FLEET_MIRROR_PORT:-18080}"
 # HOST_PORT:SANDBOX_PORT pairs: the vLLM API ports of up to two deployments.
@@ -674,7 +676,8 @@ start_forwarders() {
     start_fwd "api-$hp-in" "${in_ns[@]}" socat "UNIX-LISTEN:api-$hp.sock,fork,unlink-early" "TCP:127.0.0.1:$sp"
     start_fwd "api-$hp-out" socat "TCP-LISTEN:$hp,bind=127.0.0.1,fork,reuseaddr" "UNIX-CONNECT:api-$hp.sock"
   done
-  start_fwd mirror-out socat UNIX-LISTEN:mirror.sock,fork,unlink-early "TCP:127.0.0.1:$MIRROR_PORT"
+  # From the host's own loopback address, so the mirror's log says which host asked.
+  start_fwd mirror-out socat UNIX-LISTEN:mirror.sock,fork,unlink-early "TCP:127.0.0.1:$MIRROR_PORT,bind=$MIRROR_CLIENT"
   start_fwd mirror-in "${in_ns[@]}" socat "TCP-LISTEN:$MIRROR_PORT,bind=127.0.0.1,fork,reuseaddr" \
     UNIX-CONNECT:mirror.sock
   sleep 0.3

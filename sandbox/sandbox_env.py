@@ -32,6 +32,8 @@ _INDEX = 0 if TEST_HOST == "sandbox" else int(TEST_HOST.removeprefix("fleet-"))
 SSH_PORT = 2222 if _INDEX == 0 else 2230 + _INDEX
 # The test host's address on the fabric (sandbox/host.sh), from which it reaches its own front door.
 FABRIC_ADDRESS = f"10.77.0.{10 + _INDEX}"
+# The loopback address the test host's requests reach the mirror from (sandbox/host.sh's MIRROR_CLIENT).
+MIRROR_CLIENT = f"127.0.0.{10 + _INDEX}"
 # The sandbox's throwaway CA and the front door certificate it signed (sandbox/tls.sh, run by `up`).
 TLS_DIR = ROOT / ".sandbox" / "tls"
 
@@ -226,9 +228,10 @@ def add_fault(fault: dict[str, Any], url: str = MIRROR_URL) -> Any:
     return mirror("/_mirror/faults", "POST", fault, url=url)
 
 
-def resolve_requests(stats: dict[str, Any]) -> list[dict[str, Any]]:
-    """Requests for file contents (HEAD or GET of /resolve/) in the mirror's request log."""
-    return [r for r in stats.get("log", []) if "/resolve/" in r.get("path", "")]
+def resolve_requests(stats: dict[str, Any], client: str = MIRROR_CLIENT) -> list[dict[str, Any]]:
+    """Requests for file contents (HEAD or GET of /resolve/) in the mirror's request log that `client` (by
+    default the test host) made: one mirror serves every host, and the other lane's hosts download too."""
+    return [r for r in stats.get("log", []) if "/resolve/" in r.get("path", "") and r.get("client") == client]
 
 
 def dev_config() -> dict[str, Any]:
