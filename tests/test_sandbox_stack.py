@@ -17,15 +17,16 @@ class Steps:
     fails: frozenset[str] = frozenset()
     done: list[str] = field(default_factory=list)
 
+    def step(self, name: str, error: str) -> None:
+        self.done.append(name)
+        if name in self.fails:
+            raise RuntimeError(error)
+
     def set_up(self) -> None:
-        self.done.append("set_up")
-        if "set_up" in self.fails:
-            raise RuntimeError("the hand-made engine never answered")
+        self.step("set_up", "the hand-made engine never answered")
 
     def tear_down(self) -> None:
-        self.done.append("tear_down")
-        if "tear_down" in self.fails:
-            raise RuntimeError("nothing to destroy")
+        self.step("tear_down", "nothing to destroy")
 
 
 def test_the_state_is_set_up_before_the_tests_and_torn_down_after_them() -> None:

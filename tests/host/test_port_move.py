@@ -182,15 +182,21 @@ def test_the_first_swap_after_an_adoption_in_place_starts_the_new_model_first(tm
     assert move.active_record() == contract.ActiveRecord("vllm-b.service", "chat", 8000, (1,), 18000)
 
 
+def stopped_as_vllm_stops(tmp_path: Path, host: type[LetsThePortGoFirst]) -> World:
+    """A take-over of the hand-made LEGACY on `host`, no grace for its last answers; it succeeded."""
+    world, move, plan = by_hand_on_the_port(tmp_path, LEGACY, host=host)
+    move.last_answers_seconds = 0.0
+    result = take_over(move, plan)
+    assert result.status == "succeeded", result.message
+    return world
+
+
 def test_the_front_door_binds_once_the_stopping_engine_lets_the_port_go_and_what_still_runs_is_killed(
     tmp_path: Path,
 ) -> None:
     # vLLM closes its port after its engine has stopped, its unit deactivating until the process exits: a
     # client whose request the API server still holds then waits for an answer that cannot come.
-    world, move, plan = by_hand_on_the_port(tmp_path, LEGACY, host=LetsThePortGoFirst)
-    move.last_answers_seconds = 0.0
-    result = take_over(move, plan)
-    assert result.status == "succeeded", result.message
+    world = stopped_as_vllm_stops(tmp_path, LetsThePortGoFirst)
     calls = world.systemd.calls
     stop = calls.index(("systemctl", "stop", "--no-block", LEGACY))
     front_door = calls.index(("systemctl", "start", contract.FRONT_DOOR_UNIT))
@@ -221,8 +227,5 @@ class ExecStopPostRuns(LetsThePortGoFirst):
 
 
 def test_an_engine_stopping_through_its_exec_stop_post_is_left_to_finish(tmp_path: Path) -> None:
-    world, move, plan = by_hand_on_the_port(tmp_path, LEGACY, host=ExecStopPostRuns)
-    move.last_answers_seconds = 0.0
-    result = take_over(move, plan)
-    assert result.status == "succeeded", result.message
+    world = stopped_as_vllm_stops(tmp_path, ExecStopPostRuns)
     assert "kill" not in world.systemd.verbs(LEGACY) and world.systemd.units[LEGACY].state == "inactive"
